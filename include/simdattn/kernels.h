@@ -1,0 +1,84 @@
+// The primitives every attention module is built from: a tiled matrix
+// product, a numerically stable masked softmax and an in-place dropout. Each
+// is compiled for every SIMD target and dispatched once per call to the best
+// one this CPU supports. Work is spread with oneTBB; callers bound it with a
+// tbb::task_arena or tbb::global_control.
+//
+// Every function validates its arguments and throws std::invalid_argument
+// naming the argument and the values; empty shapes are valid and do nothing.
+#ifndef SIMDATTN_KERNELS_H_
+#define SIMDATTN_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "simdattn/export.h"
+#include "simdattn/tensor.h"
+
+namespace simdattn {
+
+enum class Transpose : uint8_t { kNo, kYes };
+
+struct MatMulOptions {
+  // op(B) = B (K x N) or B^T (B is N x K, e.g. keys for Q K^T).
+  Transpose transpose_b = Transpose::kNo;
+  float alpha = 1.0f;
+  // 0 means C is write-only: its old contents, even NaN, are never read.
+  float beta = 0.0f;
+  // Optional N floats added to every row of C (nn.Linear's bias).
+  const float* bias = nullptr;
+};
+
+// C = alpha * A * op(B) + beta * C + bias, float32 with float32 accumulation.
+// A is M x K, op(B) is K x N, C is M x N. C must not overlap A or B.
+// Each output is reduced in a fixed order, so results are bit-identical for
+// any number of threads.
+SIMDATTN_API void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
+                         const MatMulOptions& options = {});
+
+// MatMul on every (i0, i1) matrix of the 4-D views: C[i0, i1] = A[i0, i1] *
+// op(B[i0, j1]) with j1 = i1 / (A.dims[1] / B.dims[1]), so B may hold fewer
+// heads than A (grouped-query attention shares one K/V head among several
+// query heads). Broadcast a B over dimension 0 with strides[0] = 0.
+SIMDATTN_API void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
+                                const MatMulOptions& options = {});
+
+// What a softmax row may attend to. The fields combine: a column is masked if
+// any of them masks it. An absent mask has data == nullptr.
+struct AttentionMask {
+  // Row i keeps columns j <= i + causal_offset. With a KV cache, the offset is
+  // the number of cached keys before the first query.
+  bool causal = false;
+  size_t causal_offset = 0;
+  // Nonzero = masked (the seeds' convention, torch.triu(...).bool()). Same
+  // dims as the scores; a stride of 0 broadcasts over batch or heads.
+  Tensor4View<const uint8_t> boolean;
+  // Added to the scaled scores before the softmax; -inf masks.
+  ConstTensor4 additive;
+  // Per item of dimension 0 (batch): rows keep columns j < key_lengths[b].
+  const size_t* key_lengths = nullptr;
+};
+
+// Row-wise y = softmax(scale * x + mask) over the last dimension, in place
+// (y aliases x exactly) or out of place. A row with every column masked gives
+// zeros, never NaN. NaN in an unmasked input propagates to its row.
+// Error: <= 2e-6 relative per element against a float64 reference.
+SIMDATTN_API void Softmax(ConstTensor4 x, Tensor4 y, float scale = 1.0f,
+                          const AttentionMask& mask = {});
+
+// Identifies one dropout draw. The keep decision for element (b, h, i, j) is a
+// pure function of (seed, offset, b, h, i, j), independent of threads, tiles,
+// SIMD target and fused or unfused attention. Training loops advance offset.
+struct DropoutKey {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
+// In place: keeps each element with probability 1 - p, scaled by 1 / (1 - p),
+// else zeroes it. p = 0 leaves x untouched; p = 1 zeroes it.
+// Throws for p < 0, p > 1 or NaN.
+SIMDATTN_API void Dropout(Tensor4 x, float p, DropoutKey key);
+
+}  // namespace simdattn
+
+#endif  // SIMDATTN_KERNELS_H_

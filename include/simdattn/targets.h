@@ -1,0 +1,32 @@
+// Which SIMD targets the library was compiled for, which this CPU runs, and
+// which one the kernels dispatch to.
+#ifndef SIMDATTN_TARGETS_H_
+#define SIMDATTN_TARGETS_H_
+
+#include <string>
+#include <vector>
+
+#include "simdattn/export.h"
+
+namespace simdattn {
+
+// Highway's names, best first (e.g. "AVX3", "AVX2", "SSE4", "SSSE3", "EMU128"
+// on x86; "SVE2", "SVE", "NEON" on Arm).
+SIMDATTN_API std::vector<std::string> CompiledTargets();
+// The compiled targets this CPU can run.
+SIMDATTN_API std::vector<std::string> SupportedTargets();
+// The target the kernels dispatch to now.
+SIMDATTN_API std::string ActiveTarget();
+
+// Restricts dispatch to one supported target (for benchmarks and tests that
+// compare targets in one process); an empty name restores the default.
+// Throws std::invalid_argument for a name not in SupportedTargets(). Not
+// thread-safe: call it while no kernel runs.
+SIMDATTN_API void UseTarget(const std::string& name);
+
+// The library's version, "major.minor.patch".
+SIMDATTN_API const char* Version();
+
+}  // namespace simdattn
+
+#endif  // SIMDATTN_TARGETS_H_

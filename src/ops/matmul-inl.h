@@ -1,0 +1,351 @@
+// Per-target matrix multiplication, C = alpha * A * op(B) + beta * C + bias.
+// Included once per SIMD target by matmul.cc (and by other kernels that call
+// it from the same target without another dispatch).
+//
+// Design (Goto/BLIS): the output is cut into tasks of kRowBlock rows x one
+// panel of NR = kVectors * Lanes columns. A task packs its KC x NR slice of
+// op(B) into a contiguous, zero-padded panel (so the transpose costs nothing
+// in the inner loop), then runs an MR x NR register-tiled micro-kernel over
+// each MR rows of A, which it reads in place. K is blocked by KC but never
+// split across threads: each output is reduced in a fixed order, so results
+// do not depend on the thread count.
+
+#if defined(SIMDATTN_SRC_OPS_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SIMDATTN_SRC_OPS_MATMUL_INL_H_
+#undef SIMDATTN_SRC_OPS_MATMUL_INL_H_
+#else
+#define SIMDATTN_SRC_OPS_MATMUL_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "simdattn/kernels.h"
+#include "src/common/scratch.h"
+#include "tbb/blocked_range.h"
+#include "tbb/parallel_for.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace simdattn {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+namespace matmul_detail {
+
+// Register tile: kRows x kVectors accumulators plus kVectors loads of B and
+// one broadcast of A must fit the register file (32 vectors on AVX-512 and
+// Arm, 16 on SSE/AVX2).
+#if HWY_TARGET == HWY_SCALAR
+constexpr size_t kRows = 4;
+constexpr size_t kVectors = 1;
+#elif HWY_ARCH_ARM_A64 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr size_t kRows = 6;
+constexpr size_t kVectors = 4;
+#else
+constexpr size_t kRows = 6;
+constexpr size_t kVectors = 2;
+#endif
+// Rows of A per task: enough micro-kernel calls to amortise packing the B
+// panel (1/kRowBlock of the FLOPs), few enough to leave tasks for 2+ threads.
+constexpr size_t kRowBlock = 16 * kRows;
+// K per packed panel: KC x NR floats stay in L2 (64 KiB for AVX-512).
+constexpr size_t kDepthBlock = 256;
+// Below this many multiply-adds, or with at most kSkinnyRows rows, packing
+// and task spawning cost more than they save.
+constexpr size_t kSmallWork = size_t{1} << 15;
+constexpr size_t kSkinnyRows = 4;
+// Skinny products are split over threads only above this many multiply-adds.
+constexpr size_t kParallelSkinnyWork = size_t{1} << 20;
+
+// How to combine a tile's accumulators with C.
+struct Epilogue {
+  float alpha;
+  float beta;
+  bool first_block;   // First K block: apply beta and bias.
+  const float* bias;  // Packed, NR floats (zero padded) or nullptr.
+};
+
+// Returns the value to store for accumulator `acc` whose old C is at `c`
+// (only read when needed) and whose bias lanes are at `bias`.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V Combine(D d, V acc, const float* HWY_RESTRICT c,
+                     const float* HWY_RESTRICT bias, const Epilogue& e) {
+  const V alpha = hn::Set(d, e.alpha);
+  if (!e.first_block) return hn::MulAdd(alpha, acc, hn::LoadU(d, c));
+  V addend = e.bias ? hn::Load(d, bias) : hn::Zero(d);
+  if (e.beta != 0.0f) addend = hn::MulAdd(hn::Set(d, e.beta), hn::LoadU(d, c), addend);
+  return hn::MulAdd(alpha, acc, addend);
+}
+
+// Stores the first `valid` lanes of one accumulator into C. Partial vectors
+// go through a stack buffer: a full load or store there could touch memory
+// past the row (another thread's tile, or unmapped).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void StoreTile(D d, V acc, float* HWY_RESTRICT c,
+                          const float* HWY_RESTRICT bias, size_t valid,
+                          const Epilogue& e) {
+  const size_t N = hn::Lanes(d);
+  if (valid >= N) {
+    hn::StoreU(Combine(d, acc, c, bias, e), d, c);
+    return;
+  }
+  if (valid == 0) return;
+  HWY_ALIGN float old_c[HWY_MAX_BYTES / sizeof(float)] = {};
+  std::memcpy(old_c, c, valid * sizeof(float));
+  hn::Store(Combine(d, acc, old_c, bias, e), d, old_c);
+  std::memcpy(c, old_c, valid * sizeof(float));
+}
+
+// C[0..R, 0..cols) (+)= A[0..R, 0..kc) * panel, where the panel holds kc rows
+// of NR floats. R <= kRows; accumulators beyond R or kVectors are never used
+// and the compiler drops them (Highway vectors may be sizeless, so no arrays).
+template <size_t R, class D>
+HWY_NOINLINE void MicroKernel(D d, const float* HWY_RESTRICT a, size_t lda,
+                              const float* HWY_RESTRICT panel, size_t kc,
+                              float* HWY_RESTRICT c, size_t ldc, size_t cols,
+                              const Epilogue& e) {
+  static_assert(R >= 1 && R <= 6 && kVectors <= 4, "tile too large");
+  const size_t N = hn::Lanes(d);
+  const size_t nr = kVectors * N;
+  using V = hn::Vec<D>;
+  V c00 = hn::Zero(d), c01 = c00, c02 = c00, c03 = c00;
+  V c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+  V c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+  V c30 = c00, c31 = c00, c32 = c00, c33 = c00;
+  V c40 = c00, c41 = c00, c42 = c00, c43 = c00;
+  V c50 = c00, c51 = c00, c52 = c00, c53 = c00;
+  for (size_t k = 0; k < kc; ++k, panel += nr) {
+    const V b0 = hn::Load(d, panel);
+    const V b1 = kVectors > 1 ? hn::Load(d, panel + 1 * N) : b0;
+    const V b2 = kVectors > 2 ? hn::Load(d, panel + 2 * N) : b0;
+    const V b3 = kVectors > 3 ? hn::Load(d, panel + 3 * N) : b0;
+#define SIMDATTN_ROW(r)                                   \
+  if (R > r) {                                            \
+    const V ar = hn::Set(d, a[r * lda + k]);              \
+    c##r##0 = hn::MulAdd(ar, b0, c##r##0);                \
+    if (kVectors > 1) c##r##1 = hn::MulAdd(ar, b1, c##r##1); \
+    if (kVectors > 2) c##r##2 = hn::MulAdd(ar, b2, c##r##2); \
+    if (kVectors > 3) c##r##3 = hn::MulAdd(ar, b3, c##r##3); \
+  }
+    SIMDATTN_ROW(0)
+    SIMDATTN_ROW(1)
+    SIMDATTN_ROW(2)
+    SIMDATTN_ROW(3)
+    SIMDATTN_ROW(4)
+    SIMDATTN_ROW(5)
+#undef SIMDATTN_ROW
+  }
+  const float* bias = e.bias;
+#define SIMDATTN_STORE_ROW(r)                                                  \
+  if (R > r) {                                                                 \
+    float* row = c + r * ldc;                                                  \
+    StoreTile(d, c##r##0, row, bias, cols, e);                                 \
+    if (kVectors > 1 && cols > N)                                              \
+      StoreTile(d, c##r##1, row + N, bias + N, cols - N, e);                   \
+    if (kVectors > 2 && cols > 2 * N)                                          \
+      StoreTile(d, c##r##2, row + 2 * N, bias + 2 * N, cols - 2 * N, e);       \
+    if (kVectors > 3 && cols > 3 * N)                                          \
+      StoreTile(d, c##r##3, row + 3 * N, bias + 3 * N, cols - 3 * N, e);       \
+  }
+  SIMDATTN_STORE_ROW(0)
+  SIMDATTN_STORE_ROW(1)
+  SIMDATTN_STORE_ROW(2)
+  SIMDATTN_STORE_ROW(3)
+  SIMDATTN_STORE_ROW(4)
+  SIMDATTN_STORE_ROW(5)
+#undef SIMDATTN_STORE_ROW
+}
+
+template <class D>
+HWY_INLINE void MicroKernelRows(D d, size_t rows, const float* a, size_t lda,
+                                const float* panel, size_t kc, float* c,
+                                size_t ldc, size_t cols, const Epilogue& e) {
+  switch (rows) {
+    case 6: return MicroKernel<6>(d, a, lda, panel, kc, c, ldc, cols, e);
+    case 5: return MicroKernel<5>(d, a, lda, panel, kc, c, ldc, cols, e);
+    case 4: return MicroKernel<4>(d, a, lda, panel, kc, c, ldc, cols, e);
+    case 3: return MicroKernel<3>(d, a, lda, panel, kc, c, ldc, cols, e);
+    case 2: return MicroKernel<2>(d, a, lda, panel, kc, c, ldc, cols, e);
+    default: return MicroKernel<1>(d, a, lda, panel, kc, c, ldc, cols, e);
+  }
+}
+
+// Copies op(B)[k0..k0+kc, n0..n0+cols) into panel (kc rows of nr floats),
+// zero-filling columns cols..nr.
+inline void PackPanel(ConstMatrix b, bool transposed, size_t k0, size_t kc,
+                      size_t n0, size_t cols, size_t nr, float* panel) {
+  for (size_t k = 0; k < kc; ++k) {
+    float* dst = panel + k * nr;
+    if (transposed) {
+      for (size_t n = 0; n < cols; ++n) dst[n] = b(n0 + n, k0 + k);
+    } else {
+      std::memcpy(dst, b.Row(k0 + k) + n0, cols * sizeof(float));
+    }
+    std::fill(dst + cols, dst + nr, 0.0f);
+  }
+}
+
+// The tiled path: tasks of kRowBlock rows x one NR panel.
+inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
+                        const MatMulOptions& opt) {
+  const hn::ScalableTag<float> d;
+  const size_t nr = kVectors * hn::Lanes(d);
+  const size_t M = c.rows, N = c.cols, K = a.cols;
+  const size_t row_blocks = hwy::DivCeil(M, kRowBlock);
+  const size_t panels = hwy::DivCeil(N, nr);
+  const bool transposed = opt.transpose_b == Transpose::kYes;
+  const size_t kc_max = std::min(K, kDepthBlock);
+
+  tbb::parallel_for(
+      tbb::blocked_range<size_t>(0, row_blocks * panels),
+      [&](const tbb::blocked_range<size_t>& tasks) {
+        // Panel plus the packed bias row.
+        internal::ScratchBuffer scratch((kc_max + 1) * nr);
+        float* panel = scratch.data();
+        float* bias = panel + kc_max * nr;
+        for (size_t task = tasks.begin(); task != tasks.end(); ++task) {
+          // Consecutive tasks share a panel column, so neighbouring threads
+          // read the same B from the shared cache.
+          const size_t n0 = (task / row_blocks) * nr;
+          const size_t m0 = (task % row_blocks) * kRowBlock;
+          const size_t cols = std::min(nr, N - n0);
+          const size_t m_end = std::min(M, m0 + kRowBlock);
+          if (opt.bias) {
+            std::memcpy(bias, opt.bias + n0, cols * sizeof(float));
+            std::fill(bias + cols, bias + nr, 0.0f);
+          }
+          for (size_t k0 = 0; k0 < K || k0 == 0; k0 += kDepthBlock) {
+            const size_t kc = std::min(kDepthBlock, K - k0);
+            PackPanel(b, transposed, k0, kc, n0, cols, nr, panel);
+            const Epilogue e{opt.alpha, opt.beta, k0 == 0,
+                             opt.bias ? bias : nullptr};
+            for (size_t m = m0; m < m_end; m += kRows) {
+              MicroKernelRows(d, std::min(kRows, m_end - m), a.Row(m) + k0,
+                              a.stride, panel, kc, c.Row(m) + n0, c.stride,
+                              cols, e);
+            }
+            if (K == 0) break;
+          }
+        }
+      });
+}
+
+// out = alpha * acc + beta * out + bias[n], reading out only if beta != 0.
+HWY_INLINE void ScalarEpilogue(float acc, float* out, size_t n,
+                               const MatMulOptions& opt) {
+  float value = opt.alpha * acc;
+  if (opt.beta != 0.0f) value += opt.beta * *out;
+  if (opt.bias) value += opt.bias[n];
+  *out = value;
+}
+
+// Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
+// rows of A times B (B rows contiguous), or dot products with rows of B when
+// it is transposed (Q K^T in decode).
+inline void DirectColumns(ConstMatrix a, ConstMatrix b, Matrix c,
+                          const MatMulOptions& opt, size_t n_begin,
+                          size_t n_end) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const size_t K = a.cols;
+  for (size_t m = 0; m < c.rows; ++m) {
+    const float* HWY_RESTRICT a_row = a.Row(m);
+    float* HWY_RESTRICT c_row = c.Row(m);
+    if (opt.transpose_b == Transpose::kYes) {
+      for (size_t n = n_begin; n < n_end; ++n) {
+        const float* HWY_RESTRICT b_row = b.Row(n);
+        auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
+        size_t k = 0;
+        for (; k + 2 * N <= K; k += 2 * N) {
+          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), hn::LoadU(d, b_row + k), sum0);
+          sum1 = hn::MulAdd(hn::LoadU(d, a_row + k + N),
+                            hn::LoadU(d, b_row + k + N), sum1);
+        }
+        for (; k + N <= K; k += N) {
+          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), hn::LoadU(d, b_row + k), sum0);
+        }
+        float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
+        for (; k < K; ++k) dot += a_row[k] * b_row[k];
+        ScalarEpilogue(dot, c_row + n, n, opt);
+      }
+      continue;
+    }
+    HWY_ALIGN float lanes[HWY_MAX_BYTES / sizeof(float)];
+    const auto finish = [&](decltype(hn::Zero(d)) sum, size_t n0) {
+      hn::Store(sum, d, lanes);
+      for (size_t i = 0; i < N; ++i) {
+        ScalarEpilogue(lanes[i], c_row + n0 + i, n0 + i, opt);
+      }
+    };
+    size_t n = n_begin;
+    // Four independent accumulators hide the multiply-add latency.
+    for (; n + 4 * N <= n_end; n += 4 * N) {
+      auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
+      for (size_t k = 0; k < K; ++k) {
+        const auto ak = hn::Set(d, a_row[k]);
+        const float* b_row = b.Row(k) + n;
+        s0 = hn::MulAdd(ak, hn::LoadU(d, b_row), s0);
+        s1 = hn::MulAdd(ak, hn::LoadU(d, b_row + N), s1);
+        s2 = hn::MulAdd(ak, hn::LoadU(d, b_row + 2 * N), s2);
+        s3 = hn::MulAdd(ak, hn::LoadU(d, b_row + 3 * N), s3);
+      }
+      finish(s0, n);
+      finish(s1, n + N);
+      finish(s2, n + 2 * N);
+      finish(s3, n + 3 * N);
+    }
+    for (; n + N <= n_end; n += N) {
+      auto sum = hn::Zero(d);
+      for (size_t k = 0; k < K; ++k) {
+        sum = hn::MulAdd(hn::Set(d, a_row[k]), hn::LoadU(d, b.Row(k) + n), sum);
+      }
+      finish(sum, n);
+    }
+    for (; n < n_end; ++n) {
+      float sum = 0.0f;
+      for (size_t k = 0; k < K; ++k) sum += a_row[k] * b(k, n);
+      ScalarEpilogue(sum, c_row + n, n, opt);
+    }
+  }
+}
+
+}  // namespace matmul_detail
+
+// Same-target entry point; arguments were validated by the caller.
+inline void MatMulImpl(ConstMatrix a, ConstMatrix b, Matrix c,
+                       const MatMulOptions& opt) {
+  using namespace matmul_detail;
+  const size_t M = c.rows, N = c.cols, K = a.cols;
+  if (M == 0 || N == 0) return;
+  const size_t work = M * N * K;
+  if (M > kSkinnyRows && work > kSmallWork) {
+    TiledMatMul(a, b, c, opt);
+  } else if (work > kParallelSkinnyWork) {
+    const size_t grain = std::max<size_t>(64, kParallelSkinnyWork / (M * K + 1));
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, N, grain),
+                      [&](const tbb::blocked_range<size_t>& cols) {
+                        DirectColumns(a, b, c, opt, cols.begin(), cols.end());
+                      });
+  } else {
+    DirectColumns(a, b, c, opt, 0, N);
+  }
+}
+
+// Same-target batched product over (i0, i1); B may have fewer heads.
+inline void BatchedMatMulImpl(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
+                              const MatMulOptions& opt) {
+  const size_t heads = a.dims[1];
+  const size_t group = heads / b.dims[1];
+  tbb::parallel_for(size_t{0}, a.NumMatrices(), [&](size_t index) {
+    const size_t i0 = index / heads, i1 = index % heads;
+    MatMulImpl(a.Slice(i0, i1), b.Slice(i0, i1 / group), c.Slice(i0, i1), opt);
+  });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace simdattn
+HWY_AFTER_NAMESPACE();
+
+#endif  // SIMDATTN_SRC_OPS_MATMUL_INL_H_

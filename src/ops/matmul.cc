@@ -1,0 +1,82 @@
+// MatMul and BatchedMatMul: validation, then one dispatch per call.
+#include <cstddef>
+
+#include "simdattn/kernels.h"
+#include "src/common/check.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/ops/matmul.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "src/ops/matmul-inl.h"
+
+#if HWY_ONCE
+namespace simdattn {
+HWY_EXPORT(MatMulImpl);
+HWY_EXPORT(BatchedMatMulImpl);
+
+namespace {
+
+using internal::ByteRange;
+
+// The shape of op(B).
+size_t OpRows(ConstMatrix b, Transpose t) {
+  return t == Transpose::kYes ? b.cols : b.rows;
+}
+size_t OpCols(ConstMatrix b, Transpose t) {
+  return t == Transpose::kYes ? b.rows : b.cols;
+}
+
+void CheckMatMulShapes(const char* fn, ConstMatrix a, ConstMatrix b,
+                       ConstMatrix c, const MatMulOptions& opt) {
+  const Transpose t = opt.transpose_b;
+  SIMDATTN_REQUIRE(a.cols == OpRows(b, t), fn, "inner dimensions differ: A is ",
+                   a.rows, " x ", a.cols, " but op(B) is ", OpRows(b, t), " x ",
+                   OpCols(b, t));
+  SIMDATTN_REQUIRE(c.rows == a.rows && c.cols == OpCols(b, t), fn, "C is ",
+                   c.rows, " x ", c.cols, " but A * op(B) is ", a.rows, " x ",
+                   OpCols(b, t));
+}
+
+}  // namespace
+
+void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
+            const MatMulOptions& options) {
+  constexpr const char* kFn = "MatMul";
+  CheckMatMulShapes(kFn, a, b, c, options);
+  const ByteRange ra = internal::CheckMatrix(kFn, "A", a);
+  const ByteRange rb = internal::CheckMatrix(kFn, "B", b);
+  const ByteRange rc = internal::CheckMatrix(kFn, "C", c);
+  SIMDATTN_REQUIRE(!rc.Overlaps(ra), kFn, "C overlaps A");
+  SIMDATTN_REQUIRE(!rc.Overlaps(rb), kFn, "C overlaps B");
+  if (c.empty()) return;
+  HWY_DYNAMIC_DISPATCH(MatMulImpl)(a, b, c, options);
+}
+
+void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
+                   const MatMulOptions& options) {
+  constexpr const char* kFn = "BatchedMatMul";
+  SIMDATTN_REQUIRE(a.dims[0] == c.dims[0] && a.dims[1] == c.dims[1], kFn,
+                   "A has shape ", internal::ShapeString(a.dims),
+                   " but C has shape ", internal::ShapeString(c.dims));
+  SIMDATTN_REQUIRE(b.dims[0] == a.dims[0] || b.dims[0] == 1 ||
+                       a.dims[0] == 0,
+                   kFn, "B's batch (", b.dims[0], ") is neither A's (",
+                   a.dims[0], ") nor 1");
+  SIMDATTN_REQUIRE(a.dims[1] == 0 || (b.dims[1] != 0 && a.dims[1] % b.dims[1] == 0),
+                   kFn, "A's heads (", a.dims[1],
+                   ") are not a multiple of B's heads (", b.dims[1], ")");
+  const ByteRange ra = internal::CheckTensor4(kFn, "A", a);
+  const ByteRange rb = internal::CheckTensor4(kFn, "B", b);
+  const ByteRange rc = internal::CheckTensor4(kFn, "C", c);
+  CheckMatMulShapes(kFn, a.Slice(0, 0), b.Slice(0, 0), c.Slice(0, 0), options);
+  SIMDATTN_REQUIRE(!rc.Overlaps(ra), kFn, "C overlaps A");
+  SIMDATTN_REQUIRE(!rc.Overlaps(rb), kFn, "C overlaps B");
+  if (c.empty()) return;
+  // A B batch of 1 is broadcast to every batch item.
+  if (b.dims[0] == 1) b.strides[0] = 0;
+  HWY_DYNAMIC_DISPATCH(BatchedMatMulImpl)(a, b, c, options);
+}
+
+}  // namespace simdattn
+#endif  // HWY_ONCE

@@ -1,0 +1,269 @@
+// MatMul and BatchedMatMul on every target against a float64 reference.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "simdattn/kernels.h"
+#include "tbb/task_arena.h"
+#include "tests/test_util.h"
+
+namespace simdattn {
+namespace {
+
+struct Case {
+  size_t m, k, n;
+  Transpose transpose_b = Transpose::kNo;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  bool bias = false;
+  size_t pad = 0;     // Extra elements per row of every operand (stride > cols).
+  size_t offset = 0;  // Misaligns every base pointer by this many floats.
+};
+
+// A strided matrix with its backing store.
+struct Operand {
+  std::vector<float> store;
+  Matrix view;
+  Operand(size_t rows, size_t cols, size_t pad, size_t offset, uint64_t seed) {
+    const size_t stride = cols + pad;
+    store = test::RandomVector(offset + rows * stride + 1, seed);
+    view = Matrix(store.data() + offset, rows, cols, stride);
+  }
+};
+
+// Runs one case and checks every element against the float64 product within
+// the componentwise bound |error| <= c * K * eps * (|alpha| |A| |op(B)| +
+// |beta C| + |bias|) + tiny, with c = 2 (the classical bound is gamma_K
+// ~ K * eps for any summation order; this implies the norm-wise bound
+// ||E|| <= c K eps ||A|| ||B||).
+void RunCase(const Case& t, uint64_t seed) {
+  const bool tb = t.transpose_b == Transpose::kYes;
+  Operand a(t.m, t.k, t.pad, t.offset, seed);
+  Operand b(tb ? t.n : t.k, tb ? t.k : t.n, t.pad, t.offset, seed + 1);
+  Operand c(t.m, t.n, t.pad, t.offset, seed + 2);
+  const std::vector<float> bias = test::RandomVector(t.n, seed + 3);
+  const std::vector<float> c_before = c.store;
+  if (t.beta == 0.0f) {
+    // beta = 0 must not read C: NaN there must not reach the output.
+    for (size_t r = 0; r < t.m; ++r) {
+      for (size_t j = 0; j < t.n; ++j) {
+        c.view(r, j) = std::numeric_limits<float>::quiet_NaN();
+      }
+    }
+  }
+  MatMulOptions opt;
+  opt.transpose_b = t.transpose_b;
+  opt.alpha = t.alpha;
+  opt.beta = t.beta;
+  opt.bias = t.bias ? bias.data() : nullptr;
+  MatMul(a.view, b.view, c.view, opt);
+
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (size_t r = 0; r < t.m; ++r) {
+    for (size_t j = 0; j < t.n; ++j) {
+      double exact = 0.0, magnitude = 0.0;
+      for (size_t k = 0; k < t.k; ++k) {
+        const double bk = tb ? b.view(j, k) : b.view(k, j);
+        exact += double(a.view(r, k)) * bk;
+        magnitude += std::abs(double(a.view(r, k)) * bk);
+      }
+      exact *= t.alpha;
+      magnitude *= std::abs(t.alpha);
+      const size_t index = t.offset + r * (t.n + t.pad) + j;
+      if (t.beta != 0.0f) {
+        exact += double(t.beta) * c_before[index];
+        magnitude += std::abs(double(t.beta) * c_before[index]);
+      }
+      if (t.bias) {
+        exact += bias[j];
+        magnitude += std::abs(bias[j]);
+      }
+      const double bound = 2.0 * (t.k + 2) * eps * magnitude + 1e-30;
+      ASSERT_NEAR(c.view(r, j), exact, bound)
+          << "at (" << r << ", " << j << ") of " << t.m << "x" << t.k << "x"
+          << t.n << (tb ? " B^T" : "") << " alpha " << t.alpha << " beta "
+          << t.beta << " bias " << t.bias;
+    }
+  }
+  // Padding between rows and past the end is untouched.
+  for (size_t r = 0; r < t.m; ++r) {
+    for (size_t j = t.n; j < t.n + t.pad; ++j) {
+      const size_t index = t.offset + r * (t.n + t.pad) + j;
+      ASSERT_EQ(std::memcmp(&c.store[index], &c_before[index], sizeof(float)), 0);
+    }
+  }
+  ASSERT_EQ(c.store.back(), c_before.back());
+}
+
+class MatMulTest : public test::PerTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(MatMulTest);
+
+TEST_P(MatMulTest, EveryRowCountAroundTheTile) {
+  for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
+    for (size_t m = 0; m <= 14; ++m) RunCase({m, 19, 37, t}, m);
+    // Past one row block of the tiled path (96 rows).
+    for (size_t m : {95, 96, 97, 193}) RunCase({m, 9, 70, t}, m);
+  }
+}
+
+TEST_P(MatMulTest, EveryColumnCountAroundThePanel) {
+  for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
+    for (size_t n = 0; n <= 129; ++n) RunCase({7, 11, n, t}, n);
+  }
+}
+
+TEST_P(MatMulTest, DepthsAroundTheBlock) {
+  for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
+    for (size_t k : {0, 1, 2, 3, 5, 8, 17, 255, 256, 257, 513}) {
+      RunCase({13, k, 70, t}, k);
+      RunCase({2, k, 70, t}, k);  // Skinny path.
+    }
+  }
+}
+
+TEST_P(MatMulTest, AlphaBetaBias) {
+  for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
+    for (float alpha : {1.0f, -0.5f, 0.0f}) {
+      for (float beta : {0.0f, 1.0f, 0.25f}) {
+        for (bool bias : {false, true}) {
+          RunCase({33, 300, 45, t, alpha, beta, bias}, 7);
+          RunCase({3, 20, 45, t, alpha, beta, bias}, 8);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MatMulTest, StridedAndMisaligned) {
+  for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
+    for (size_t offset : {1, 3}) {
+      RunCase({50, 70, 90, t, 1.0f, 0.5f, true, 5, offset}, offset);
+      RunCase({1, 70, 90, t, 1.0f, 0.0f, false, 3, offset}, offset);
+    }
+  }
+}
+
+TEST_P(MatMulTest, Large) {
+  RunCase({1030, 1025, 40, Transpose::kNo}, 11);
+  RunCase({1001, 64, 130, Transpose::kYes}, 12);
+}
+
+TEST_P(MatMulTest, SeedsToyShape) { RunCase({6, 3, 2, Transpose::kNo}, 13); }
+
+// Heads of (B, T, H, D) projections multiplied in place: Q K^T per head.
+TEST_P(MatMulTest, BatchedHeadsInTokenMajorLayout) {
+  const size_t batch = 2, tokens = 37, heads = 3, head_dim = 20;
+  for (size_t kv_heads : {heads, size_t{1}}) {
+    const std::vector<float> q =
+        test::RandomVector(batch * tokens * heads * head_dim, 1);
+    const std::vector<float> k =
+        test::RandomVector(batch * tokens * kv_heads * head_dim, 2);
+    std::vector<float> scores(batch * heads * tokens * tokens);
+    const auto qv = ConstTensor4::FromTokenMajor(q.data(), batch, tokens, heads,
+                                                 head_dim);
+    const auto kv = ConstTensor4::FromTokenMajor(k.data(), batch, tokens,
+                                                 kv_heads, head_dim);
+    const auto sv = Tensor4::Dense(scores.data(), batch, heads, tokens, tokens);
+    MatMulOptions opt;
+    opt.transpose_b = Transpose::kYes;
+    opt.alpha = 0.125f;
+    BatchedMatMul(qv, kv, sv, opt);
+    for (size_t b = 0; b < batch; ++b) {
+      for (size_t h = 0; h < heads; ++h) {
+        const size_t hk = h / (heads / kv_heads);
+        for (size_t i = 0; i < tokens; ++i) {
+          for (size_t j = 0; j < tokens; ++j) {
+            double exact = 0.0;
+            for (size_t x = 0; x < head_dim; ++x) {
+              exact += double(qv.Slice(b, h)(i, x)) * kv.Slice(b, hk)(j, x);
+            }
+            ASSERT_NEAR(sv.Slice(b, h)(i, j), 0.125 * exact, 1e-5);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Each output's reduction order is fixed: any thread count, same bits.
+TEST_P(MatMulTest, BitIdenticalForAnyThreadCount) {
+  const size_t m = 300, k = 700, n = 333;
+  const std::vector<float> a = test::RandomVector(m * k, 1);
+  const std::vector<float> b = test::RandomVector(k * n, 2);
+  std::vector<float> reference;
+  for (int threads : {1, 2, 7}) {
+    std::vector<float> c(m * n);
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      MatMul(ConstMatrix(a.data(), m, k), ConstMatrix(b.data(), k, n),
+             Matrix(c.data(), m, n));
+    });
+    if (reference.empty()) {
+      reference = c;
+    } else {
+      ASSERT_EQ(std::memcmp(c.data(), reference.data(), c.size() * sizeof(float)), 0)
+          << threads << " threads";
+    }
+  }
+}
+
+// Expects std::invalid_argument whose message contains every fragment.
+template <typename F>
+void ExpectInvalid(F&& f, std::vector<std::string> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    for (const std::string& s : fragments) {
+      EXPECT_NE(std::string(e.what()).find(s), std::string::npos)
+          << "\"" << e.what() << "\" lacks \"" << s << "\"";
+    }
+  }
+}
+
+TEST(MatMulErrors, NamesTheArgumentAndValues) {
+  std::vector<float> buf(64);
+  float* p = buf.data();
+  ExpectInvalid([&] { MatMul({nullptr, 2, 3}, {p, 3, 4}, {p + 20, 2, 4}); },
+                {"MatMul", "A is null", "2 x 3"});
+  ExpectInvalid([&] { MatMul({p, 2, 3}, {p + 8, 4, 4}, {p + 30, 2, 4}); },
+                {"MatMul", "inner dimensions", "2 x 3", "4 x 4"});
+  ExpectInvalid([&] { MatMul({p, 2, 3}, {p + 8, 3, 4}, {p + 30, 2, 5}); },
+                {"C is 2 x 5"});
+  ExpectInvalid([&] { MatMul({p, 2, 3, 2}, {p + 8, 3, 4}, {p + 30, 2, 4}); },
+                {"A.stride (2)", "A.cols (3)"});
+  ExpectInvalid([&] { MatMul({p, 2, 3}, {p + 8, 3, 4}, {p + 4, 2, 4}); },
+                {"C overlaps A"});
+  ExpectInvalid([&] { MatMul({p, 2, 3}, {p + 8, 3, 4}, {p + 16, 2, 4}); },
+                {"C overlaps B"});
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 3}, {p + 8, 3, 4},
+               {p + 30, 2, 4, std::numeric_limits<size_t>::max() / 2});
+      },
+      {"overflows"});
+  // Empty products are valid and write nothing.
+  MatMul({nullptr, 0, 3}, {p, 3, 4}, {nullptr, 0, 4});
+  p[0] = 5.0f;
+  MatMul({nullptr, 2, 0}, {nullptr, 0, 4}, {p, 2, 4});  // K = 0: C = 0.
+  EXPECT_EQ(p[0], 0.0f);
+}
+
+TEST(MatMulErrors, BatchedShapes) {
+  std::vector<float> buf(256);
+  float* p = buf.data();
+  ExpectInvalid(
+      [&] {
+        BatchedMatMul(ConstTensor4::Dense(p, 1, 3, 2, 2),
+                      ConstTensor4::Dense(p + 20, 1, 2, 2, 2),
+                      Tensor4::Dense(p + 100, 1, 3, 2, 2));
+      },
+      {"heads (3)", "B's heads (2)"});
+}
+
+}  // namespace
+}  // namespace simdattn

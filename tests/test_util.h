@@ -1,0 +1,44 @@
+// Shared helpers for the tests: random data, double-precision references and
+// norm-based comparisons.
+#ifndef SIMDATTN_TESTS_TEST_UTIL_H_
+#define SIMDATTN_TESTS_TEST_UTIL_H_
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "hwy/tests/hwy_gtest.h"
+#include "simdattn/tensor.h"
+
+namespace simdattn {
+namespace test {
+
+// Parameterised over every compiled target the CPU supports; the test body
+// calls the public, dispatched API, which then runs that target's code.
+using PerTarget = hwy::TestWithParamTarget;
+
+inline std::vector<float> RandomVector(size_t n, uint64_t seed,
+                                       float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Frobenius norm of a matrix view, in double.
+template <typename T>
+double FrobeniusNorm(MatrixView<T> m) {
+  double sum = 0.0;
+  for (size_t r = 0; r < m.rows; ++r) {
+    for (size_t c = 0; c < m.cols; ++c) sum += double(m(r, c)) * m(r, c);
+  }
+  return std::sqrt(sum);
+}
+
+}  // namespace test
+}  // namespace simdattn
+
+#endif  // SIMDATTN_TESTS_TEST_UTIL_H_
