@@ -44,9 +44,12 @@ if(SIMDATTN_BUILD_BENCHMARKS OR SIMDATTN_BUILD_TOOLS)
   simdattn_require(benchmark benchmark libbenchmark-dev
     https://github.com/google/benchmark.git v1.8.3)
 endif()
-if(SIMDATTN_BUILD_TOOLS)
+# File formats (tools/io), used by the program and the golden-data tests.
+if(SIMDATTN_BUILD_TOOLS OR SIMDATTN_BUILD_TESTS)
   simdattn_require(json nlohmann_json nlohmann-json3-dev
     https://github.com/nlohmann/json.git v3.11.3 3.10)
+endif()
+if(SIMDATTN_BUILD_TOOLS)
   simdattn_require(cli11 CLI11 libcli11-dev
     https://github.com/CLIUtils/CLI11.git v2.3.2 2.1)
 endif()

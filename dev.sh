@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The project's two commands, on a fresh Debian/Ubuntu machine:
+#   ./dev.sh demo   install what is missing, build Release, run `simdattn demo`
+#   ./dev.sh test   the same set-up, then the whole test suite: x86 on every
+#                   SIMD target, install + consumer tests, ASan+UBSan, TSan,
+#                   and aarch64 under qemu with NEON and with SVE.
+# Packages come from the system package manager: apt-get as root (or through
+# sudo without a password); otherwise the exact command is printed.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+BUILD_PACKAGES=(cmake ninja-build g++ ccache pkg-config
+  libhwy-dev libtbb-dev libgtest-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev
+  libdnnl-dev libopenblas-dev)  # The last two: comparison benchmarks only.
+ARM_PACKAGES=(qemu-user g++-aarch64-linux-gnu
+  libhwy-dev:arm64 libtbb-dev:arm64 libgtest-dev:arm64)
+
+log() { printf '\n=== %s\n' "$*"; }
+
+missing_packages() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2> /dev/null | grep -q 'install ok installed' \
+      || echo "$p"
+  done
+}
+
+# install_packages PACKAGE...: installs those not yet installed.
+install_packages() {
+  local missing
+  mapfile -t missing < <(missing_packages "$@")
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo > /dev/null && sudo -n true 2> /dev/null; then
+      sudo=(sudo)
+    else
+      echo "Missing packages. Install them with:" >&2
+      echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+  if printf '%s\n' "${missing[@]}" | grep -q ':arm64$' &&
+     ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    "${sudo[@]}" dpkg --add-architecture arm64
+  fi
+  log "Installing ${missing[*]}"
+  "${sudo[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends \
+    "${missing[@]}"
+}
+
+# build PRESET [TARGETS...]
+build() {
+  local preset=$1
+  shift
+  log "Configure + build: $preset"
+  cmake --preset "$preset" > "build/$preset.configure.log" 2>&1 \
+    || { cat "build/$preset.configure.log"; exit 1; }
+  cmake --build --preset "$preset" "$@"
+}
+
+# run_tests PRESET: every CTest test of that build.
+run_tests() {
+  log "Tests: $1"
+  ctest --preset "$1" --timeout 1500
+}
+
+cmd=${1:-}
+case "$cmd" in
+  demo)
+    install_packages "${BUILD_PACKAGES[@]}"
+    mkdir -p build
+    build release --target simdattn_cli
+    ./build/release/tools/simdattn demo
+    ;;
+  test)
+    install_packages "${BUILD_PACKAGES[@]}" "${ARM_PACKAGES[@]}"
+    mkdir -p build
+    start=$SECONDS
+    build release
+    run_tests release
+    build asan
+    run_tests asan
+    build tsan
+    run_tests tsan
+    build aarch64
+    run_tests aarch64-neon
+    run_tests aarch64-sve
+    log "All test suites passed in $((SECONDS - start)) s"
+    ;;
+  *)
+    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+    [ -z "$cmd" ] || { echo "unknown command: $cmd" >&2; exit 2; }
+    exit 2
+    ;;
+esac

@@ -1,0 +1,576 @@
+// Softmax on every target against a float64 reference: row lengths around
+// the vector widths, strided and misaligned views, every mask kind and their
+// combinations, extreme inputs, aliasing, thread counts and bad arguments.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "simdattn/kernels.h"
+#include "tbb/task_arena.h"
+#include "tests/test_util.h"
+
+namespace simdattn {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// Per-element bound of kernels.h, and the rows' sum.
+constexpr double kRelError = 2e-6;
+constexpr double kSumError = 1e-6;
+// Outputs below FLT_MIN are denormal: the relative bound continued down to
+// there, in absolute terms.
+constexpr double kAbsFloor = 2e-6 * std::numeric_limits<float>::min();
+
+using Dims = std::array<size_t, 4>;
+
+template <typename T>
+const T& At(Tensor4View<T> t, size_t b, size_t h, size_t i, size_t j) {
+  return t.data[b * t.strides[0] + h * t.strides[1] + i * t.strides[2] + j];
+}
+
+// A padded, misaligned (d0, d1, d2, d3) view inside a buffer whose other
+// elements hold a sentinel, so that stray writes show.
+template <typename T>
+struct Buffer {
+  std::vector<T> store;
+  Tensor4View<T> view;
+  T sentinel;
+
+  // Copies point into their own store.
+  Buffer(const Buffer& other)
+      : store(other.store), view(other.view), sentinel(other.sentinel) {
+    view.data = store.data() + (other.view.data - other.store.data());
+  }
+  Buffer& operator=(const Buffer&) = delete;
+
+  Buffer(Dims dims, size_t pad, size_t offset, T sentinel_value)
+      : sentinel(sentinel_value) {
+    const size_t s2 = dims[3] + pad;
+    const size_t s1 = dims[2] * s2 + pad;
+    const size_t s0 = dims[1] * s1 + pad;
+    store.assign(offset + dims[0] * s0 + 1, sentinel);
+    view = Tensor4View<T>(store.data() + offset, dims[0], dims[1], dims[2],
+                          dims[3], s0, s1, s2);
+  }
+  template <typename F>
+  void ForEach(F&& f) {
+    for (size_t b = 0; b < view.dims[0]; ++b)
+      for (size_t h = 0; h < view.dims[1]; ++h)
+        for (size_t i = 0; i < view.dims[2]; ++i)
+          for (size_t j = 0; j < view.dims[3]; ++j) f(b, h, i, j);
+  }
+  T& operator()(size_t b, size_t h, size_t i, size_t j) {
+    return const_cast<T&>(At(Tensor4View<const T>(view), b, h, i, j));
+  }
+  // Every element outside the view still holds the sentinel.
+  bool PaddingIntact() {
+    std::vector<bool> inside(store.size(), false);
+    const T* base = store.data();
+    ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+      inside[&(*this)(b, h, i, j) - base] = true;
+    });
+    for (size_t k = 0; k < store.size(); ++k) {
+      if (!inside[k] && std::memcmp(&store[k], &sentinel, sizeof(T)) != 0) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+Buffer<float> RandomScores(Dims dims, size_t pad, size_t offset, uint64_t seed,
+                           float lo = -4.0f, float hi = 4.0f) {
+  Buffer<float> t(dims, pad, offset, 1234.5f);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  t.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+    t(b, h, i, j) = dist(rng);
+  });
+  return t;
+}
+
+// softmax(scale * x + mask) of row (b, h, i) in double, with the kernel's
+// conventions: no unmasked column or max = -inf gives zeros; a NaN score or
+// max = +inf gives NaN everywhere.
+struct Expected {
+  double value;
+  // The bound on |error| / value for this element (softmax-inl.h): 2e-6, or
+  // (16 + |v - max| (+ |v| with an additive mask)) 2^-24 where the rounding
+  // of exp's argument, a float, exceeds it (outputs below ~e^-18 of the
+  // row's largest).
+  double relative_error;
+};
+
+std::vector<Expected> ReferenceRow(ConstTensor4 x, float scale,
+                                   const AttentionMask& m, size_t b, size_t h,
+                                   size_t i) {
+  const size_t n = x.dims[3];
+  std::vector<double> v(n, -HUGE_VAL);
+  std::vector<bool> unmasked(n, false);
+  bool nan = false;
+  double max = -HUGE_VAL;
+  for (size_t j = 0; j < n; ++j) {
+    if (m.causal && j > i + m.causal_offset) continue;
+    if (m.key_lengths && j >= m.key_lengths[b]) continue;
+    if (m.boolean.data && At(m.boolean, b, h, i, j) != 0) continue;
+    unmasked[j] = true;
+    v[j] = double(scale) * At(x, b, h, i, j);
+    if (m.additive.data) v[j] += At(m.additive, b, h, i, j);
+    nan |= std::isnan(v[j]);
+    if (v[j] > max) max = v[j];
+  }
+  if (nan || max == HUGE_VAL) return std::vector<Expected>(n, {NAN, 0.0});
+  std::vector<Expected> out(n, {0.0, kRelError});
+  if (max == -HUGE_VAL) return out;
+  double sum = 0.0;
+  for (size_t j = 0; j < n; ++j) {
+    if (!unmasked[j]) continue;
+    sum += out[j].value = std::exp(v[j] - max);
+    double ulps = 16.0 + std::abs(v[j] - max);
+    if (m.additive.data) ulps += std::abs(v[j]);
+    if (std::isfinite(ulps)) {  // Else exp gave exactly 0.
+      out[j].relative_error = std::max(kRelError, ulps * 0x1p-24);
+    }
+  }
+  for (Expected& o : out) o.value /= sum;
+  return out;
+}
+
+// Compares every row of y with the reference, and checks that rows sum to 1.
+void ExpectMatchesReference(ConstTensor4 x, ConstTensor4 y, float scale,
+                            const AttentionMask& m, const std::string& what) {
+  for (size_t b = 0; b < x.dims[0]; ++b) {
+    for (size_t h = 0; h < x.dims[1]; ++h) {
+      for (size_t i = 0; i < x.dims[2]; ++i) {
+        const std::vector<Expected> ref = ReferenceRow(x, scale, m, b, h, i);
+        double sum = 0.0, ref_sum = 0.0;
+        for (size_t j = 0; j < x.dims[3]; ++j) {
+          const float got = At(y, b, h, i, j);
+          // Streamed only on failure.
+          const auto where = [&] {
+            return what + " at (" + std::to_string(b) + ", " +
+                   std::to_string(h) + ", " + std::to_string(i) + ", " +
+                   std::to_string(j) + ") of " + std::to_string(x.dims[3]);
+          };
+          const double want = ref[j].value;
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(got)) << where() << ": " << got;
+            continue;
+          }
+          ASSERT_NEAR(got, want, ref[j].relative_error * want + kAbsFloor)
+              << where();
+          sum += got;
+          ref_sum += want;
+        }
+        if (ref_sum != 0.0) {
+          ASSERT_NEAR(sum, 1.0, kSumError) << what << " row " << i;
+        } else if (!std::isnan(ref_sum)) {
+          ASSERT_EQ(sum, 0.0) << what << " row " << i;
+        }
+      }
+    }
+  }
+}
+
+// Runs Softmax out of place into a padded y, checks it against the
+// reference, that x and y's padding are untouched, and that running in place
+// on a copy of x gives the same bits.
+void RunCase(const Buffer<float>& x_in, float scale, const AttentionMask& m,
+             const std::string& what) {
+  Buffer<float> x = x_in;
+  const std::vector<float> x_before = x.store;
+  Buffer<float> y(Dims{x.view.dims[0], x.view.dims[1], x.view.dims[2],
+                       x.view.dims[3]},
+                  2, 3, kNaN);
+  Softmax(x.view, y.view, scale, m);
+  ASSERT_EQ(std::memcmp(x.store.data(), x_before.data(),
+                        x.store.size() * sizeof(float)),
+            0)
+      << what << ": x changed";
+  ASSERT_TRUE(y.PaddingIntact()) << what << ": wrote outside y";
+  ExpectMatchesReference(x.view, y.view, scale, m, what);
+
+  Softmax(x.view, x.view, scale, m);  // In place.
+  ASSERT_TRUE(x.PaddingIntact()) << what << ": wrote outside x in place";
+  bool same = true;
+  x.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+    same &= std::memcmp(&x(b, h, i, j), &y(b, h, i, j), sizeof(float)) == 0;
+  });
+  ASSERT_TRUE(same) << what << ": in place differs from out of place";
+}
+
+class SoftmaxTest : public test::PerTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(SoftmaxTest);
+
+TEST_P(SoftmaxTest, EveryRowLengthAroundTheVectors) {
+  for (size_t n = 0; n <= 2 * 16 + 1; ++n) {
+    for (size_t offset : {0, 1}) {
+      RunCase(RandomScores({2, 3, 5, n}, 3, offset, n), 0.7f, {},
+              "n=" + std::to_string(n));
+    }
+  }
+}
+
+TEST_P(SoftmaxTest, LongRows) {
+  for (size_t n : {255, 1000, 1024, 4099}) {
+    RunCase(RandomScores({1, 2, 3, n}, 1, 1, n), 0.125f, {},
+            "n=" + std::to_string(n));
+  }
+  // Wider range of exp's arguments: down to -32 below the max.
+  RunCase(RandomScores({1, 1, 4, 777}, 0, 0, 5, -16.0f, 16.0f), 1.0f, {},
+          "wide range");
+}
+
+// Heads of a (batch, tokens, heads * dim) buffer, used where they lie.
+TEST_P(SoftmaxTest, TokenMajorView) {
+  const size_t batch = 2, tokens = 19, heads = 3, dim = 21;
+  Buffer<float> x({1, 1, 1, batch * tokens * heads * dim + 1}, 0, 0, 1234.5f);
+  x.view = Tensor4::FromTokenMajor(x.store.data() + 1, batch, tokens, heads,
+                                   dim);
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  x.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+    x(b, h, i, j) = dist(rng);
+  });
+  RunCase(x, 0.5f, {}, "token major");
+}
+
+// Every combination of causal (with offsets), key lengths, boolean and
+// additive masks, with and without broadcasting.
+TEST_P(SoftmaxTest, EveryMaskCombination) {
+  std::mt19937_64 rng(7);
+  for (size_t n : {1, 5, 16, 17, 40}) {
+    const Dims dims = {2, 3, 9, n};
+    const Buffer<float> x = RandomScores(dims, 1, 1, n);
+    for (int causal = 0; causal < 4; ++causal) {
+      for (int lengths = 0; lengths < 2; ++lengths) {
+        for (int boolean = 0; boolean < 3; ++boolean) {
+          for (int additive = 0; additive < 3; ++additive) {
+            AttentionMask m;
+            m.causal = causal != 0;
+            m.causal_offset = causal == 2 ? 3 : causal == 3 ? n + 5 : 0;
+            std::vector<size_t> key_lengths = {n / 2, n};
+            if (lengths) m.key_lengths = key_lengths.data();
+            // boolean 1: full mask, ~30% masked and one fully masked row;
+            // boolean 2: key padding mask (b, 1, 1, n) broadcast over heads
+            // and rows.
+            Buffer<uint8_t> bmask(boolean == 2 ? Dims{2, 1, 1, n} : dims, 2,
+                                  1, 0xAB);
+            bmask.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+              bmask(b, h, i, j) = (rng() % 10 < 3 || (h == 1 && i == 4))
+                                      ? uint8_t(1 + rng() % 255)
+                                      : 0;
+            });
+            if (boolean == 2) {
+              bmask.view.dims[1] = dims[1];
+              bmask.view.dims[2] = dims[2];
+              bmask.view.strides[1] = 0;
+              bmask.view.strides[2] = 0;
+            }
+            if (boolean) m.boolean = bmask.view;
+            // additive 1: values in [-2, 2] with some -inf and one row of
+            // -inf; additive 2: one (1, h, i, j) mask broadcast over batch.
+            Buffer<float> amask(additive == 2 ? Dims{1, 3, 9, n} : dims, 1, 2,
+                                kNaN);
+            std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+            amask.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+              amask(b, h, i, j) =
+                  (rng() % 10 == 0 || (h == 2 && i == 6)) ? -kInf : dist(rng);
+            });
+            if (additive == 2) {
+              amask.view.dims[0] = dims[0];
+              amask.view.strides[0] = 0;
+            }
+            if (additive) m.additive = amask.view;
+            RunCase(x, 0.8f, m,
+                    "n=" + std::to_string(n) + " causal " +
+                        std::to_string(causal) + " lengths " +
+                        std::to_string(lengths) + " boolean " +
+                        std::to_string(boolean) + " additive " +
+                        std::to_string(additive));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(SoftmaxTest, CausalWithOffsetCutsRows) {
+  // 4 queries after 6 cached keys: row i keeps columns 0..6+i.
+  Buffer<float> x = RandomScores({1, 1, 4, 10}, 0, 0, 1);
+  Buffer<float> y({1, 1, 4, 10}, 0, 0, kNaN);
+  AttentionMask m;
+  m.causal = true;
+  m.causal_offset = 6;
+  Softmax(x.view, y.view, 1.0f, m);
+  for (size_t i = 0; i < 4; ++i) {
+    for (size_t j = 0; j < 10; ++j) {
+      if (j > 6 + i) {
+        EXPECT_EQ(y(0, 0, i, j), 0.0f) << i << ", " << j;
+      } else {
+        EXPECT_GT(y(0, 0, i, j), 0.0f) << i << ", " << j;
+      }
+    }
+  }
+  ExpectMatchesReference(x.view, y.view, 1.0f, m, "offset 6");
+  // An offset near SIZE_MAX keeps everything (no overflow in i + offset).
+  m.causal_offset = std::numeric_limits<size_t>::max() - 1;
+  Softmax(x.view, y.view, 1.0f, m);
+  ExpectMatchesReference(x.view, y.view, 1.0f, {}, "huge offset");
+}
+
+TEST_P(SoftmaxTest, FullyMaskedRowsAreZero) {
+  for (size_t n : {1, 3, 16, 35}) {
+    const Buffer<float> x = RandomScores({2, 1, 3, n}, 0, 0, n);
+    std::vector<size_t> lengths = {0, n};
+    Buffer<uint8_t> all({2, 1, 3, n}, 0, 0, 1);
+    Buffer<float> neg_inf({2, 1, 3, n}, 0, 0, -kInf);
+    for (int kind = 0; kind < 3; ++kind) {
+      AttentionMask m;
+      if (kind == 0) m.key_lengths = lengths.data();  // Batch 0 only.
+      if (kind == 1) m.boolean = all.view;
+      if (kind == 2) m.additive = neg_inf.view;
+      Buffer<float> y({2, 1, 3, n}, 0, 0, kNaN);
+      Softmax(x.view, y.view, 1.0f, m);
+      y.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+        if (kind != 0 || b == 0) {
+          ASSERT_EQ(y(b, h, i, j), 0.0f) << kind << " n=" << n;
+        }
+      });
+      RunCase(x, 1.0f, m, "fully masked kind " + std::to_string(kind));
+    }
+    // Inputs that are all -inf are masked too.
+    Buffer<float> ninf = RandomScores({1, 1, 2, n}, 0, 0, 1);
+    ninf.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+      ninf(b, h, i, j) = -kInf;
+    });
+    RunCase(ninf, 1.0f, {}, "all -inf");
+  }
+}
+
+// Rows of one value at every position: exact for any magnitude.
+TEST_P(SoftmaxTest, ExtremeValues) {
+  const float values[] = {3e38f,  -3e38f,  0.0f,  1e-30f, 1e30f,
+                          -kInf, kInf,    kNaN,  88.0f,  -100.0f};
+  std::mt19937_64 rng(3);
+  for (size_t n = 1; n <= 33; n += 4) {
+    for (int trial = 0; trial < 12; ++trial) {
+      Buffer<float> x = RandomScores({1, 2, 3, n}, 1, 1, n * 100 + trial);
+      x.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+        // Trials 0-9 plant one kind of extreme value in ~1/3 of the
+        // entries; 10 and 11 mix finite extremes.
+        if (trial < 10) {
+          if (rng() % 3 == 0) x(b, h, i, j) = values[trial];
+        } else {
+          x(b, h, i, j) = values[rng() % (trial == 10 ? 2 : 5)];
+        }
+      });
+      RunCase(x, 1.0f, {}, "extreme trial " + std::to_string(trial));
+    }
+  }
+}
+
+TEST_P(SoftmaxTest, ExactSpecialRows) {
+  const size_t n = 21;
+  Buffer<float> x({1, 1, 5, n}, 0, 0, 0.0f);
+  for (size_t j = 0; j < n; ++j) {
+    x(0, 0, 0, j) = 7e37f;                          // All equal.
+    x(0, 0, 1, j) = j % 5 == 0 ? 3e38f : -3e38f;    // Two magnitudes.
+    x(0, 0, 2, j) = j == 20 ? 1.0f : -kInf;         // Only the tail is live.
+    x(0, 0, 3, j) = j == 3 ? kNaN : 1.0f;           // NaN in a whole vector.
+    x(0, 0, 4, j) = j == 9 ? kInf : 1.0f;           // +inf - +inf is NaN.
+  }
+  Buffer<float> y({1, 1, 5, n}, 0, 0, 0.0f);
+  Softmax(x.view, y.view, 1.0f, {});
+  for (size_t j = 0; j < n; ++j) {
+    EXPECT_FLOAT_EQ(y(0, 0, 0, j), 1.0f / 21.0f) << j;
+    EXPECT_FLOAT_EQ(y(0, 0, 1, j), j % 5 == 0 ? 0.2f : 0.0f) << j;
+    EXPECT_EQ(y(0, 0, 2, j), j == 20 ? 1.0f : 0.0f) << j;
+    EXPECT_TRUE(std::isnan(y(0, 0, 3, j))) << j;
+    EXPECT_TRUE(std::isnan(y(0, 0, 4, j))) << j;
+  }
+  // NaN in a masked column, or past the causal limit, does not propagate.
+  Buffer<uint8_t> bmask({1, 1, 5, n}, 0, 0, 0);
+  bmask(0, 0, 3, 3) = 1;
+  AttentionMask m;
+  m.boolean = bmask.view;
+  Softmax(x.view, y.view, 1.0f, m);
+  for (size_t j = 0; j < n; ++j) {
+    EXPECT_FLOAT_EQ(y(0, 0, 3, j), j == 3 ? 0.0f : 1.0f / 20.0f) << j;
+  }
+  m = {};
+  m.causal = true;  // Row 3 keeps columns 0..3: the NaN at 3 is live.
+  m.causal_offset = 0;
+  Softmax(x.view, y.view, 1.0f, m);
+  EXPECT_TRUE(std::isnan(y(0, 0, 3, 0)));
+  x(0, 0, 3, 3) = 1.0f;
+  x(0, 0, 3, 19) = kNaN;
+  m.causal_offset = 0;  // Row 3 keeps 0..3; the NaN at 19 is cut off.
+  Softmax(x.view, y.view, 1.0f, m);
+  for (size_t j = 0; j < n; ++j) {
+    EXPECT_FLOAT_EQ(y(0, 0, 3, j), j <= 3 ? 0.25f : 0.0f) << j;
+  }
+}
+
+// The seeds mask with masked_fill(-inf) before the softmax; masking with the
+// boolean mask must equal that (bit for bit), and equal softmax, then zeroing
+// the masked entries, then renormalising.
+TEST_P(SoftmaxTest, MaskingEqualsZeroingAndRenormalising) {
+  std::mt19937_64 rng(11);
+  for (size_t n : {6, 17, 64, 100}) {
+    const Dims dims = {2, 2, 6, n};
+    const Buffer<float> x = RandomScores(dims, 0, 0, n);
+    Buffer<uint8_t> bmask(dims, 0, 0, 0);
+    Buffer<float> filled = x;
+    bmask.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+      // torch.triu(ones, diagonal=1) plus random extra entries.
+      bmask(b, h, i, j) = j > i || rng() % 4 == 0;
+      if (bmask(b, h, i, j)) filled(b, h, i, j) = -kInf;
+    });
+    AttentionMask m;
+    m.boolean = bmask.view;
+    Buffer<float> masked(dims, 0, 0, 0.0f), via_fill(dims, 0, 0, 0.0f),
+        plain(dims, 0, 0, 0.0f);
+    Softmax(x.view, masked.view, 0.5f, m);
+    Softmax(filled.view, via_fill.view, 0.5f, {});
+    Softmax(x.view, plain.view, 0.5f, {});
+    ASSERT_EQ(std::memcmp(masked.store.data(), via_fill.store.data(),
+                          masked.store.size() * sizeof(float)),
+              0);
+    for (size_t b = 0; b < 2; ++b) {
+      for (size_t h = 0; h < 2; ++h) {
+        for (size_t i = 0; i < 6; ++i) {
+          double kept = 0.0;
+          for (size_t j = 0; j < n; ++j) {
+            if (!bmask(b, h, i, j)) kept += plain(b, h, i, j);
+          }
+          for (size_t j = 0; j < n; ++j) {
+            const double renormalised =
+                kept == 0.0 || bmask(b, h, i, j) ? 0.0
+                                                 : plain(b, h, i, j) / kept;
+            // Both sides carry the kernel's error.
+            ASSERT_NEAR(masked(b, h, i, j), renormalised,
+                        3 * kRelError * renormalised + kAbsFloor);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rows are independent and reduced in a fixed order.
+TEST_P(SoftmaxTest, BitIdenticalForAnyThreadCount) {
+  const Buffer<float> x = RandomScores({2, 4, 64, 300}, 0, 0, 1);
+  AttentionMask m;
+  m.causal = true;
+  m.causal_offset = 100;
+  std::vector<float> reference;
+  for (int threads : {1, 2, 7}) {
+    Buffer<float> y({2, 4, 64, 300}, 0, 0, 0.0f);
+    tbb::task_arena arena(threads);
+    arena.execute([&] { Softmax(x.view, y.view, 0.3f, m); });
+    if (reference.empty()) {
+      reference = y.store;
+    } else {
+      ASSERT_EQ(std::memcmp(y.store.data(), reference.data(),
+                            reference.size() * sizeof(float)),
+                0)
+          << threads << " threads";
+    }
+  }
+}
+
+// Expects std::invalid_argument whose message contains every fragment.
+template <typename F>
+void ExpectInvalid(F&& f, std::vector<std::string> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    for (const std::string& s : fragments) {
+      EXPECT_NE(std::string(e.what()).find(s), std::string::npos)
+          << "\"" << e.what() << "\" lacks \"" << s << "\"";
+    }
+  }
+}
+
+TEST(SoftmaxErrors, NamesTheArgumentAndValues) {
+  std::vector<float> buf(256);
+  float* p = buf.data();
+  const auto dense = [](float* data, size_t rows, size_t cols) {
+    return Tensor4::Dense(data, 1, 1, rows, cols);
+  };
+  ExpectInvalid([&] { Softmax(dense(p, 2, 3), dense(p + 100, 3, 2)); },
+                {"Softmax", "y has shape (1, 1, 3, 2)", "x has shape (1, 1, 2, 3)"});
+  ExpectInvalid([&] { Softmax(dense(p, 2, 3), dense(p + 100, 2, 3), kNaN); },
+                {"scale (nan)"});
+  ExpectInvalid([&] { Softmax(dense(p, 2, 3), dense(p + 100, 2, 3), kInf); },
+                {"scale (inf)"});
+  ExpectInvalid([&] { Softmax(dense(nullptr, 2, 3), dense(p, 2, 3)); },
+                {"x is null", "(1, 1, 2, 3)"});
+  ExpectInvalid(
+      [&] {
+        Softmax(Tensor4(p, 1, 1, 2, 3, 0, 0, 2), dense(p + 100, 2, 3));
+      },
+      {"x row stride (2)", "row length (3)"});
+  ExpectInvalid([&] { Softmax(dense(p, 2, 3), dense(p + 4, 2, 3)); },
+                {"y overlaps x"});
+  ExpectInvalid(
+      [&] {
+        Softmax(Tensor4(p, 1, 1, 2, 3, 0, 0, 3), Tensor4(p, 1, 1, 2, 3, 0, 0, 4));
+      },
+      {"y overlaps x"});
+  ExpectInvalid(
+      [&] {
+        Softmax(Tensor4(p, 1, 2, 2, 3, 0, 6, 3),
+                Tensor4(p + 100, 1, 2, 2, 3, 0, 4, 3));
+      },
+      {"y.strides[1] (4)", "overlap", "6 elements"});
+  ExpectInvalid(
+      [&] {
+        Softmax(Tensor4(p, 2, 1, 2, 3, 6, 0, 3),
+                Tensor4(p + 100, 2, 1, 2, 3, 0, 0, 3));
+      },
+      {"y.strides[0] (0)", "overlap"});
+
+  std::vector<uint8_t> bytes(64);
+  AttentionMask m;
+  m.boolean = Tensor4View<const uint8_t>::Dense(bytes.data(), 1, 1, 2, 4);
+  ExpectInvalid([&] { Softmax(dense(p, 2, 3), dense(p + 100, 2, 3), 1.0f, m); },
+                {"mask.boolean has shape (1, 1, 2, 4)", "(1, 1, 2, 3)"});
+  m = {};
+  m.boolean = Tensor4View<const uint8_t>(bytes.data(), 1, 1, 2, 3, 0, 0, 2);
+  ExpectInvalid([&] { Softmax(dense(p, 2, 3), dense(p + 100, 2, 3), 1.0f, m); },
+                {"mask.boolean row stride (2)"});
+  m = {};
+  m.additive = ConstTensor4::Dense(p + 102, 1, 1, 2, 3);
+  ExpectInvalid([&] { Softmax(dense(p, 2, 3), dense(p + 100, 2, 3), 1.0f, m); },
+                {"y overlaps mask.additive"});
+  m.additive = ConstTensor4::Dense(nullptr, 1, 1, 2, 3);
+  Softmax(dense(p, 2, 3), dense(p + 100, 2, 3), 1.0f, m);  // Absent: fine.
+  m = {};
+  const size_t lengths[2] = {3, 4};
+  m.key_lengths = lengths;
+  ExpectInvalid(
+      [&] {
+        Softmax(Tensor4::Dense(p, 2, 1, 2, 3), Tensor4::Dense(p + 100, 2, 1, 2, 3),
+                1.0f, m);
+      },
+      {"mask.key_lengths[1] (4)", "x.dims[3] (3)"});
+  // Empty shapes are valid and write nothing.
+  Softmax(dense(nullptr, 0, 3), dense(nullptr, 0, 3));
+  p[0] = 5.0f;
+  Softmax(dense(p + 10, 2, 0), dense(p, 2, 0));
+  EXPECT_EQ(p[0], 5.0f);
+}
+
+}  // namespace
+}  // namespace simdattn
