@@ -35,7 +35,9 @@
 
 #ifdef SIMDATTN_HAVE_ONEDNN
 #include "oneapi/dnnl/dnnl.hpp"
-#if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
+// _OPENMP: CMake found OpenMP and compiles this file with -fopenmp.
+#if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP && defined(_OPENMP)
+#define SIMDATTN_ONEDNN_OMP 1
 #include <omp.h>
 #endif
 #endif
@@ -143,50 +145,53 @@ void BM_SimdattnMatMul(benchmark::State& state, std::string target,
 }
 
 #ifdef SIMDATTN_HAVE_ONEDNN
-// oneDNN's matmul primitive (f32, row-major A and C; B as K x N row-major, or
-// its transpose through a column-major descriptor), created once with the
-// benchmark's thread count (oneDNN picks its blocking for the threads it
-// sees at creation).
+// oneDNN's matmul primitive: f32, row-major A and C, B a K x N row-major
+// matrix or, for B^T, the same logical matrix through a column-major
+// descriptor. Created once, after the thread count is set: oneDNN chooses its
+// blocking for the threads it sees at creation.
 void BM_OneDnnMatMul(benchmark::State& state, Shape s) {
   const int threads = static_cast<int>(state.range(0));
-#if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
+#ifdef SIMDATTN_ONEDNN_OMP
   // Debian's libdnnl2 uses GNU OpenMP (ldd: libgomp.so.1).
   omp_set_num_threads(threads);
 #endif
   Operands ops(s);
   using dnnl::memory;
   const auto dim = [](size_t v) { return static_cast<memory::dim>(v); };
-  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
-  const memory::desc a_md({dim(s.m), dim(s.k)}, memory::data_type::f32,
-                          memory::format_tag::ab);
-  // format_tag::ba: the K x N logical matrix stored N x K (Q K^T).
-  const memory::desc b_md(
-      {dim(s.k), dim(s.n)}, memory::data_type::f32,
-      s.transpose_b ? memory::format_tag::ba : memory::format_tag::ab);
-  const memory::desc c_md({dim(s.m), dim(s.n)}, memory::data_type::f32,
-                          memory::format_tag::ab);
+  // A TBB build of oneDNN follows the arena it runs in; OpenMP and
+  // sequential builds ignore it.
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    dnnl::stream stream(engine);
+    const memory::desc a_md({dim(s.m), dim(s.k)}, memory::data_type::f32,
+                            memory::format_tag::ab);
+    const memory::desc b_md(
+        {dim(s.k), dim(s.n)}, memory::data_type::f32,
+        s.transpose_b ? memory::format_tag::ba : memory::format_tag::ab);
+    const memory::desc c_md({dim(s.m), dim(s.n)}, memory::data_type::f32,
+                            memory::format_tag::ab);
 #if DNNL_VERSION_MAJOR >= 3
-  const dnnl::matmul::primitive_desc pd(engine, a_md, b_md, c_md);
+    const dnnl::matmul::primitive_desc pd(engine, a_md, b_md, c_md);
 #else
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md),
-                                        engine);
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(a_md, b_md, c_md), engine);
 #endif
-  dnnl::matmul matmul(pd);
-  memory a_mem(a_md, engine, ops.a.data());
-  memory b_mem(b_md, engine, ops.b.data());
-  memory c_mem(c_md, engine, ops.c.data());
-  const std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
-  state.SetLabel(pd.impl_info_str());
-  matmul.execute(stream, args);
-  stream.wait();
-  for (auto _ : state) {
-    matmul.execute(stream, args);
+    const dnnl::matmul matmul(pd);
+    const std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, memory(a_md, engine, ops.a.data())},
+        {DNNL_ARG_WEIGHTS, memory(b_md, engine, ops.b.data())},
+        {DNNL_ARG_DST, memory(c_md, engine, ops.c.data())}};
+    state.SetLabel(pd.impl_info_str());
+    matmul.execute(stream, args);  // Warm up: first-touch, thread start.
     stream.wait();
-    benchmark::DoNotOptimize(ops.c.data());
-    benchmark::ClobberMemory();
-  }
+    for (auto _ : state) {
+      matmul.execute(stream, args);
+      stream.wait();
+      benchmark::DoNotOptimize(ops.c.data());
+      benchmark::ClobberMemory();
+    }
+  });
   SetFlops(state, s);
 }
 #endif  // SIMDATTN_HAVE_ONEDNN

@@ -8,6 +8,7 @@
 #include "simdattn/targets.h"
 #include "tbb/info.h"
 #include "tools/commands.h"
+#include "tools/io/module_spec.h"
 
 namespace {
 
@@ -42,13 +43,39 @@ int main(int argc, char** argv) {
                      "Skip the MultiHeadAttention benchmark");
   demo_cmd->callback([&] { simdattn::tools::Demo(demo); });
 
+  simdattn::tools::RunOptions run;
+  CLI::App* run_cmd = app.add_subcommand(
+      "run", "Run a seed module on a PyTorch state_dict and a .npy input");
+  run_cmd->add_option("--module", run.module, simdattn::io::ModuleNames())
+      ->required();
+  run_cmd->add_option("--weights", run.weights, "state_dict as .safetensors")
+      ->required();
+  run_cmd->add_option("--input", run.input, "float32 .npy, (T, d_in) or (b, T, d_in)")
+      ->required();
+  run_cmd->add_option("--output", run.output, ".npy to write")->required();
+  run_cmd->add_option("--attn-weights", run.attn_weights,
+                      ".npy to write the (b, heads, T, T) attention weights to");
+  run_cmd->add_option("--heads", run.heads, "MultiHeadAttention's num_heads")
+      ->check(CLI::PositiveNumber);
+  run_cmd->add_option("--kv-heads", run.kv_heads,
+                      "key/value heads (grouped-query attention)");
+  run_cmd->add_option("--context-length", run.context_length,
+                      "default: the mask buffer's size, else T");
+  run_cmd->add_flag("--qkv-bias", run.qkv_bias, "require W_*.bias in the file");
+  run_cmd->add_flag("--train", run.train, "training mode: dropout on");
+  run_cmd->add_option("--dropout", run.dropout, "dropout probability")
+      ->check(CLI::Range(0.0f, 1.0f));
+  run_cmd->add_option("--seed", run.seed, "dropout seed");
+  run_cmd->callback([&] { simdattn::tools::Run(run); });
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
+    // Bad files and bad shapes: one line, exit code 2.
     std::fprintf(stderr, "simdattn: %s\n", e.what());
-    return 1;
+    return 2;
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 #ifndef SIMDATTN_SIMDATTN_H_
 #define SIMDATTN_SIMDATTN_H_
 
+#include "simdattn/attention.h"  // IWYU pragma: export
 #include "simdattn/kernels.h"   // IWYU pragma: export
 #include "simdattn/random.h"    // IWYU pragma: export
 #include "simdattn/targets.h"   // IWYU pragma: export

@@ -41,6 +41,54 @@ struct MatrixView {
 using Matrix = MatrixView<float>;
 using ConstMatrix = MatrixView<const float>;
 
+// A batch of sequences, (batch, tokens, features) with contiguous features:
+// the input and output of the attention modules, PyTorch's (b, T, d).
+template <typename T>
+struct Tensor3View {
+  T* data = nullptr;
+  size_t batch = 0;
+  size_t tokens = 0;
+  size_t features = 0;
+  size_t batch_stride = 0;  // Elements between consecutive batch items.
+  size_t token_stride = 0;  // Elements between consecutive tokens.
+
+  constexpr Tensor3View() = default;
+  // Densely packed.
+  constexpr Tensor3View(T* data, size_t batch, size_t tokens, size_t features)
+      : Tensor3View(data, batch, tokens, features, tokens * features,
+                    features) {}
+  constexpr Tensor3View(T* data, size_t batch, size_t tokens, size_t features,
+                        size_t batch_stride, size_t token_stride)
+      : data(data),
+        batch(batch),
+        tokens(tokens),
+        features(features),
+        batch_stride(batch_stride),
+        token_stride(token_stride) {}
+  // One sequence (tokens x features) as a batch of one.
+  constexpr explicit Tensor3View(MatrixView<T> m)
+      : Tensor3View(m.data, 1, m.rows, m.cols, m.rows * m.stride, m.stride) {}
+
+  template <typename U = T,
+            typename = std::enable_if_t<!std::is_const<U>::value>>
+  constexpr operator Tensor3View<const U>() const {
+    return Tensor3View<const U>(data, batch, tokens, features, batch_stride,
+                                token_stride);
+  }
+
+  constexpr bool empty() const {
+    return batch == 0 || tokens == 0 || features == 0;
+  }
+  // Sequence b as a (tokens x features) matrix.
+  constexpr MatrixView<T> Sequence(size_t b) const {
+    return MatrixView<T>(data + b * batch_stride, tokens, features,
+                         token_stride);
+  }
+};
+
+using Tensor3 = Tensor3View<float>;
+using ConstTensor3 = Tensor3View<const float>;
+
 // A 4-D tensor (dims[0], dims[1], dims[2], dims[3]) whose last dimension is
 // contiguous. In attention, the dimensions are (batch, heads, rows, cols):
 // queries (b, h, T, D) and scores (b, h, Tq, Tk). strides[k] is the distance

@@ -1,0 +1,156 @@
+// The attention modules of the seed notebooks (chapter 3 of "Build a Large
+// Language Model (From Scratch)"), with PyTorch's semantics and state_dict
+// names, built from the primitives in kernels.h:
+//
+//   SimplifiedSelfAttention   softmax(X X^T) X, no weights
+//   SelfAttentionV1           W_query/W_key/W_value as (d_in, d_out) parameters
+//   SelfAttentionV2           nn.Linear projections (d_out, d_in), qkv_bias
+//   CausalAttention           batched, causal mask, dropout on the weights
+//   MultiHeadAttentionWrapper num_heads CausalAttention heads, concatenated
+//   MultiHeadAttention        d_out split into heads, out_proj; grouped-query
+//
+// Inputs and outputs are (batch, tokens, features) views of caller memory.
+// Forward is const and may run concurrently on one module; it allocates only
+// the first time it sees a shape (scratch is pooled).
+#ifndef SIMDATTN_ATTENTION_H_
+#define SIMDATTN_ATTENTION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "simdattn/export.h"
+#include "simdattn/kernels.h"
+#include "simdattn/tensor.h"
+
+namespace simdattn {
+
+// A tensor of a PyTorch state_dict in caller memory: row-major, contiguous.
+struct TensorRef {
+  const float* data = nullptr;
+  std::vector<size_t> shape;
+};
+// Keyed by PyTorch's names ("W_query.weight", "heads.0.mask", ...).
+using StateDict = std::map<std::string, TensorRef>;
+
+struct ForwardOptions {
+  // nn.Module.train(): dropout on the attention weights. Eval leaves them.
+  bool training = false;
+  // Which dropout draw (see Dropout); advance the offset every step.
+  DropoutKey dropout_key;
+  // Optional output: the attention weights (batch, heads, tokens, tokens)
+  // after the softmax (and dropout, in training), as the seeds print them.
+  Tensor4 attention_weights;
+};
+
+// Everything that distinguishes the seed modules; the named classes below
+// fill it in. Most users never touch it.
+struct AttentionConfig {
+  size_t d_in = 0;
+  size_t num_heads = 1;
+  size_t num_kv_heads = 1;  // Divides num_heads: grouped-query attention.
+  size_t head_dim = 0;
+  size_t context_length = 0;  // Longest sequence accepted; 0: unbounded.
+  float dropout = 0.0f;
+  bool qkv_bias = false;
+  bool causal = false;
+  bool out_proj = false;    // A final (d_out, d_out) nn.Linear with bias.
+  bool projections = true;  // false: queries = keys = values = input.
+  bool scaled = true;       // Scores scaled by 1/sqrt(head_dim).
+  // How state_dict names and layouts map onto the weights.
+  enum class Naming { kNone, kParameter, kLinear, kHeads } naming =
+      Naming::kLinear;
+  size_t d_out() const { return num_heads * head_dim; }
+};
+
+class AttentionEngine;
+
+// The common implementation of the modules: projections, scores, masked
+// softmax, dropout, weights @ values, output projection.
+class SIMDATTN_API AttentionModule {
+ public:
+  AttentionModule(AttentionModule&&) noexcept;
+  AttentionModule& operator=(AttentionModule&&) noexcept;
+  ~AttentionModule();
+
+  // x: (batch, tokens, d_in); y: (batch, tokens, d_out), not overlapping x.
+  void Forward(ConstTensor3 x, Tensor3 y,
+               const ForwardOptions& options = {}) const;
+  // A single sequence (tokens, d_in) -> (tokens, d_out).
+  void Forward(ConstMatrix x, Matrix y,
+               const ForwardOptions& options = {}) const;
+
+  // Copies the weights from a state_dict with PyTorch's names and shapes,
+  // strictly: a missing, unexpected or misshapen tensor is an error naming it.
+  // A causal mask buffer, if given, must be the usual triu(ones, 1).
+  void LoadStateDict(const StateDict& state_dict);
+  // The names and shapes LoadStateDict expects (buffers included).
+  std::map<std::string, std::vector<size_t>> StateDictShapes() const;
+  // Initialises the weights as PyTorch does (nn.Linear: U(-1/sqrt(in),
+  // 1/sqrt(in)); nn.Parameter(torch.rand): U(0, 1)) from a seed. The values
+  // differ from PyTorch's (another generator); the distribution does not.
+  void InitializeWeights(uint64_t seed);
+
+  const AttentionConfig& config() const;
+
+ protected:
+  // `name` (a string literal) starts every error message.
+  AttentionModule(const char* name, const AttentionConfig& config,
+                  uint64_t seed);
+
+ private:
+  std::unique_ptr<AttentionEngine> engine_;
+};
+
+// softmax(X X^T) X: the seeds' first step, without trainable weights.
+class SIMDATTN_API SimplifiedSelfAttention : public AttentionModule {
+ public:
+  explicit SimplifiedSelfAttention(size_t d_in);
+};
+
+// SelfAttention_v1: nn.Parameter(torch.rand(d_in, d_out)) projections.
+class SIMDATTN_API SelfAttentionV1 : public AttentionModule {
+ public:
+  SelfAttentionV1(size_t d_in, size_t d_out, uint64_t seed = 0);
+};
+
+// SelfAttention_v2: nn.Linear(d_in, d_out, bias=qkv_bias) projections.
+class SIMDATTN_API SelfAttentionV2 : public AttentionModule {
+ public:
+  SelfAttentionV2(size_t d_in, size_t d_out, bool qkv_bias = false,
+                  uint64_t seed = 0);
+};
+
+// CausalAttention: batched, causal, dropout on the attention weights.
+class SIMDATTN_API CausalAttention : public AttentionModule {
+ public:
+  CausalAttention(size_t d_in, size_t d_out, size_t context_length,
+                  float dropout, bool qkv_bias = false, uint64_t seed = 0);
+};
+
+// MultiHeadAttentionWrapper: num_heads CausalAttention modules of d_out each,
+// outputs concatenated: (batch, tokens, num_heads * d_out).
+class SIMDATTN_API MultiHeadAttentionWrapper : public AttentionModule {
+ public:
+  MultiHeadAttentionWrapper(size_t d_in, size_t d_out, size_t context_length,
+                            float dropout, size_t num_heads,
+                            bool qkv_bias = false, uint64_t seed = 0);
+};
+
+// MultiHeadAttention: d_out split into num_heads heads of d_out / num_heads,
+// then out_proj. num_kv_heads (default num_heads) < num_heads shares each
+// key/value head among num_heads / num_kv_heads query heads (GQA/MQA); then
+// W_key and W_value are (num_kv_heads * head_dim, d_in).
+class SIMDATTN_API MultiHeadAttention : public AttentionModule {
+ public:
+  MultiHeadAttention(size_t d_in, size_t d_out, size_t context_length,
+                     float dropout, size_t num_heads, bool qkv_bias = false,
+                     uint64_t seed = 0, size_t num_kv_heads = 0);
+};
+
+}  // namespace simdattn
+
+#endif  // SIMDATTN_ATTENTION_H_

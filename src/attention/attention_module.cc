@@ -1,0 +1,404 @@
+// AttentionModule: the seed modules as one pipeline of primitives.
+//
+//   qkv     = x W_qkv^T + b_qkv          one MatMul for Q, K and V together
+//   scores  = scale * Q K^T              BatchedMatMul over (batch, head)
+//   weights = softmax(scores | mask)     Softmax, causal mask fused
+//   weights = dropout(weights)           training only
+//   context = weights V                  written straight into (b, T, h*hd)
+//   y       = context W_out^T + b_out    MultiHeadAttention only
+//
+// Heads are strided views into the projection buffers: no head is copied.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "simdattn/attention.h"
+#include "simdattn/random.h"
+#include "src/common/check.h"
+#include "src/common/scratch.h"
+
+namespace simdattn {
+
+namespace {
+
+using internal::ByteRange;
+using internal::CheckedMul;
+using internal::ScratchBuffer;
+
+// One tensor of the state_dict and where its values live in the engine.
+struct Slot {
+  enum class Kind { kWeight, kTransposedWeight, kBias, kCausalMask };
+  std::string name;
+  Kind kind;
+  std::vector<size_t> shape;  // PyTorch's shape.
+  float* destination;         // Row-major (out, in) weights; nullptr for masks.
+  float init_low, init_high;  // PyTorch's initial distribution U(low, high).
+};
+
+std::string ShapeToString(const std::vector<size_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+class AttentionEngine {
+ public:
+  AttentionEngine(const char* name, const AttentionConfig& config)
+      : name_(name), config_(config) {
+    Validate();
+    const size_t qkv_rows = q_dim() + 2 * kv_dim();
+    if (config_.projections) {
+      w_qkv_.assign(CheckedMul(name_, "the QKV weights", qkv_rows, config_.d_in),
+                    0.0f);
+      if (config_.qkv_bias) b_qkv_.assign(qkv_rows, 0.0f);
+    }
+    if (config_.out_proj) {
+      w_out_.assign(CheckedMul(name_, "out_proj", q_dim(), q_dim()), 0.0f);
+      b_out_.assign(q_dim(), 0.0f);
+    }
+  }
+
+  const AttentionConfig& config() const { return config_; }
+
+  std::map<std::string, std::vector<size_t>> StateDictShapes() {
+    std::map<std::string, std::vector<size_t>> shapes;
+    for (const Slot& slot : Slots()) shapes[slot.name] = slot.shape;
+    return shapes;
+  }
+
+  void LoadStateDict(const StateDict& state_dict) {
+    const std::vector<Slot> slots = Slots();
+    for (const auto& entry : state_dict) {
+      bool known = false;
+      for (const Slot& slot : slots) known |= slot.name == entry.first;
+      SIMDATTN_REQUIRE(known, name_, "unexpected tensor '", entry.first,
+                       "' in the state_dict");
+    }
+    // Check every tensor before changing any weight: a failed load leaves
+    // the module as it was.
+    for (const Slot& slot : slots) {
+      const auto it = state_dict.find(slot.name);
+      SIMDATTN_REQUIRE(it != state_dict.end(), name_, "missing tensor '",
+                       slot.name, "' of shape ", ShapeToString(slot.shape));
+      const TensorRef& t = it->second;
+      SIMDATTN_REQUIRE(t.shape == slot.shape, name_, "tensor '", slot.name,
+                       "' has shape ", ShapeToString(t.shape), ", expected ",
+                       ShapeToString(slot.shape));
+      SIMDATTN_REQUIRE(t.data != nullptr, name_, "tensor '", slot.name,
+                       "' is null");
+      if (slot.kind == Slot::Kind::kCausalMask) CheckCausalMask(slot.name, t);
+    }
+    for (const Slot& slot : slots) {
+      const TensorRef& t = state_dict.at(slot.name);
+      if (slot.kind == Slot::Kind::kTransposedWeight) {
+        // (in, out) parameter into the engine's (out, in) rows.
+        const size_t in = slot.shape[0], out = slot.shape[1];
+        for (size_t i = 0; i < in; ++i) {
+          for (size_t o = 0; o < out; ++o) {
+            slot.destination[o * in + i] = t.data[i * out + o];
+          }
+        }
+      } else if (slot.destination != nullptr) {
+        std::memcpy(slot.destination, t.data, Elements(slot) * sizeof(float));
+      }
+    }
+  }
+
+  void InitializeWeights(uint64_t seed) {
+    const PhiloxKey key = {static_cast<uint32_t>(seed),
+                           static_cast<uint32_t>(seed >> 32)};
+    const std::vector<Slot> slots = Slots();
+    for (size_t s = 0; s < slots.size(); ++s) {
+      const Slot& slot = slots[s];
+      if (slot.destination == nullptr) continue;
+      // Element e of slot s draws word e % 4 of counter (e / 4, s).
+      const size_t n = Elements(slot);
+      for (size_t e = 0; e < n; ++e) {
+        const uint32_t bits = Philox4x32(
+            {static_cast<uint32_t>(e / 4), static_cast<uint32_t>(e >> 34),
+             static_cast<uint32_t>(s), 0},
+            key)[e % 4];
+        const float unit = static_cast<float>(bits >> 8) * 0x1.0p-24f;
+        // Transposed parameters are drawn in PyTorch's element order.
+        size_t index = e;
+        if (slot.kind == Slot::Kind::kTransposedWeight) {
+          index = (e % slot.shape[1]) * slot.shape[0] + e / slot.shape[1];
+        }
+        slot.destination[index] =
+            slot.init_low + (slot.init_high - slot.init_low) * unit;
+      }
+    }
+  }
+
+  void Forward(ConstTensor3 x, Tensor3 y, const ForwardOptions& options) const;
+
+ private:
+  size_t q_dim() const { return config_.num_heads * config_.head_dim; }
+  size_t kv_dim() const { return config_.num_kv_heads * config_.head_dim; }
+
+  void Validate() const {
+    const AttentionConfig& c = config_;
+    SIMDATTN_REQUIRE(c.d_in > 0, name_, "d_in must be positive, got ", c.d_in);
+    SIMDATTN_REQUIRE(c.head_dim > 0, name_, "d_out must be positive");
+    SIMDATTN_REQUIRE(c.num_heads > 0, name_, "num_heads must be positive");
+    SIMDATTN_REQUIRE(c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
+                     name_, "num_heads (", c.num_heads,
+                     ") is not divisible by num_kv_heads (", c.num_kv_heads,
+                     ")");
+    SIMDATTN_REQUIRE(c.dropout >= 0.0f && c.dropout <= 1.0f, name_,
+                     "dropout (", c.dropout, ") is outside [0, 1]");
+    SIMDATTN_REQUIRE(c.projections || c.head_dim == c.d_in, name_,
+                     "without projections d_out must equal d_in");
+  }
+
+  static size_t Elements(const Slot& slot) {
+    size_t n = 1;
+    for (size_t d : slot.shape) n *= d;
+    return n;
+  }
+
+  void CheckCausalMask(const std::string& name, const TensorRef& t) const {
+    const size_t n = t.shape[0];
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        const float expected = j > i ? 1.0f : 0.0f;
+        SIMDATTN_REQUIRE(t.data[i * n + j] == expected, name_, "buffer '", name,
+                         "' is not the causal mask triu(ones, diagonal=1): (",
+                         i, ", ", j, ") is ", t.data[i * n + j]);
+      }
+    }
+  }
+
+  // The state_dict of this configuration, in PyTorch's order.
+  std::vector<Slot> Slots() {
+    const AttentionConfig& c = config_;
+    std::vector<Slot> slots;
+    const float linear = 1.0f / std::sqrt(static_cast<float>(c.d_in));
+    const char* const kProjections[3] = {"W_query", "W_key", "W_value"};
+    const size_t rows[3] = {q_dim(), kv_dim(), kv_dim()};
+    const size_t first_row[3] = {0, q_dim(), q_dim() + kv_dim()};
+    const std::vector<size_t> mask_shape = {c.context_length, c.context_length};
+    switch (c.naming) {
+      case AttentionConfig::Naming::kNone:
+        break;
+      case AttentionConfig::Naming::kParameter:
+        for (int p = 0; p < 3; ++p) {
+          slots.push_back({kProjections[p], Slot::Kind::kTransposedWeight,
+                           {c.d_in, rows[p]},
+                           &w_qkv_[first_row[p] * c.d_in], 0.0f, 1.0f});
+        }
+        break;
+      case AttentionConfig::Naming::kLinear:
+        for (int p = 0; p < 3; ++p) {
+          const std::string n = kProjections[p];
+          slots.push_back({n + ".weight", Slot::Kind::kWeight,
+                           {rows[p], c.d_in}, &w_qkv_[first_row[p] * c.d_in],
+                           -linear, linear});
+          if (c.qkv_bias) {
+            slots.push_back({n + ".bias", Slot::Kind::kBias, {rows[p]},
+                             &b_qkv_[first_row[p]], -linear, linear});
+          }
+        }
+        if (c.out_proj) {
+          const float out = 1.0f / std::sqrt(static_cast<float>(q_dim()));
+          slots.push_back({"out_proj.weight", Slot::Kind::kWeight,
+                           {q_dim(), q_dim()}, w_out_.data(), -out, out});
+          slots.push_back({"out_proj.bias", Slot::Kind::kBias, {q_dim()},
+                           b_out_.data(), -out, out});
+        }
+        if (c.causal) {
+          slots.push_back({"mask", Slot::Kind::kCausalMask, mask_shape, nullptr,
+                           0.0f, 0.0f});
+        }
+        break;
+      case AttentionConfig::Naming::kHeads:
+        // heads.h.W_query is rows [h * head_dim, (h + 1) * head_dim) of the
+        // stacked Q weights (likewise K and V): concatenating the heads'
+        // outputs is then the engine's usual head layout.
+        for (size_t h = 0; h < c.num_heads; ++h) {
+          const std::string prefix = "heads." + std::to_string(h) + ".";
+          for (int p = 0; p < 3; ++p) {
+            const size_t row = first_row[p] + h * c.head_dim;
+            slots.push_back({prefix + kProjections[p] + ".weight",
+                             Slot::Kind::kWeight, {c.head_dim, c.d_in},
+                             &w_qkv_[row * c.d_in], -linear, linear});
+            if (c.qkv_bias) {
+              slots.push_back({prefix + kProjections[p] + ".bias",
+                               Slot::Kind::kBias, {c.head_dim}, &b_qkv_[row],
+                               -linear, linear});
+            }
+          }
+          slots.push_back({prefix + "mask", Slot::Kind::kCausalMask,
+                           mask_shape, nullptr, 0.0f, 0.0f});
+        }
+        break;
+    }
+    return slots;
+  }
+
+  const char* name_;
+  AttentionConfig config_;
+  std::vector<float> w_qkv_;  // (q_dim + 2 kv_dim, d_in): Q, K, V rows.
+  std::vector<float> b_qkv_;  // Empty without qkv_bias.
+  std::vector<float> w_out_;  // (d_out, d_out).
+  std::vector<float> b_out_;
+};
+
+void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
+                              const ForwardOptions& options) const {
+  const AttentionConfig& c = config_;
+  const size_t batch = x.batch, tokens = x.tokens;
+  const size_t heads = c.num_heads, head_dim = c.head_dim;
+
+  // Validation, before any allocation.
+  SIMDATTN_REQUIRE(x.features == c.d_in, name_, "x has ", x.features,
+                   " features, expected d_in = ", c.d_in);
+  SIMDATTN_REQUIRE(c.context_length == 0 || tokens <= c.context_length, name_,
+                   "num_tokens (", tokens, ") exceeds context_length (",
+                   c.context_length, ")");
+  SIMDATTN_REQUIRE(y.batch == batch && y.tokens == tokens &&
+                       y.features == q_dim(),
+                   name_, "y is (", y.batch, ", ", y.tokens, ", ", y.features,
+                   "), expected (", batch, ", ", tokens, ", ", q_dim(), ")");
+  const ConstTensor4 x4(x.data, batch, 1, tokens, x.features, x.batch_stride, 0,
+                        x.token_stride);
+  const Tensor4 y4(y.data, batch, 1, tokens, y.features, y.batch_stride, 0,
+                   y.token_stride);
+  const ByteRange x_range = internal::CheckTensor4(name_, "x", x4);
+  const ByteRange y_range = internal::CheckTensor4(name_, "y", y4);
+  SIMDATTN_REQUIRE(!y_range.Overlaps(x_range), name_, "y overlaps x");
+  const bool training_dropout = options.training && c.dropout > 0.0f;
+  const size_t scores_size = CheckedMul(
+      name_, "the attention weights (batch * heads * tokens * tokens)",
+      CheckedMul(name_, "batch * heads", batch, heads),
+      CheckedMul(name_, "tokens * tokens", tokens, tokens));
+  Tensor4 weights = options.attention_weights;
+  if (weights.data != nullptr) {
+    SIMDATTN_REQUIRE(weights.dims[0] == batch && weights.dims[1] == heads &&
+                         weights.dims[2] == tokens && weights.dims[3] == tokens,
+                     name_, "attention_weights has shape ",
+                     internal::ShapeString(weights.dims), ", expected (", batch,
+                     ", ", heads, ", ", tokens, ", ", tokens, ")");
+    const ByteRange w_range =
+        internal::CheckTensor4(name_, "attention_weights", weights);
+    SIMDATTN_REQUIRE(!w_range.Overlaps(x_range) && !w_range.Overlaps(y_range),
+                     name_, "attention_weights overlaps x or y");
+  }
+  if (x.empty()) return;
+
+  // 1. Q, K and V for every token in one product: (batch * tokens, width).
+  const size_t width = c.projections ? q_dim() + 2 * kv_dim() : 0;
+  ScratchBuffer qkv_buffer(c.projections ? batch * tokens * width : 1);
+  ConstTensor4 q, k, v;
+  if (c.projections) {
+    float* qkv = qkv_buffer.data();
+    MatMulOptions projection;
+    projection.transpose_b = Transpose::kYes;
+    projection.bias = c.qkv_bias ? b_qkv_.data() : nullptr;
+    const ConstMatrix w(w_qkv_.data(), width, c.d_in);
+    if (batch == 1 || x.batch_stride == tokens * x.token_stride) {
+      MatMul(ConstMatrix(x.data, batch * tokens, c.d_in, x.token_stride), w,
+             Matrix(qkv, batch * tokens, width), projection);
+    } else {
+      for (size_t b = 0; b < batch; ++b) {
+        MatMul(x.Sequence(b), w, Matrix(qkv + b * tokens * width, tokens, width),
+               projection);
+      }
+    }
+    // Row t of batch item b holds [Q heads | K heads | V heads].
+    q = ConstTensor4(qkv, batch, heads, tokens, head_dim, tokens * width,
+                     head_dim, width);
+    k = ConstTensor4(qkv + q_dim(), batch, c.num_kv_heads, tokens, head_dim,
+                     tokens * width, head_dim, width);
+    v = ConstTensor4(qkv + q_dim() + kv_dim(), batch, c.num_kv_heads, tokens,
+                     head_dim, tokens * width, head_dim, width);
+  } else {
+    q = k = v = ConstTensor4(x.data, batch, 1, tokens, head_dim,
+                             x.batch_stride, 0, x.token_stride);
+  }
+
+  // 2-4. Attention weights, in the caller's tensor when one was given.
+  ScratchBuffer scores_buffer(weights.data ? 1 : scores_size);
+  if (weights.data == nullptr) {
+    weights = Tensor4::Dense(scores_buffer.data(), batch, heads, tokens, tokens);
+  }
+  MatMulOptions scores;
+  scores.transpose_b = Transpose::kYes;
+  scores.alpha = c.scaled ? 1.0f / std::sqrt(static_cast<float>(head_dim)) : 1.0f;
+  BatchedMatMul(q, k, weights, scores);
+  AttentionMask mask;
+  mask.causal = c.causal;
+  Softmax(weights, weights, 1.0f, mask);
+  if (training_dropout) Dropout(weights, c.dropout, options.dropout_key);
+
+  // 5. Context, laid out (batch, tokens, heads * head_dim) like torch's
+  //    transpose(1, 2).view(b, T, d_out): into y unless out_proj follows.
+  ScratchBuffer context_buffer(c.out_proj ? batch * tokens * q_dim() : 1);
+  Tensor4 context;
+  if (c.out_proj) {
+    context = Tensor4::FromTokenMajor(context_buffer.data(), batch, tokens,
+                                      heads, head_dim);
+  } else {
+    context = Tensor4(y.data, batch, heads, tokens, head_dim, y.batch_stride,
+                      head_dim, y.token_stride);
+  }
+  BatchedMatMul(weights, v, context);
+
+  // 6. Output projection.
+  if (c.out_proj) {
+    MatMulOptions out;
+    out.transpose_b = Transpose::kYes;
+    out.bias = b_out_.data();
+    const ConstMatrix w(w_out_.data(), q_dim(), q_dim());
+    if (batch == 1 || y.batch_stride == tokens * y.token_stride) {
+      MatMul(ConstMatrix(context_buffer.data(), batch * tokens, q_dim()), w,
+             Matrix(y.data, batch * tokens, q_dim(), y.token_stride), out);
+    } else {
+      for (size_t b = 0; b < batch; ++b) {
+        MatMul(ConstMatrix(context_buffer.data() + b * tokens * q_dim(), tokens,
+                           q_dim()),
+               w, y.Sequence(b), out);
+      }
+    }
+  }
+}
+
+AttentionModule::AttentionModule(const char* name,
+                                 const AttentionConfig& config, uint64_t seed)
+    : engine_(std::make_unique<AttentionEngine>(name, config)) {
+  engine_->InitializeWeights(seed);
+}
+AttentionModule::AttentionModule(AttentionModule&&) noexcept = default;
+AttentionModule& AttentionModule::operator=(AttentionModule&&) noexcept =
+    default;
+AttentionModule::~AttentionModule() = default;
+
+void AttentionModule::Forward(ConstTensor3 x, Tensor3 y,
+                              const ForwardOptions& options) const {
+  engine_->Forward(x, y, options);
+}
+void AttentionModule::Forward(ConstMatrix x, Matrix y,
+                              const ForwardOptions& options) const {
+  engine_->Forward(ConstTensor3(x), Tensor3(y), options);
+}
+void AttentionModule::LoadStateDict(const StateDict& state_dict) {
+  engine_->LoadStateDict(state_dict);
+}
+std::map<std::string, std::vector<size_t>> AttentionModule::StateDictShapes()
+    const {
+  return engine_->StateDictShapes();
+}
+void AttentionModule::InitializeWeights(uint64_t seed) {
+  engine_->InitializeWeights(seed);
+}
+const AttentionConfig& AttentionModule::config() const {
+  return engine_->config();
+}
+
+}  // namespace simdattn

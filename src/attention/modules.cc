@@ -1,0 +1,107 @@
+// The seed modules as configurations of AttentionModule.
+#include "simdattn/attention.h"
+#include "src/common/check.h"
+
+namespace simdattn {
+namespace {
+
+using Naming = AttentionConfig::Naming;
+
+AttentionConfig SingleHead(size_t d_in, size_t d_out, Naming naming) {
+  AttentionConfig c;
+  c.d_in = d_in;
+  c.head_dim = d_out;
+  c.naming = naming;
+  return c;
+}
+
+AttentionConfig Causal(size_t d_in, size_t d_out, size_t context_length,
+                       float dropout, bool qkv_bias, const char* name) {
+  SIMDATTN_REQUIRE(context_length > 0, name, "context_length must be positive");
+  AttentionConfig c = SingleHead(d_in, d_out, Naming::kLinear);
+  c.context_length = context_length;
+  c.dropout = dropout;
+  c.qkv_bias = qkv_bias;
+  c.causal = true;
+  return c;
+}
+
+AttentionConfig Simplified(size_t d_in) {
+  AttentionConfig c = SingleHead(d_in, d_in, Naming::kNone);
+  c.projections = false;
+  c.scaled = false;
+  return c;
+}
+
+AttentionConfig Wrapper(size_t d_in, size_t d_out, size_t context_length,
+                        float dropout, size_t num_heads, bool qkv_bias) {
+  constexpr const char* kName = "MultiHeadAttentionWrapper";
+  SIMDATTN_REQUIRE(num_heads > 0, kName, "num_heads must be positive");
+  AttentionConfig c =
+      Causal(d_in, d_out, context_length, dropout, qkv_bias, kName);
+  c.num_heads = c.num_kv_heads = num_heads;
+  c.naming = Naming::kHeads;
+  return c;
+}
+
+AttentionConfig MultiHead(size_t d_in, size_t d_out, size_t context_length,
+                          float dropout, size_t num_heads, bool qkv_bias,
+                          size_t num_kv_heads) {
+  constexpr const char* kName = "MultiHeadAttention";
+  SIMDATTN_REQUIRE(num_heads > 0, kName, "num_heads must be positive");
+  SIMDATTN_REQUIRE(d_out % num_heads == 0, kName, "d_out (", d_out,
+                   ") is not divisible by num_heads (", num_heads, ")");
+  AttentionConfig c = Causal(d_in, d_out / num_heads, context_length, dropout,
+                             qkv_bias, kName);
+  c.num_heads = num_heads;
+  c.num_kv_heads = num_kv_heads == 0 ? num_heads : num_kv_heads;
+  c.out_proj = true;
+  return c;
+}
+
+}  // namespace
+
+SimplifiedSelfAttention::SimplifiedSelfAttention(size_t d_in)
+    : AttentionModule("SimplifiedSelfAttention", Simplified(d_in), 0) {}
+
+SelfAttentionV1::SelfAttentionV1(size_t d_in, size_t d_out, uint64_t seed)
+    : AttentionModule("SelfAttentionV1",
+                      SingleHead(d_in, d_out, Naming::kParameter), seed) {}
+
+SelfAttentionV2::SelfAttentionV2(size_t d_in, size_t d_out, bool qkv_bias,
+                                 uint64_t seed)
+    : AttentionModule("SelfAttentionV2",
+                      [&] {
+                        AttentionConfig c =
+                            SingleHead(d_in, d_out, Naming::kLinear);
+                        c.qkv_bias = qkv_bias;
+                        return c;
+                      }(),
+                      seed) {}
+
+CausalAttention::CausalAttention(size_t d_in, size_t d_out,
+                                 size_t context_length, float dropout,
+                                 bool qkv_bias, uint64_t seed)
+    : AttentionModule("CausalAttention",
+                      Causal(d_in, d_out, context_length, dropout, qkv_bias,
+                             "CausalAttention"),
+                      seed) {}
+
+MultiHeadAttentionWrapper::MultiHeadAttentionWrapper(
+    size_t d_in, size_t d_out, size_t context_length, float dropout,
+    size_t num_heads, bool qkv_bias, uint64_t seed)
+    : AttentionModule("MultiHeadAttentionWrapper",
+                      Wrapper(d_in, d_out, context_length, dropout, num_heads,
+                              qkv_bias),
+                      seed) {}
+
+MultiHeadAttention::MultiHeadAttention(size_t d_in, size_t d_out,
+                                       size_t context_length, float dropout,
+                                       size_t num_heads, bool qkv_bias,
+                                       uint64_t seed, size_t num_kv_heads)
+    : AttentionModule("MultiHeadAttention",
+                      MultiHead(d_in, d_out, context_length, dropout,
+                                num_heads, qkv_bias, num_kv_heads),
+                      seed) {}
+
+}  // namespace simdattn

@@ -1,0 +1,46 @@
+// Builds the seed modules by their PyTorch class names and feeds them
+// state_dicts read from safetensors files: what `simdattn run` and the golden
+// tests share.
+#ifndef SIMDATTN_TOOLS_IO_MODULE_SPEC_H_
+#define SIMDATTN_TOOLS_IO_MODULE_SPEC_H_
+
+#include <cstddef>
+#include <string>
+
+#include "simdattn/attention.h"
+#include "tools/io/safetensors.h"
+
+namespace simdattn::io {
+
+// The seeds' constructor arguments; which ones a module reads depends on it.
+struct ModuleSpec {
+  // PyTorch class name ("SelfAttention_v1", "MultiHeadAttention", ...) or a
+  // short alias ("simplified", "v1", "v2", "causal", "wrapper", "mha").
+  std::string module;
+  size_t d_in = 0;
+  size_t d_out = 0;
+  size_t context_length = 0;
+  size_t num_heads = 1;
+  size_t num_kv_heads = 0;  // 0: num_heads.
+  float dropout = 0.0f;
+  bool qkv_bias = false;
+};
+
+// Throws std::invalid_argument for an unknown module name or bad arguments.
+AttentionModule MakeModule(const ModuleSpec& spec);
+
+// References to the tensors of `file` (which must outlive the result).
+StateDict StateDictOf(const SafeTensors& file);
+
+// Fills in d_out, qkv_bias, context_length (from the mask buffer) and, for
+// the wrapper, num_heads from a state_dict's names and shapes; `spec` brings
+// module, d_in, and num_heads for MultiHeadAttention. Throws
+// std::runtime_error naming the file when it lacks the module's tensors.
+ModuleSpec CompleteSpec(ModuleSpec spec, const SafeTensors& file);
+
+// Names accepted by ModuleSpec::module, for help texts.
+const char* ModuleNames();
+
+}  // namespace simdattn::io
+
+#endif  // SIMDATTN_TOOLS_IO_MODULE_SPEC_H_
