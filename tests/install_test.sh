@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs the build tree into a temporary prefix, then builds and runs
 # examples/consumer against it twice: through find_package(simdattn) and
-# through pkg-config.  Usage: install_test.sh <build-dir> <source-dir>
+# through pkg-config.
+# Usage: install_test.sh <build-dir> <source-dir> [compiler flags]
+# The flags are the build's own (a sanitizer build's consumer must link the
+# sanitizer runtime too).
 set -euo pipefail
 build=$1
 source=$2
+flags=${3:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -23,14 +27,15 @@ fi
 
 echo "== find_package(simdattn)"
 cmake -S "$source/examples/consumer" -B "$work/cmake-consumer" -G Ninja \
-  -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release > "$work/configure.log" \
+  -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" > "$work/configure.log" \
   || { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/cmake-consumer" > "$work/build.log" || { cat "$work/build.log"; exit 1; }
 "$work/cmake-consumer/consumer"
 
 echo "== pkg-config simdattn"
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
-# shellcheck disable=SC2046
-c++ -std=c++17 "$source/examples/consumer/main.cc" -o "$work/pc-consumer" \
+# shellcheck disable=SC2046,SC2086
+c++ -std=c++17 $flags "$source/examples/consumer/main.cc" -o "$work/pc-consumer" \
   $(pkg-config --cflags --libs simdattn)
 "$work/pc-consumer"

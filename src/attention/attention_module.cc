@@ -84,6 +84,10 @@ class AttentionEngine {
     // the module as it was.
     for (const Slot& slot : slots) {
       const auto it = state_dict.find(slot.name);
+      // The mask buffer is derived from the config; checked when present.
+      if (it == state_dict.end() && slot.kind == Slot::Kind::kCausalMask) {
+        continue;
+      }
       SIMDATTN_REQUIRE(it != state_dict.end(), name_, "missing tensor '",
                        slot.name, "' of shape ", ShapeToString(slot.shape));
       const TensorRef& t = it->second;
@@ -95,6 +99,7 @@ class AttentionEngine {
       if (slot.kind == Slot::Kind::kCausalMask) CheckCausalMask(slot.name, t);
     }
     for (const Slot& slot : slots) {
+      if (slot.destination == nullptr) continue;
       const TensorRef& t = state_dict.at(slot.name);
       if (slot.kind == Slot::Kind::kTransposedWeight) {
         // (in, out) parameter into the engine's (out, in) rows.
@@ -104,7 +109,7 @@ class AttentionEngine {
             slot.destination[o * in + i] = t.data[i * out + o];
           }
         }
-      } else if (slot.destination != nullptr) {
+      } else {
         std::memcpy(slot.destination, t.data, Elements(slot) * sizeof(float));
       }
     }

@@ -23,9 +23,8 @@
 
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
+#include "src/common/parallel.h"
 #include "src/common/scratch.h"
-#include "tbb/blocked_range.h"
-#include "tbb/parallel_for.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace simdattn {
@@ -198,14 +197,13 @@ inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
   const bool transposed = opt.transpose_b == Transpose::kYes;
   const size_t kc_max = std::min(K, kDepthBlock);
 
-  tbb::parallel_for(
-      tbb::blocked_range<size_t>(0, row_blocks * panels),
-      [&](const tbb::blocked_range<size_t>& tasks) {
+  internal::ParallelFor(
+      0, row_blocks * panels, 1, [&](size_t first_task, size_t last_task) {
         // Panel plus the packed bias row.
         internal::ScratchBuffer scratch((kc_max + 1) * nr);
         float* panel = scratch.data();
         float* bias = panel + kc_max * nr;
-        for (size_t task = tasks.begin(); task != tasks.end(); ++task) {
+        for (size_t task = first_task; task != last_task; ++task) {
           // Consecutive tasks share a panel column, so neighbouring threads
           // read the same B from the shared cache.
           const size_t n0 = (task / row_blocks) * nr;
@@ -324,10 +322,9 @@ inline void MatMulImpl(ConstMatrix a, ConstMatrix b, Matrix c,
     TiledMatMul(a, b, c, opt);
   } else if (work > kParallelSkinnyWork) {
     const size_t grain = std::max<size_t>(64, kParallelSkinnyWork / (M * K + 1));
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, N, grain),
-                      [&](const tbb::blocked_range<size_t>& cols) {
-                        DirectColumns(a, b, c, opt, cols.begin(), cols.end());
-                      });
+    internal::ParallelFor(0, N, grain, [&](size_t first, size_t last) {
+      DirectColumns(a, b, c, opt, first, last);
+    });
   } else {
     DirectColumns(a, b, c, opt, 0, N);
   }
@@ -338,9 +335,12 @@ inline void BatchedMatMulImpl(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
                               const MatMulOptions& opt) {
   const size_t heads = a.dims[1];
   const size_t group = heads / b.dims[1];
-  tbb::parallel_for(size_t{0}, a.NumMatrices(), [&](size_t index) {
-    const size_t i0 = index / heads, i1 = index % heads;
-    MatMulImpl(a.Slice(i0, i1), b.Slice(i0, i1 / group), c.Slice(i0, i1), opt);
+  internal::ParallelFor(0, a.NumMatrices(), 1, [&](size_t first, size_t last) {
+    for (size_t index = first; index < last; ++index) {
+      const size_t i0 = index / heads, i1 = index % heads;
+      MatMulImpl(a.Slice(i0, i1), b.Slice(i0, i1 / group), c.Slice(i0, i1),
+                 opt);
+    }
   });
 }
 
