@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 BUILD_PACKAGES=(cmake ninja-build g++ ccache pkg-config
   libhwy-dev libtbb-dev libgtest-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev
-  libdnnl-dev libopenblas-dev)  # The last two: comparison benchmarks only.
+  libdnnl-dev ocl-icd-opencl-dev libopenblas-dev)  # Comparison benchmarks only.
 ARM_PACKAGES=(qemu-user g++-aarch64-linux-gnu
   libhwy-dev:arm64 libtbb-dev:arm64 libgtest-dev:arm64)
 

@@ -31,8 +31,8 @@ void BM_Dropout(benchmark::State& state, std::string target, Shape s) {
   // Each call scales kept values by 1/0.9: they grow, never becoming
   // denormal (which would slow the multiply), and cost the same once inf.
   std::vector<float> x(elements, 1.0f);
-  const auto xv = Tensor4::Dense(x.data(), s.batch, s.heads, s.tokens,
-                                 s.tokens);
+  const auto xv =
+      Tensor4::Dense(x.data(), s.batch, s.heads, s.tokens, s.tokens);
   DropoutKey key{1234, 0};
   for (auto _ : state) {
     Dropout(xv, 0.1f, key);

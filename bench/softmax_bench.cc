@@ -37,9 +37,9 @@ size_t Elements(const Shape& s) {
 // Bytes read + written by one call.
 int64_t BytesPerCall(const Shape& s, bool causal) {
   const size_t rows = s.batch * s.heads * s.tokens;
-  const size_t read =
-      causal ? s.batch * s.heads * (s.tokens * (s.tokens + 1) / 2)
-             : Elements(s);
+  const size_t read = causal
+                          ? s.batch * s.heads * (s.tokens * (s.tokens + 1) / 2)
+                          : Elements(s);
   return static_cast<int64_t>((read + rows * s.tokens) * sizeof(float));
 }
 
@@ -58,10 +58,10 @@ void BM_Softmax(benchmark::State& state, std::string target, Shape s,
   UseTarget(target);
   const std::vector<float> x = Scores(Elements(s));
   std::vector<float> y(x.size());
-  const auto xv = ConstTensor4::Dense(x.data(), s.batch, s.heads, s.tokens,
-                                      s.tokens);
-  const auto yv = Tensor4::Dense(y.data(), s.batch, s.heads, s.tokens,
-                                 s.tokens);
+  const auto xv =
+      ConstTensor4::Dense(x.data(), s.batch, s.heads, s.tokens, s.tokens);
+  const auto yv =
+      Tensor4::Dense(y.data(), s.batch, s.heads, s.tokens, s.tokens);
   AttentionMask mask;
   mask.causal = causal;
   for (auto _ : state) {
@@ -83,11 +83,10 @@ void BM_OneDnnSoftmax(benchmark::State& state, Shape s) {
   std::vector<float> y(x.size());
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
-  const dnnl::memory::dims dims = {
-      static_cast<dnnl::memory::dim>(s.batch),
-      static_cast<dnnl::memory::dim>(s.heads),
-      static_cast<dnnl::memory::dim>(s.tokens),
-      static_cast<dnnl::memory::dim>(s.tokens)};
+  const dnnl::memory::dims dims = {static_cast<dnnl::memory::dim>(s.batch),
+                                   static_cast<dnnl::memory::dim>(s.heads),
+                                   static_cast<dnnl::memory::dim>(s.tokens),
+                                   static_cast<dnnl::memory::dim>(s.tokens)};
   const dnnl::memory::desc md(dims, dnnl::memory::data_type::f32,
                               dnnl::memory::format_tag::abcd);
   dnnl::memory src(md, engine, const_cast<float*>(x.data()));

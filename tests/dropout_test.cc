@@ -54,8 +54,8 @@ TEST(Philox4x32, DropoutBitsFollowTheDocumentedLayout) {
   EXPECT_EQ(key, (PhiloxKey{Philox4x32({9, 0, 0, 0}, {5, 0})[0],
                             Philox4x32({9, 0, 0, 0}, {5, 0})[1]}));
   for (uint64_t j : {0, 1, 15, 16, 17, 47, 63, 64, 65, 130, 1000}) {
-    const PhiloxCounter out =
-        Philox4x32({static_cast<uint32_t>(16 * (j / 64) + j % 16), 3, 2, 1}, key);
+    const PhiloxCounter out = Philox4x32(
+        {static_cast<uint32_t>(16 * (j / 64) + j % 16), 3, 2, 1}, key);
     EXPECT_EQ(DropoutBits(key, 1, 2, 3, j), out[(j % 64) / 16]) << j;
   }
 }
@@ -67,13 +67,13 @@ struct Buffer {
   Tensor4 view;
   static constexpr float kSentinel = 1234.5f;
 
-  Buffer(size_t d0, size_t d1, size_t d2, size_t d3, size_t pad,
-         size_t offset, uint64_t seed) {
+  Buffer(size_t d0, size_t d1, size_t d2, size_t d3, size_t pad, size_t offset,
+         uint64_t seed) {
     const size_t s2 = d3 + pad, s1 = d2 * s2 + pad, s0 = d1 * s1 + pad;
     store.assign(offset + d0 * s0 + 1, kSentinel);
     view = Tensor4(store.data() + offset, d0, d1, d2, d3, s0, s1, s2);
-    const std::vector<float> values = test::RandomVector(d0 * d1 * d2 * d3, seed,
-                                                         0.5f, 2.0f);
+    const std::vector<float> values =
+        test::RandomVector(d0 * d1 * d2 * d3, seed, 0.5f, 2.0f);
     size_t k = 0;
     ForEach([&](size_t b, size_t h, size_t i, size_t j) {
       (*this)(b, h, i, j) = values[k++];
@@ -142,12 +142,36 @@ TEST_P(DropoutTest, EqualsScalarReferenceForEveryP) {
   }
 }
 
+// Rows that end exactly where the allocation ends, so that an access past a
+// row's end shows under AddressSanitizer.
+TEST_P(DropoutTest, TouchesNothingPastTheRows) {
+  for (size_t n = 1; n <= 2 * 64 + 1; ++n) {
+    std::vector<float> x(2 * n, 1.0f);
+    Dropout(Tensor4::Dense(x.data(), 1, 1, 2, n), 0.5f, {n, 0});
+    const PhiloxKey stream = DropoutStreamKey(n, 0);
+    for (size_t k = 0; k < x.size(); ++k) {
+      const bool drop = (DropoutBits(stream, 0, 0, k / n, k % n) >> 1) <
+                        DropoutThreshold(0.5f);
+      ASSERT_EQ(x[k], drop ? 0.0f : 2.0f) << "n=" << n << " k=" << k;
+    }
+  }
+}
+
+// Indices past 2^16 in every counter word (the per-row words of rounds 0
+// and 1 are computed apart from the vector rounds).
+TEST_P(DropoutTest, LargeIndices) {
+  const size_t big = (size_t{1} << 16) + 5;
+  ExpectMatchesReference(Buffer(big, 1, 1, 2, 0, 0, 1), 0.5f, {9, 9}, "b");
+  ExpectMatchesReference(Buffer(1, big, 1, 2, 0, 0, 2), 0.5f, {9, 9}, "h");
+  ExpectMatchesReference(Buffer(1, 1, big, 2, 0, 0, 3), 0.5f, {9, 9}, "i");
+}
+
 // Heads of a (batch, tokens, heads * dim) buffer, used where they lie.
 TEST_P(DropoutTest, TokenMajorView) {
   const size_t batch = 2, tokens = 7, heads = 3, dim = 67;
   Buffer x(1, 1, 1, batch * tokens * heads * dim + 1, 0, 0, 1);
-  x.view = Tensor4::FromTokenMajor(x.store.data() + 1, batch, tokens, heads,
-                                   dim);
+  x.view =
+      Tensor4::FromTokenMajor(x.store.data() + 1, batch, tokens, heads, dim);
   ExpectMatchesReference(x, 0.25f, {42, 0}, "token major");
 }
 
@@ -227,9 +251,8 @@ double ChiSquare(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
   for (size_t k = 0; k < count; ++k) t[a[k * stride_a]][b[k * stride_a]] += 1;
   const double n = t[0][0] + t[0][1] + t[1][0] + t[1][1];
   const double det = t[0][0] * t[1][1] - t[0][1] * t[1][0];
-  const double margins =
-      (t[0][0] + t[0][1]) * (t[1][0] + t[1][1]) * (t[0][0] + t[1][0]) *
-      (t[0][1] + t[1][1]);
+  const double margins = (t[0][0] + t[0][1]) * (t[1][0] + t[1][1]) *
+                         (t[0][0] + t[1][0]) * (t[0][1] + t[1][1]);
   return n * det * det / margins;
 }
 
@@ -309,10 +332,14 @@ TEST(DropoutErrors, NamesTheArgumentAndValues) {
   if (sizeof(size_t) == 8) {
     const size_t big = size_t{1} << 32;
     ExpectInvalid(
-        [&] { Dropout(Tensor4(buf.data(), big + 1, 1, 1, 1, 1, 1, 1), 0.5f, {}); },
+        [&] {
+          Dropout(Tensor4(buf.data(), big + 1, 1, 1, 1, 1, 1, 1), 0.5f, {});
+        },
         {"x.dims[0] (4294967297)", "2^32"});
     ExpectInvalid(
-        [&] { Dropout(Tensor4(buf.data(), 1, 1, 1, 4 * big + 1, 0, 0, 0), 0.5f, {}); },
+        [&] {
+          Dropout(Tensor4(buf.data(), 1, 1, 1, 4 * big + 1, 0, 0, 0), 0.5f, {});
+        },
         {"x.dims[3] (17179869185)", "2^34"});
   }
   for (float v : buf) ASSERT_EQ(v, 1.0f);  // Nothing was written.

@@ -187,9 +187,9 @@ void RunCase(const Buffer<float>& x_in, float scale, const AttentionMask& m,
              const std::string& what) {
   Buffer<float> x = x_in;
   const std::vector<float> x_before = x.store;
-  Buffer<float> y(Dims{x.view.dims[0], x.view.dims[1], x.view.dims[2],
-                       x.view.dims[3]},
-                  2, 3, kNaN);
+  Buffer<float> y(
+      Dims{x.view.dims[0], x.view.dims[1], x.view.dims[2], x.view.dims[3]}, 2,
+      3, kNaN);
   Softmax(x.view, y.view, scale, m);
   ASSERT_EQ(std::memcmp(x.store.data(), x_before.data(),
                         x.store.size() * sizeof(float)),
@@ -229,12 +229,37 @@ TEST_P(SoftmaxTest, LongRows) {
           "wide range");
 }
 
+// Operands that end exactly where their allocation ends, so that a load past
+// a row's end shows under AddressSanitizer.
+TEST_P(SoftmaxTest, ReadsNothingPastTheRows) {
+  for (size_t n = 1; n <= 2 * 16 + 1; ++n) {
+    const size_t size = 2 * 3 * n;
+    const std::vector<float> x = test::RandomVector(size, n, -4.0f, 4.0f);
+    const std::vector<float> additive = test::RandomVector(size, n + 1);
+    std::vector<uint8_t> boolean(size);
+    for (size_t k = 0; k < size; ++k) boolean[k] = k % 3 == 0;
+    const auto xv = ConstTensor4::Dense(x.data(), 1, 2, 3, n);
+    for (int masks = 0; masks < 2; ++masks) {
+      AttentionMask m;
+      if (masks) {
+        m.additive = ConstTensor4::Dense(additive.data(), 1, 2, 3, n);
+        m.boolean =
+            Tensor4View<const uint8_t>::Dense(boolean.data(), 1, 2, 3, n);
+      }
+      std::vector<float> y(size);
+      Softmax(xv, Tensor4::Dense(y.data(), 1, 2, 3, n), 1.0f, m);
+      ExpectMatchesReference(xv, ConstTensor4::Dense(y.data(), 1, 2, 3, n),
+                             1.0f, m, "exact n=" + std::to_string(n));
+    }
+  }
+}
+
 // Heads of a (batch, tokens, heads * dim) buffer, used where they lie.
 TEST_P(SoftmaxTest, TokenMajorView) {
   const size_t batch = 2, tokens = 19, heads = 3, dim = 21;
   Buffer<float> x({1, 1, 1, batch * tokens * heads * dim + 1}, 0, 0, 1234.5f);
-  x.view = Tensor4::FromTokenMajor(x.store.data() + 1, batch, tokens, heads,
-                                   dim);
+  x.view =
+      Tensor4::FromTokenMajor(x.store.data() + 1, batch, tokens, heads, dim);
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
   x.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
@@ -262,8 +287,8 @@ TEST_P(SoftmaxTest, EveryMaskCombination) {
             // boolean 1: full mask, ~30% masked and one fully masked row;
             // boolean 2: key padding mask (b, 1, 1, n) broadcast over heads
             // and rows.
-            Buffer<uint8_t> bmask(boolean == 2 ? Dims{2, 1, 1, n} : dims, 2,
-                                  1, 0xAB);
+            Buffer<uint8_t> bmask(boolean == 2 ? Dims{2, 1, 1, n} : dims, 2, 1,
+                                  0xAB);
             bmask.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
               bmask(b, h, i, j) = (rng() % 10 < 3 || (h == 1 && i == 4))
                                       ? uint8_t(1 + rng() % 255)
@@ -358,8 +383,8 @@ TEST_P(SoftmaxTest, FullyMaskedRowsAreZero) {
 
 // Rows of one value at every position: exact for any magnitude.
 TEST_P(SoftmaxTest, ExtremeValues) {
-  const float values[] = {3e38f,  -3e38f,  0.0f,  1e-30f, 1e30f,
-                          -kInf, kInf,    kNaN,  88.0f,  -100.0f};
+  const float values[] = {3e38f, -3e38f, 0.0f, 1e-30f, 1e30f,
+                          -kInf, kInf,   kNaN, 88.0f,  -100.0f};
   std::mt19937_64 rng(3);
   for (size_t n = 1; n <= 33; n += 4) {
     for (int trial = 0; trial < 12; ++trial) {
@@ -382,11 +407,11 @@ TEST_P(SoftmaxTest, ExactSpecialRows) {
   const size_t n = 21;
   Buffer<float> x({1, 1, 5, n}, 0, 0, 0.0f);
   for (size_t j = 0; j < n; ++j) {
-    x(0, 0, 0, j) = 7e37f;                          // All equal.
-    x(0, 0, 1, j) = j % 5 == 0 ? 3e38f : -3e38f;    // Two magnitudes.
-    x(0, 0, 2, j) = j == 20 ? 1.0f : -kInf;         // Only the tail is live.
-    x(0, 0, 3, j) = j == 3 ? kNaN : 1.0f;           // NaN in a whole vector.
-    x(0, 0, 4, j) = j == 9 ? kInf : 1.0f;           // +inf - +inf is NaN.
+    x(0, 0, 0, j) = 7e37f;                        // All equal.
+    x(0, 0, 1, j) = j % 5 == 0 ? 3e38f : -3e38f;  // Two magnitudes.
+    x(0, 0, 2, j) = j == 20 ? 1.0f : -kInf;       // Only the tail is live.
+    x(0, 0, 3, j) = j == 3 ? kNaN : 1.0f;         // NaN in a whole vector.
+    x(0, 0, 4, j) = j == 9 ? kInf : 1.0f;         // +inf - +inf is NaN.
   }
   Buffer<float> y({1, 1, 5, n}, 0, 0, 0.0f);
   Softmax(x.view, y.view, 1.0f, {});
@@ -453,9 +478,9 @@ TEST_P(SoftmaxTest, MaskingEqualsZeroingAndRenormalising) {
             if (!bmask(b, h, i, j)) kept += plain(b, h, i, j);
           }
           for (size_t j = 0; j < n; ++j) {
-            const double renormalised =
-                kept == 0.0 || bmask(b, h, i, j) ? 0.0
-                                                 : plain(b, h, i, j) / kept;
+            const double renormalised = kept == 0.0 || bmask(b, h, i, j)
+                                            ? 0.0
+                                            : plain(b, h, i, j) / kept;
             // Both sides carry the kernel's error.
             ASSERT_NEAR(masked(b, h, i, j), renormalised,
                         3 * kRelError * renormalised + kAbsFloor);
@@ -508,8 +533,9 @@ TEST(SoftmaxErrors, NamesTheArgumentAndValues) {
   const auto dense = [](float* data, size_t rows, size_t cols) {
     return Tensor4::Dense(data, 1, 1, rows, cols);
   };
-  ExpectInvalid([&] { Softmax(dense(p, 2, 3), dense(p + 100, 3, 2)); },
-                {"Softmax", "y has shape (1, 1, 3, 2)", "x has shape (1, 1, 2, 3)"});
+  ExpectInvalid(
+      [&] { Softmax(dense(p, 2, 3), dense(p + 100, 3, 2)); },
+      {"Softmax", "y has shape (1, 1, 3, 2)", "x has shape (1, 1, 2, 3)"});
   ExpectInvalid([&] { Softmax(dense(p, 2, 3), dense(p + 100, 2, 3), kNaN); },
                 {"scale (nan)"});
   ExpectInvalid([&] { Softmax(dense(p, 2, 3), dense(p + 100, 2, 3), kInf); },
@@ -517,15 +543,14 @@ TEST(SoftmaxErrors, NamesTheArgumentAndValues) {
   ExpectInvalid([&] { Softmax(dense(nullptr, 2, 3), dense(p, 2, 3)); },
                 {"x is null", "(1, 1, 2, 3)"});
   ExpectInvalid(
-      [&] {
-        Softmax(Tensor4(p, 1, 1, 2, 3, 0, 0, 2), dense(p + 100, 2, 3));
-      },
+      [&] { Softmax(Tensor4(p, 1, 1, 2, 3, 0, 0, 2), dense(p + 100, 2, 3)); },
       {"x row stride (2)", "row length (3)"});
   ExpectInvalid([&] { Softmax(dense(p, 2, 3), dense(p + 4, 2, 3)); },
                 {"y overlaps x"});
   ExpectInvalid(
       [&] {
-        Softmax(Tensor4(p, 1, 1, 2, 3, 0, 0, 3), Tensor4(p, 1, 1, 2, 3, 0, 0, 4));
+        Softmax(Tensor4(p, 1, 1, 2, 3, 0, 0, 3),
+                Tensor4(p, 1, 1, 2, 3, 0, 0, 4));
       },
       {"y overlaps x"});
   ExpectInvalid(
@@ -561,8 +586,8 @@ TEST(SoftmaxErrors, NamesTheArgumentAndValues) {
   m.key_lengths = lengths;
   ExpectInvalid(
       [&] {
-        Softmax(Tensor4::Dense(p, 2, 1, 2, 3), Tensor4::Dense(p + 100, 2, 1, 2, 3),
-                1.0f, m);
+        Softmax(Tensor4::Dense(p, 2, 1, 2, 3),
+                Tensor4::Dense(p + 100, 2, 1, 2, 3), 1.0f, m);
       },
       {"mask.key_lengths[1] (4)", "x.dims[3] (3)"});
   // Empty shapes are valid and write nothing.

@@ -56,7 +56,12 @@ endif()
 
 # Optional comparison libraries for the benchmarks: never required.
 if(SIMDATTN_BUILD_BENCHMARKS OR SIMDATTN_BUILD_TOOLS)
-  find_package(dnnl CONFIG QUIET)
+  # Debian's dnnl-config.cmake find_package()s OpenCL as REQUIRED (its GPU
+  # runtime), which would fail our configure when only libdnnl-dev is there.
+  find_package(OpenCL QUIET)
+  if(OpenCL_FOUND)
+    find_package(dnnl CONFIG QUIET)
+  endif()
   find_package(PkgConfig QUIET)
   if(PkgConfig_FOUND)
     pkg_check_modules(OPENBLAS QUIET IMPORTED_TARGET openblas)

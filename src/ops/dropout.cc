@@ -77,8 +77,8 @@ void Dropout(Tensor4 x, float p, DropoutKey key) {
   internal::CheckTensor4(kFn, "x", x);
   CheckDistinctElements(kFn, "x", x.dims, x.strides);
   if (p == 0.0f || x.empty()) return;
-  HWY_DYNAMIC_DISPATCH(DropoutImpl)(x, p,
-                                    DropoutStreamKey(key.seed, key.offset));
+  HWY_DYNAMIC_DISPATCH(DropoutImpl)
+  (x, p, DropoutStreamKey(key.seed, key.offset));
 }
 
 }  // namespace simdattn

@@ -100,20 +100,18 @@ void Softmax(ConstTensor4 x, Tensor4 y, float scale,
                    "y overlaps x but is not the same view (in place needs "
                    "y.data == x.data and equal strides)");
   if (mask.boolean.data != nullptr) {
-    const ByteRange rm =
-        CheckMask(kFn, "mask.boolean", mask.boolean, x.dims);
+    const ByteRange rm = CheckMask(kFn, "mask.boolean", mask.boolean, x.dims);
     SIMDATTN_REQUIRE(!ry.Overlaps(rm), kFn, "y overlaps mask.boolean");
   }
   if (mask.additive.data != nullptr) {
-    const ByteRange rm =
-        CheckMask(kFn, "mask.additive", mask.additive, x.dims);
+    const ByteRange rm = CheckMask(kFn, "mask.additive", mask.additive, x.dims);
     SIMDATTN_REQUIRE(!ry.Overlaps(rm), kFn, "y overlaps mask.additive");
   }
   if (mask.key_lengths != nullptr && x.dims[0] != 0) {
     const auto begin = reinterpret_cast<uintptr_t>(mask.key_lengths);
-    const ByteRange rk{begin, begin + internal::CheckedMul(
-                                          kFn, "mask.key_lengths' size",
-                                          x.dims[0], sizeof(size_t))};
+    const ByteRange rk{
+        begin, begin + internal::CheckedMul(kFn, "mask.key_lengths' size",
+                                            x.dims[0], sizeof(size_t))};
     SIMDATTN_REQUIRE(!ry.Overlaps(rk), kFn, "y overlaps mask.key_lengths");
     for (size_t b = 0; b < x.dims[0]; ++b) {
       SIMDATTN_REQUIRE(mask.key_lengths[b] <= x.dims[3], kFn,
