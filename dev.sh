@@ -14,7 +14,7 @@ BUILD_PACKAGES=(cmake ninja-build g++ ccache pkg-config
   nlohmann-json3-dev libcli11-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev)  # Comparison benchmarks only.
 ARM_PACKAGES=(qemu-user g++-aarch64-linux-gnu
-  libhwy-dev:arm64 libtbb-dev:arm64 libgtest-dev:arm64)
+  libhwy-dev:arm64 libtbb-dev:arm64 libgtest-dev:arm64 libbenchmark-dev:arm64)
 
 log() { printf '\n=== %s\n' "$*"; }
 

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "simdattn/export.h"
 #include "simdattn/tensor.h"
@@ -78,6 +79,37 @@ struct DropoutKey {
 // else zeroes it. p = 0 leaves x untouched; p = 1 zeroes it.
 // Throws for p < 0, p > 1 or NaN.
 SIMDATTN_API void Dropout(Tensor4 x, float p, DropoutKey key);
+
+struct AttentionOptions {
+  // Multiplies Q K^T; absent: 1 / sqrt(head_dim), PyTorch's default.
+  std::optional<float> scale;
+  // Over the scores (batch, q_heads, q_tokens, k_tokens). A causal offset is
+  // the number of keys before the first query: with a KV cache of n keys
+  // and m new queries, causal_offset = n - m.
+  AttentionMask mask;
+  // Dropout on the attention weights, with the bits Dropout() would draw for
+  // the weights tensor (b, h, i, j): fused and unfused paths drop the same.
+  float dropout = 0.0f;
+  DropoutKey dropout_key;
+};
+
+// out = softmax(scale * Q K^T + mask) V, fused: the (q_tokens x k_tokens)
+// weights are never stored; tiles of keys wholly masked by causality or key
+// lengths are skipped. Extra memory is O(threads x tile), whatever the
+// sequence length.
+//   q   (batch, q_heads,  q_tokens, head_dim)
+//   k   (batch, kv_heads, k_tokens, head_dim)
+//   v   (batch, kv_heads, k_tokens, value_dim)
+//   out (batch, q_heads,  q_tokens, value_dim), overlapping none of the inputs
+// kv_heads divides q_heads: query head h reads key/value head
+// h / (q_heads / kv_heads) (grouped-query and multi-query attention). Any
+// strides, so (batch, tokens, heads, head_dim) buffers are used in place
+// (Tensor4View::FromTokenMajor). A query row whose every key is masked gets
+// zeros; NaN in an unmasked score gives a row of NaN. Matches
+// Softmax + BatchedMatMul to about 2e-6 relative.
+SIMDATTN_API void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k,
+                                            ConstTensor4 v, Tensor4 out,
+                                            const AttentionOptions& options = {});
 
 }  // namespace simdattn
 

@@ -277,12 +277,10 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
                    y.token_stride);
   const ByteRange x_range = internal::CheckTensor4(name_, "x", x4);
   const ByteRange y_range = internal::CheckTensor4(name_, "y", y4);
+  // Tokens and batch items of y are written concurrently.
+  internal::CheckDistinctElements(name_, "y", y4.dims, y4.strides);
   SIMDATTN_REQUIRE(!y_range.Overlaps(x_range), name_, "y overlaps x");
   const bool training_dropout = options.training && c.dropout > 0.0f;
-  const size_t scores_size = CheckedMul(
-      name_, "the attention weights (batch * heads * tokens * tokens)",
-      CheckedMul(name_, "batch * heads", batch, heads),
-      CheckedMul(name_, "tokens * tokens", tokens, tokens));
   Tensor4 weights = options.attention_weights;
   if (weights.data != nullptr) {
     SIMDATTN_REQUIRE(weights.dims[0] == batch && weights.dims[1] == heads &&
@@ -292,14 +290,23 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
                      ", ", heads, ", ", tokens, ", ", tokens, ")");
     const ByteRange w_range =
         internal::CheckTensor4(name_, "attention_weights", weights);
+    internal::CheckDistinctElements(name_, "attention_weights", weights.dims,
+                                    weights.strides);
     SIMDATTN_REQUIRE(!w_range.Overlaps(x_range) && !w_range.Overlaps(y_range),
                      name_, "attention_weights overlaps x or y");
   }
+  // The scratch sizes, checked like the scores: y bounds batch * tokens *
+  // q_dim() in bytes, not the three projections' width.
+  const size_t rows = CheckedMul(name_, "batch * tokens", batch, tokens);
+  const size_t width = c.projections ? q_dim() + 2 * kv_dim() : 0;
+  const size_t qkv_size = CheckedMul(name_, "the Q, K, V projections", rows,
+                                     width);
+  const size_t context_size =
+      c.out_proj ? CheckedMul(name_, "the context", rows, q_dim()) : 1;
   if (x.empty()) return;
 
   // 1. Q, K and V for every token in one product: (batch * tokens, width).
-  const size_t width = c.projections ? q_dim() + 2 * kv_dim() : 0;
-  ScratchBuffer qkv_buffer(c.projections ? batch * tokens * width : 1);
+  ScratchBuffer qkv_buffer(c.projections ? qkv_size : 1);
   ConstTensor4 q, k, v;
   if (c.projections) {
     float* qkv = qkv_buffer.data();
@@ -328,23 +335,9 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
                              x.batch_stride, 0, x.token_stride);
   }
 
-  // 2-4. Attention weights, in the caller's tensor when one was given.
-  ScratchBuffer scores_buffer(weights.data ? 1 : scores_size);
-  if (weights.data == nullptr) {
-    weights = Tensor4::Dense(scores_buffer.data(), batch, heads, tokens, tokens);
-  }
-  MatMulOptions scores;
-  scores.transpose_b = Transpose::kYes;
-  scores.alpha = c.scaled ? 1.0f / std::sqrt(static_cast<float>(head_dim)) : 1.0f;
-  BatchedMatMul(q, k, weights, scores);
-  AttentionMask mask;
-  mask.causal = c.causal;
-  Softmax(weights, weights, 1.0f, mask);
-  if (training_dropout) Dropout(weights, c.dropout, options.dropout_key);
-
-  // 5. Context, laid out (batch, tokens, heads * head_dim) like torch's
-  //    transpose(1, 2).view(b, T, d_out): into y unless out_proj follows.
-  ScratchBuffer context_buffer(c.out_proj ? batch * tokens * q_dim() : 1);
+  // 2-5. Context, laid out (batch, tokens, heads * head_dim) like torch's
+  //      transpose(1, 2).view(b, T, d_out): into y unless out_proj follows.
+  ScratchBuffer context_buffer(context_size);
   Tensor4 context;
   if (c.out_proj) {
     context = Tensor4::FromTokenMajor(context_buffer.data(), batch, tokens,
@@ -353,7 +346,32 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
     context = Tensor4(y.data, batch, heads, tokens, head_dim, y.batch_stride,
                       head_dim, y.token_stride);
   }
-  BatchedMatMul(weights, v, context);
+  const float scale =
+      c.scaled ? 1.0f / std::sqrt(static_cast<float>(head_dim)) : 1.0f;
+  if (weights.data == nullptr) {
+    // Fused: the (tokens x tokens) weights are never stored. Dropout draws
+    // the bits the unfused path would, so both give the same result.
+    AttentionOptions attention;
+    attention.scale = scale;
+    attention.mask.causal = c.causal;
+    if (training_dropout) {
+      attention.dropout = c.dropout;
+      attention.dropout_key = options.dropout_key;
+    }
+    ScaledDotProductAttention(q, k, v, context, attention);
+  } else {
+    // The caller wants the weights: scores, softmax and dropout in place in
+    // its tensor, then weights @ values.
+    MatMulOptions scores;
+    scores.transpose_b = Transpose::kYes;
+    scores.alpha = scale;
+    BatchedMatMul(q, k, weights, scores);
+    AttentionMask mask;
+    mask.causal = c.causal;
+    Softmax(weights, weights, 1.0f, mask);
+    if (training_dropout) Dropout(weights, c.dropout, options.dropout_key);
+    BatchedMatMul(weights, v, context);
+  }
 
   // 6. Output projection.
   if (c.out_proj) {

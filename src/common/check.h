@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "simdattn/kernels.h"
 #include "simdattn/tensor.h"
 
 namespace simdattn {
@@ -23,11 +24,11 @@ template <typename... Args>
 }
 
 // Throws std::invalid_argument("<function>: <parts...>") unless `condition`.
-#define SIMDATTN_REQUIRE(condition, function, ...)                   \
-  do {                                                               \
-    if (!(condition)) {                                              \
+#define SIMDATTN_REQUIRE(condition, function, ...)                       \
+  do {                                                                   \
+    if (!(condition)) {                                                  \
       ::simdattn::internal::ThrowInvalidArgument(function, __VA_ARGS__); \
-    }                                                                \
+    }                                                                    \
   } while (false)
 
 // a * b, or throws naming `what` if the product does not fit in size_t.
@@ -47,9 +48,9 @@ struct ByteRange {
 ByteRange CheckMatrix(const char* function, const char* name, ConstMatrix m);
 
 // The same for a 4-D view; element size in bytes for non-float views.
-ByteRange CheckTensor4(const char* function, const char* name,
-                       const void* data, const size_t (&dims)[4],
-                       const size_t (&strides)[3], size_t element_size);
+ByteRange CheckTensor4(const char* function, const char* name, const void* data,
+                       const size_t (&dims)[4], const size_t (&strides)[3],
+                       size_t element_size);
 template <typename T>
 ByteRange CheckTensor4(const char* function, const char* name,
                        Tensor4View<T> t) {
@@ -58,6 +59,23 @@ ByteRange CheckTensor4(const char* function, const char* name,
 
 // "(2, 3, 4, 5)" for error messages.
 std::string ShapeString(const size_t (&dims)[4]);
+
+inline bool SameDims(const size_t (&a)[4], const size_t (&b)[4]) {
+  return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
+// A written view must not reach one element through two indices: rows are
+// written concurrently. Call after CheckTensor4 (which bounds every span).
+void CheckDistinctElements(const char* function, const char* name,
+                           const size_t (&dims)[4], const size_t (&strides)[3]);
+
+// Validates the masks of a softmax or attention over scores of shape
+// `scores` (batch, heads, rows, cols): each mask has those dims (a stride of
+// 0 broadcasts), key_lengths[b] <= cols (named keys_name in messages), and
+// none overlaps `output`.
+void CheckAttentionMask(const char* function, const AttentionMask& mask,
+                        const size_t (&scores)[4], const char* keys_name,
+                        ByteRange output, const char* output_name);
 
 }  // namespace internal
 }  // namespace simdattn

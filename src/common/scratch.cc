@@ -1,6 +1,8 @@
 #include "src/common/scratch.h"
 
+#include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <utility>
@@ -11,6 +13,8 @@ namespace internal {
 namespace {
 
 constexpr size_t kAlignment = 64;
+
+std::atomic<size_t> bytes_allocated{0};
 
 struct FreeBlock {
   float* data;
@@ -44,10 +48,17 @@ class ScratchPool {
         return {block.data, block.capacity};
       }
     }
+    // A request this large cannot be met, and rounding it up (or the byte
+    // count) would wrap around to a small allocation.
+    if (floats > std::numeric_limits<size_t>::max() / sizeof(float) - 1023) {
+      throw std::bad_alloc();
+    }
     // Round up so that slightly different shapes share buffers.
     const size_t capacity = (floats + 1023) / 1024 * 1024;
     void* memory = std::aligned_alloc(kAlignment, capacity * sizeof(float));
     if (memory == nullptr) throw std::bad_alloc();
+    bytes_allocated.fetch_add(capacity * sizeof(float),
+                              std::memory_order_relaxed);
     return {static_cast<float*>(memory), capacity};
   }
 
@@ -69,6 +80,10 @@ ScratchBuffer::ScratchBuffer(size_t floats) {
   const auto block = ScratchPool::Get().Acquire(floats);
   data_ = block.first;
   capacity_ = block.second;
+}
+
+size_t ScratchBytesAllocated() {
+  return bytes_allocated.load(std::memory_order_relaxed);
 }
 
 ScratchBuffer::~ScratchBuffer() { ScratchPool::Get().Release(data_, capacity_); }

@@ -27,6 +27,10 @@ class ScratchBuffer {
   size_t capacity_;  // In floats, >= the requested size.
 };
 
+// Bytes the pool has obtained from the system since the process started:
+// tests use it to bound a kernel's extra memory.
+size_t ScratchBytesAllocated();
+
 }  // namespace internal
 }  // namespace simdattn
 

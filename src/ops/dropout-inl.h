@@ -164,10 +164,28 @@ HWY_INLINE size_t Valid(size_t start, size_t lanes, size_t cols) {
   return start >= cols ? 0 : std::min(lanes, cols - start);
 }
 
-// Dropout of one row (b, h, i) of `cols` elements. Preconditions: b, h, i <
-// 2^32 and cols <= 2^34 (so every counter word fits 32 bits).
-HWY_NOINLINE void DropoutRow(const Params& p, float* HWY_RESTRICT row,
-                             size_t cols, uint32_t b, uint32_t h, uint32_t i) {
+// The per-call constants for dropout probability p in (0, 1) and a stream.
+inline Params MakeParams(float p, PhiloxKey key) {
+  Params params;
+  for (int round = 0; round < kPhiloxRounds; ++round) {
+    params.round_key0[round] =
+        key[0] + static_cast<uint32_t>(round) * kPhiloxW0;
+    params.round_key1[round] =
+        key[1] + static_cast<uint32_t>(round) * kPhiloxW1;
+  }
+  params.threshold = static_cast<int32_t>(DropoutThreshold(p));
+  params.scale = 1.0f / (1.0f - p);
+  return params;
+}
+
+// Dropout of columns [first_col, first_col + cols) of row (b, h, i), stored
+// at row[0, cols). first_col is a multiple of kDropoutGroup, so that a fused
+// kernel's tile of columns draws exactly the bits of the whole row.
+// Preconditions: b, h, i < 2^32 and first_col + cols <= 2^34 (so every
+// counter word fits 32 bits). `inline`: fused kernels include this file too.
+inline HWY_NOINLINE void DropoutRow(const Params& p, float* HWY_RESTRICT row,
+                                    size_t cols, uint32_t b, uint32_t h,
+                                    uint32_t i, size_t first_col = 0) {
   const hn::CappedTag<uint32_t, kDropoutLanes> du;
   using V = hn::Vec<decltype(du)>;
   const size_t N = hn::Lanes(du);
@@ -177,8 +195,8 @@ HWY_NOINLINE void DropoutRow(const Params& p, float* HWY_RESTRICT row,
   // took 17% of the time on AVX3): built once, then offset per group.
   const V lane = hn::Iota(du, 0);
   for (size_t group = 0; group < cols; group += kDropoutGroup) {
-    const uint32_t first_counter =
-        static_cast<uint32_t>(group / kDropoutGroup * kDropoutLanes);
+    const uint32_t first_counter = static_cast<uint32_t>(
+        (first_col + group) / kDropoutGroup * kDropoutLanes);
     for (size_t l0 = 0; l0 < kDropoutLanes && group + l0 < cols; l0 += N) {
       V c0 =
           hn::Add(lane, hn::Set(du, first_counter + static_cast<uint32_t>(l0)));
@@ -224,15 +242,7 @@ inline void DropoutImpl(Tensor4 x, float p, PhiloxKey key) {
     });
     return;
   }
-  Params params;
-  for (int round = 0; round < kPhiloxRounds; ++round) {
-    params.round_key0[round] =
-        key[0] + static_cast<uint32_t>(round) * kPhiloxW0;
-    params.round_key1[round] =
-        key[1] + static_cast<uint32_t>(round) * kPhiloxW1;
-  }
-  params.threshold = static_cast<int32_t>(DropoutThreshold(p));
-  params.scale = 1.0f / (1.0f - p);
+  const Params params = MakeParams(p, key);
   internal::ParallelFor(0, total_rows, grain, [&](size_t first, size_t last) {
     for (size_t row = first; row != last; ++row) {
       size_t b, h, i;

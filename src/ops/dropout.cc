@@ -20,6 +20,7 @@ HWY_EXPORT(DropoutImpl);
 
 namespace {
 
+using internal::CheckDistinctElements;
 using internal::ShapeString;
 
 // The counter (16 * (j / 64) + j % 16, i, h, b) has 32-bit words: b, h, i <
@@ -27,36 +28,6 @@ using internal::ShapeString;
 constexpr uint64_t kMaxIndexDim = uint64_t{1} << 32;
 constexpr uint64_t kMaxRowLength = uint64_t{1} << 34;
 
-// A written view must not reach one element through two indices: rows are
-// written concurrently. Sufficient condition: taking the dimensions of
-// extent > 1 by increasing stride, each stride is at least the span of the
-// faster ones. Call after CheckTensor4 (which bounds every span).
-// TODO(simdattn): shared with softmax.cc; belongs in src/common/check.h.
-void CheckDistinctElements(const char* fn, const char* name,
-                           const size_t (&dims)[4],
-                           const size_t (&strides)[3]) {
-  if (dims[0] == 0 || dims[1] == 0 || dims[2] == 0 || dims[3] == 0) return;
-  int order[3];
-  int n = 0;
-  for (int k = 0; k < 3; ++k) {
-    if (dims[k] > 1) order[n++] = k;
-  }
-  // Insertion sort (std::sort on 3 ints trips GCC 12's -Warray-bounds).
-  for (int a = 1; a < n; ++a) {
-    for (int b = a; b > 0 && strides[order[b]] < strides[order[b - 1]]; --b) {
-      std::swap(order[b], order[b - 1]);
-    }
-  }
-  size_t span = dims[3];
-  for (int o = 0; o < n; ++o) {
-    const int k = order[o];
-    SIMDATTN_REQUIRE(strides[k] >= span, fn, name, ".strides[", k, "] (",
-                     strides[k], ") makes elements of ", name, " (shape ",
-                     ShapeString(dims), ") overlap: it is less than the ", span,
-                     " elements spanned by the faster dimensions");
-    span += (dims[k] - 1) * strides[k];
-  }
-}
 
 }  // namespace
 

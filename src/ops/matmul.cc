@@ -1,5 +1,6 @@
 // MatMul and BatchedMatMul: validation, then one dispatch per call.
 #include <cstddef>
+#include <cstdint>
 
 #include "simdattn/kernels.h"
 #include "src/common/check.h"
@@ -38,6 +39,16 @@ void CheckMatMulShapes(const char* fn, ConstMatrix a, ConstMatrix b,
                    OpCols(b, t));
 }
 
+// The bias is read while C is written: they must not share memory.
+void CheckBias(const char* fn, const float* bias, size_t n, ByteRange c) {
+  if (bias == nullptr || n == 0) return;
+  const auto begin = reinterpret_cast<uintptr_t>(bias);
+  const ByteRange range{
+      begin, begin + internal::CheckedMul(fn, "bias", n, sizeof(float))};
+  SIMDATTN_REQUIRE(!c.Overlaps(range), fn, "C overlaps bias (", n,
+                   " floats)");
+}
+
 }  // namespace
 
 void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
@@ -49,6 +60,7 @@ void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
   const ByteRange rc = internal::CheckMatrix(kFn, "C", c);
   SIMDATTN_REQUIRE(!rc.Overlaps(ra), kFn, "C overlaps A");
   SIMDATTN_REQUIRE(!rc.Overlaps(rb), kFn, "C overlaps B");
+  CheckBias(kFn, options.bias, c.cols, rc);
   if (c.empty()) return;
   HWY_DYNAMIC_DISPATCH(MatMulImpl)(a, b, c, options);
 }
@@ -72,6 +84,9 @@ void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
   CheckMatMulShapes(kFn, a.Slice(0, 0), b.Slice(0, 0), c.Slice(0, 0), options);
   SIMDATTN_REQUIRE(!rc.Overlaps(ra), kFn, "C overlaps A");
   SIMDATTN_REQUIRE(!rc.Overlaps(rb), kFn, "C overlaps B");
+  // The matrices of C are written concurrently.
+  internal::CheckDistinctElements(kFn, "C", c.dims, c.strides);
+  CheckBias(kFn, options.bias, c.dims[3], rc);
   if (c.empty()) return;
   // A B batch of 1 is broadcast to every batch item.
   if (b.dims[0] == 1) b.strides[0] = 0;

@@ -1,0 +1,442 @@
+// Per-target fused attention, softmax(scale * Q K^T + mask) V, included once
+// per SIMD target by attention.cc.
+//
+// Schedule (FlashAttention-2 on a CPU): a task owns a block of query rows of
+// one (batch, head) and walks the keys in tiles of kKeyBlock. Per tile:
+//   1. S = scale * Q_block K_tile^T with the matmul micro-kernel (K packed
+//      into panels, as MatMul packs op(B));
+//   2. per row: masks applied in registers (columns past the row's causal or
+//      key-length limit, boolean, additive), the running max updated, the
+//      accumulator's correction exp(old_max - new_max) and P = exp(S - max)
+//      computed, their sum added to the running sum, then dropout on P with
+//      the bits Dropout() draws for the same (b, h, i, j);
+//   3. acc = corr * acc + P V_tile, the micro-kernel again.
+// Tiles past the last row's limit are never computed, so causal attention
+// does about half the work. The output row is acc / sum (zeros when every
+// key is masked, NaN when a score was NaN).
+//
+// Decode (few query rows, long caches): when batch x heads x query blocks
+// gives fewer than kMinTasks tasks, the keys are also split into chunks that
+// run as separate tasks, and their (max, sum, acc) partials are merged. The
+// split depends only on the shapes, so results do not depend on the number
+// of threads.
+
+#if defined(SIMDATTN_SRC_OPS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SIMDATTN_SRC_OPS_ATTENTION_INL_H_
+#undef SIMDATTN_SRC_OPS_ATTENTION_INL_H_
+#else
+#define SIMDATTN_SRC_OPS_ATTENTION_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+#include "simdattn/kernels.h"
+#include "simdattn/random.h"
+#include "src/common/parallel.h"
+#include "src/common/scratch.h"
+#include "src/ops/dropout-inl.h"
+#include "src/ops/matmul-inl.h"
+#include "src/ops/softmax-inl.h"  // MaskedLanes
+
+HWY_BEFORE_NAMESPACE();
+namespace simdattn {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+namespace attention_detail {
+
+// Query rows per task: whole micro-kernel tiles, and few enough that a
+// causal (1, 12, 1024, 64) problem still has ~250 tasks to balance.
+constexpr size_t kQueryBlock = 8 * matmul_detail::kRows;
+// Keys per tile, a multiple of kDropoutGroup so that a tile draws whole
+// column groups of the dropout bits. 64 keeps S, the K and V panels and the
+// accumulator (~64 KiB at head_dim 64) in L2 next to the next tile.
+constexpr size_t kKeyBlock = 64;
+static_assert(kKeyBlock % kDropoutGroup == 0, "tiles must align to groups");
+// Fewer tasks than this (e.g. decode with small batch x heads) split the
+// keys, in chunks of at least kMinSplitKeys, so every thread gets work.
+constexpr size_t kMinTasks = 16;
+constexpr size_t kMinSplitKeys = 4 * kKeyBlock;
+// Largest vector, for tail copies.
+constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+// hn::Exp returns 0 below -104; clamping there keeps -inf arguments in its
+// domain (as in softmax-inl.h).
+constexpr float kExpFloor = -105.0f;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Everything constant over one call.
+struct Problem {
+  ConstTensor4 q, k, v;
+  Tensor4 out;
+  float scale;
+  AttentionMask mask;
+  bool dropout;
+  dropout_detail::Params dropout_params;
+  size_t group;  // Query heads per key/value head.
+};
+
+// Keys [0, limit) that row i of batch item b may attend to, before the
+// boolean and additive masks.
+HWY_INLINE size_t RowLimit(const Problem& pr, size_t b, size_t i) {
+  const size_t keys = pr.k.dims[2];
+  size_t limit = keys;
+  const size_t offset = pr.mask.causal_offset;
+  // j <= i + offset, written so that nothing overflows.
+  if (pr.mask.causal && offset < keys && i < keys - 1 - offset) {
+    limit = i + offset + 1;
+  }
+  if (pr.mask.key_lengths != nullptr) {
+    limit = std::min(limit, pr.mask.key_lengths[b]);
+  }
+  return limit;
+}
+
+// The running softmax state of a block's rows: max and sum of exp(s - max)
+// per row, and whether a score was NaN (as 0 or 1: everything here lives in
+// float scratch).
+struct RowStates {
+  float* max;
+  float* sum;
+  float* nan;
+};
+
+// One task's scratch, carved from a float buffer of Floats(...) floats.
+struct Workspace {
+  float* scores;    // kQueryBlock x kKeyBlock: S, then P.
+  float* k_panels;  // Panels of K_tile^T: head_dim rows x nr each.
+  float* v_panels;  // Panels of V_tile: kKeyBlock rows x nr each.
+  float* corr;      // kQueryBlock accumulator corrections.
+  float* additive;  // kKeyBlock: one row's additive mask, in bounds.
+  uint8_t* masked;  // kKeyBlock bytes: one row's boolean mask.
+
+  static size_t Floats(size_t nr, size_t head_dim, size_t value_dim) {
+    return kQueryBlock * kKeyBlock +
+           hwy::DivCeil(kKeyBlock, nr) * nr * head_dim +
+           kKeyBlock * hwy::DivCeil(value_dim, nr) * nr + kQueryBlock +
+           kKeyBlock + kKeyBlock / sizeof(float) + kMaxLanes;
+  }
+  Workspace(float* p, size_t nr, size_t head_dim, size_t value_dim) {
+    scores = p;
+    k_panels = scores + kQueryBlock * kKeyBlock;
+    v_panels = k_panels + hwy::DivCeil(kKeyBlock, nr) * nr * head_dim;
+    corr = v_panels + kKeyBlock * hwy::DivCeil(value_dim, nr) * nr;
+    additive = corr + kQueryBlock;
+    masked = reinterpret_cast<uint8_t*>(additive + kKeyBlock);
+  }
+};
+
+// Masks a row of the tile in place (columns [0, cols) are keys j0..; those
+// at or past `limit` are masked), returns its max and sets *nan if an
+// unmasked score is NaN. Rows of S and the mask copies have kKeyBlock
+// entries, a multiple of the vector length: whole vectors stay inside.
+template <class D>
+HWY_INLINE float MaskRow(D d, const Problem& pr, Workspace& ws, float* srow,
+                         size_t b, size_t h, size_t i, size_t j0, size_t cols,
+                         size_t limit, bool* nan) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d);
+  const float* additive = nullptr;
+  const uint8_t* masked = nullptr;
+  if (pr.mask.additive.data != nullptr) {
+    const ConstTensor4& m = pr.mask.additive;
+    std::memcpy(
+        ws.additive,
+        m.data + b * m.strides[0] + h * m.strides[1] + i * m.strides[2] + j0,
+        cols * sizeof(float));
+    std::fill(ws.additive + cols, ws.additive + kKeyBlock, 0.0f);
+    additive = ws.additive;
+  }
+  if (pr.mask.boolean.data != nullptr) {
+    const Tensor4View<const uint8_t>& m = pr.mask.boolean;
+    std::memcpy(
+        ws.masked,
+        m.data + b * m.strides[0] + h * m.strides[1] + i * m.strides[2] + j0,
+        cols);
+    std::fill(ws.masked + cols, ws.masked + kKeyBlock, uint8_t{0});
+    masked = ws.masked;
+  }
+  const hn::RebindToSigned<D> di;
+  const auto lane = hn::Iota(di, 0);
+  const auto vlimit = hn::Set(di, static_cast<int32_t>(limit));
+  V vmax = hn::Set(d, -kInf);
+  auto any_nan = hn::FirstN(d, 0);
+  for (size_t j = 0; j < limit; j += N) {
+    V s = hn::LoadU(d, srow + j);
+    // Lanes past the limit are masked (past cols, S was never written).
+    auto keep = hn::RebindMask(
+        d, hn::Lt(hn::Add(lane, hn::Set(di, static_cast<int32_t>(j))), vlimit));
+    if (additive != nullptr) s = hn::Add(s, hn::LoadU(d, additive + j));
+    if (masked != nullptr) {
+      keep = hn::AndNot(softmax_detail::MaskedLanes(d, masked + j), keep);
+    }
+    s = hn::IfThenElse(keep, s, hn::Set(d, -kInf));
+    any_nan = hn::Or(any_nan, hn::IsNaN(s));
+    vmax = hn::Max(vmax, s);
+    hn::StoreU(s, d, srow + j);
+  }
+  if (!hn::AllFalse(d, any_nan)) *nan = true;
+  return hn::GetLane(hn::MaxOfLanes(d, vmax));
+}
+
+// P = exp(S - max) over columns [0, end) of the row (end a multiple of the
+// vector length inside the row), returning the sum of its first `limit`.
+template <class D>
+HWY_INLINE float ExpRow(D d, float* srow, size_t limit, float row_max) {
+  const size_t N = hn::Lanes(d);
+  const auto vmax = hn::Set(d, row_max);
+  const auto floor = hn::Set(d, kExpFloor);
+  auto sum = hn::Zero(d);
+  for (size_t j = 0; j < limit; j += N) {
+    // Masked lanes hold -inf: their argument clamps to the floor, exp = 0.
+    const auto e =
+        hn::Exp(d, hn::Max(hn::Sub(hn::LoadU(d, srow + j), vmax), floor));
+    hn::StoreU(e, d, srow + j);
+    sum = hn::Add(sum, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+// Attends query rows [i0, i1) of (b, h) to keys [j_begin, j_end) (j_begin a
+// multiple of kKeyBlock): leaves the unnormalised outputs in acc (rows of
+// value_dim floats, acc_stride apart) and the rows' softmax states in st.
+inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
+                        size_t i1, size_t j_begin, size_t j_end, float* acc,
+                        size_t acc_stride, const RowStates& st, Workspace& ws) {
+  using namespace matmul_detail;
+  const hn::ScalableTag<float> d;
+  const size_t nr = kVectors * hn::Lanes(d);
+  const size_t rows = i1 - i0;
+  const size_t head_dim = pr.q.dims[3], value_dim = pr.v.dims[3];
+  const ConstMatrix q = pr.q.Slice(b, h);
+  const ConstMatrix k = pr.k.Slice(b, h / pr.group);
+  const ConstMatrix v = pr.v.Slice(b, h / pr.group);
+  for (size_t r = 0; r < rows; ++r) {
+    st.max[r] = -kInf;
+    st.sum[r] = 0.0f;
+    st.nan[r] = 0.0f;
+  }
+  // Limits grow with the row, so the last row's bounds the block's keys.
+  const size_t j_stop = std::min(j_end, RowLimit(pr, b, i1 - 1));
+  const Epilogue scores_epilogue{pr.scale, 0.0f, true, nullptr};
+  bool first = true;
+  for (size_t j0 = j_begin; j0 < j_stop; j0 += kKeyBlock) {
+    const size_t cols = std::min(kKeyBlock, j_stop - j0);
+    // 1. S = scale * Q K^T.
+    for (size_t n0 = 0; n0 < cols; n0 += nr) {
+      PackPanel(k, /*transposed=*/true, 0, head_dim, j0 + n0,
+                std::min(nr, cols - n0), nr, ws.k_panels + n0 * head_dim);
+    }
+    for (size_t m = 0; m < rows; m += kRows) {
+      for (size_t n0 = 0; n0 < cols; n0 += nr) {
+        MicroKernelRows(d, std::min(kRows, rows - m), q.Row(i0 + m), q.stride,
+                        ws.k_panels + n0 * head_dim, head_dim,
+                        ws.scores + m * kKeyBlock + n0, kKeyBlock,
+                        std::min(nr, cols - n0), scores_epilogue);
+      }
+    }
+    // 2. Online softmax and dropout, row by row.
+    for (size_t r = 0; r < rows; ++r) {
+      const size_t i = i0 + r;
+      float* srow = ws.scores + r * kKeyBlock;
+      const size_t row_limit = RowLimit(pr, b, i);
+      const size_t limit = row_limit <= j0 ? 0 : std::min(cols, row_limit - j0);
+      ws.corr[r] = 1.0f;
+      bool nan = false;
+      const float tile_max =
+          limit == 0 ? -kInf
+                     : MaskRow(d, pr, ws, srow, b, h, i, j0, cols, limit, &nan);
+      if (nan) st.nan[r] = 1.0f;
+      const float new_max = std::max(st.max[r], tile_max);
+      if (new_max == -kInf) {  // Nothing unmasked yet: P = 0.
+        std::fill(srow, srow + cols, 0.0f);
+        continue;
+      }
+      if (new_max == kInf) st.nan[r] = 1.0f;  // inf - inf: as PyTorch.
+      const float sum = ExpRow(d, srow, limit, new_max);
+      std::fill(srow + limit, srow + cols, 0.0f);
+      ws.corr[r] = std::exp(st.max[r] - new_max);  // 0 for the first max.
+      st.sum[r] = st.sum[r] * ws.corr[r] + sum;
+      st.max[r] = new_max;
+      if (pr.dropout) {
+        dropout_detail::DropoutRow(
+            pr.dropout_params, srow, cols, static_cast<uint32_t>(b),
+            static_cast<uint32_t>(h), static_cast<uint32_t>(i), j0);
+      }
+    }
+    // 3. acc = corr * acc + P V.
+    if (!first) {
+      for (size_t r = 0; r < rows; ++r) {
+        if (ws.corr[r] == 1.0f) continue;
+        float* row = acc + r * acc_stride;
+        for (size_t c = 0; c < value_dim; ++c) row[c] *= ws.corr[r];
+      }
+    }
+    for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
+      PackPanel(v, /*transposed=*/false, j0, cols, n0,
+                std::min(nr, value_dim - n0), nr, ws.v_panels + n0 * kKeyBlock);
+    }
+    const Epilogue accumulate{1.0f, 0.0f, first, nullptr};
+    for (size_t m = 0; m < rows; m += kRows) {
+      for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
+        MicroKernelRows(d, std::min(kRows, rows - m), ws.scores + m * kKeyBlock,
+                        kKeyBlock, ws.v_panels + n0 * kKeyBlock, cols,
+                        acc + m * acc_stride + n0, acc_stride,
+                        std::min(nr, value_dim - n0), accumulate);
+      }
+    }
+    first = false;
+  }
+  if (first) {  // No key in range: nothing accumulated.
+    for (size_t r = 0; r < rows; ++r) {
+      std::fill(acc + r * acc_stride, acc + r * acc_stride + value_dim, 0.0f);
+    }
+  }
+}
+
+// out_row = acc_row / sum; zeros when nothing was attended, NaN on NaN.
+HWY_INLINE void FinishRow(const float* acc, float sum, bool nan, size_t n,
+                          float* out) {
+  if (nan) {
+    std::fill(out, out + n, std::numeric_limits<float>::quiet_NaN());
+  } else if (sum == 0.0f) {
+    std::fill(out, out + n, 0.0f);
+  } else {
+    const float inv = 1.0f / sum;
+    for (size_t c = 0; c < n; ++c) out[c] = acc[c] * inv;
+  }
+}
+
+}  // namespace attention_detail
+
+// Same-target entry point; arguments were validated by the caller (shapes
+// consistent, out disjoint from the inputs, 0 <= dropout <= 1).
+inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
+                          Tensor4 out, float scale, const AttentionMask& mask,
+                          float dropout, PhiloxKey dropout_key) {
+  using namespace attention_detail;
+  const size_t batch = q.dims[0], heads = q.dims[1], q_tokens = q.dims[2];
+  const size_t k_tokens = k.dims[2], value_dim = v.dims[3];
+  if (dropout >= 1.0f) {  // Every weight dropped: the context is 0.
+    for (size_t b = 0; b < batch; ++b) {
+      for (size_t h = 0; h < heads; ++h) {
+        for (size_t i = 0; i < q_tokens; ++i) {
+          float* row = out.Slice(b, h).Row(i);
+          std::fill(row, row + value_dim, 0.0f);
+        }
+      }
+    }
+    return;
+  }
+  Problem pr{q, k, v, out, scale, mask, dropout > 0.0f, {}, heads / k.dims[1]};
+  if (pr.dropout)
+    pr.dropout_params = dropout_detail::MakeParams(dropout, dropout_key);
+
+  const hn::ScalableTag<float> d;
+  const size_t nr = matmul_detail::kVectors * hn::Lanes(d);
+  const size_t query_blocks = hwy::DivCeil(q_tokens, kQueryBlock);
+  const size_t tasks = batch * heads * query_blocks;
+  size_t splits = 1;
+  if (tasks < kMinTasks && k_tokens >= 2 * kMinSplitKeys) {
+    splits = std::min(hwy::DivCeil(kMinTasks, tasks), k_tokens / kMinSplitKeys);
+  }
+  const size_t chunk = std::max(
+      kKeyBlock,
+      hwy::DivCeil(hwy::DivCeil(k_tokens, splits), kKeyBlock) * kKeyBlock);
+  splits = std::max<size_t>(1, hwy::DivCeil(k_tokens, chunk));
+
+  // With splits, every (task, split) leaves its partial accumulator and
+  // states here; without, the accumulator is the output itself.
+  const size_t block_rows = std::min(kQueryBlock, q_tokens);
+  const size_t partial_rows = splits > 1 ? tasks * splits * block_rows : 0;
+  internal::ScratchBuffer partials(partial_rows * (value_dim + 3) + 1);
+  float* partial_acc = partials.data();
+  const RowStates partial_states{partial_acc + partial_rows * value_dim,
+                                 partial_acc + partial_rows * (value_dim + 1),
+                                 partial_acc + partial_rows * (value_dim + 2)};
+  const size_t workspace_floats = Workspace::Floats(nr, q.dims[3], value_dim);
+
+  // Heavy tasks first: with a causal mask, later query blocks see more keys.
+  const auto locate = [&](size_t index, size_t* b, size_t* h, size_t* qb,
+                          size_t* split) {
+    *split = index % splits;
+    const size_t task = index / splits;
+    *qb = query_blocks - 1 - task % query_blocks;
+    *h = task / query_blocks % heads;
+    *b = task / query_blocks / heads;
+  };
+  internal::ParallelFor(0, tasks * splits, 1, [&](size_t first, size_t last) {
+    internal::ScratchBuffer scratch(workspace_floats + 3 * kQueryBlock);
+    Workspace ws(scratch.data(), nr, q.dims[3], value_dim);
+    float* own = scratch.data() + workspace_floats;
+    const RowStates own_states{own, own + kQueryBlock, own + 2 * kQueryBlock};
+    for (size_t index = first; index != last; ++index) {
+      size_t b, h, qb, split;
+      locate(index, &b, &h, &qb, &split);
+      const size_t i0 = qb * kQueryBlock;
+      const size_t i1 = std::min(q_tokens, i0 + kQueryBlock);
+      const Matrix o = out.Slice(b, h);
+      if (splits == 1) {
+        AttendBlock(pr, b, h, i0, i1, 0, k_tokens, o.Row(i0), o.stride,
+                    own_states, ws);
+        for (size_t r = 0; r < i1 - i0; ++r) {
+          FinishRow(o.Row(i0 + r), own_states.sum[r], own_states.nan[r] != 0,
+                    value_dim, o.Row(i0 + r));
+        }
+        continue;
+      }
+      const size_t row0 = index * block_rows;
+      const RowStates states{partial_states.max + row0,
+                             partial_states.sum + row0,
+                             partial_states.nan + row0};
+      AttendBlock(pr, b, h, i0, i1, split * chunk,
+                  std::min(k_tokens, (split + 1) * chunk),
+                  partial_acc + row0 * value_dim, value_dim, states, ws);
+    }
+  });
+  if (splits == 1) return;
+
+  // Merge the splits: weights exp(max_s - max) bring every partial to the
+  // common max. A few rows per task: not worth spawning for.
+  for (size_t task = 0; task < tasks; ++task) {
+    size_t b, h, qb, split;
+    locate(task * splits, &b, &h, &qb, &split);
+    const size_t i0 = qb * kQueryBlock;
+    const size_t i1 = std::min(q_tokens, i0 + kQueryBlock);
+    for (size_t r = 0; r < i1 - i0; ++r) {
+      float row_max = -kInf;
+      bool nan = false;
+      for (size_t s = 0; s < splits; ++s) {
+        const size_t row = (task * splits + s) * block_rows + r;
+        row_max = std::max(row_max, partial_states.max[row]);
+        nan = nan || partial_states.nan[row] != 0;
+      }
+      float* o = out.Slice(b, h).Row(i0 + r);
+      std::fill(o, o + value_dim, 0.0f);
+      float sum = 0.0f;
+      if (row_max != -kInf) {
+        for (size_t s = 0; s < splits; ++s) {
+          const size_t row = (task * splits + s) * block_rows + r;
+          const float w = std::exp(partial_states.max[row] - row_max);
+          if (w == 0.0f) continue;
+          sum += w * partial_states.sum[row];
+          const float* a = partial_acc + row * value_dim;
+          for (size_t c = 0; c < value_dim; ++c) o[c] += w * a[c];
+        }
+      }
+      FinishRow(o, sum, nan, value_dim, o);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace simdattn
+HWY_AFTER_NAMESPACE();
+
+#endif  // SIMDATTN_SRC_OPS_ATTENTION_INL_H_

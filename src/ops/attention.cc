@@ -1,0 +1,84 @@
+// ScaledDotProductAttention: validation, then one dispatch per call.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "simdattn/kernels.h"
+#include "simdattn/random.h"
+#include "src/common/check.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/ops/attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "src/ops/attention-inl.h"
+
+#if HWY_ONCE
+namespace simdattn {
+HWY_EXPORT(AttentionImpl);
+
+namespace {
+
+using internal::ByteRange;
+using internal::ShapeString;
+
+// The dropout counter (16 * (j / 64) + j % 16, i, h, b) has 32-bit words.
+constexpr uint64_t kMaxIndexDim = uint64_t{1} << 32;
+constexpr uint64_t kMaxKeys = uint64_t{1} << 34;
+
+}  // namespace
+
+void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
+                               Tensor4 out, const AttentionOptions& options) {
+  constexpr const char* kFn = "ScaledDotProductAttention";
+  SIMDATTN_REQUIRE(k.dims[0] == q.dims[0] && v.dims[0] == q.dims[0], kFn,
+                   "batch sizes differ: q ", ShapeString(q.dims), ", k ",
+                   ShapeString(k.dims), ", v ", ShapeString(v.dims));
+  SIMDATTN_REQUIRE(k.dims[1] == v.dims[1] && k.dims[2] == v.dims[2], kFn, "k ",
+                   ShapeString(k.dims), " and v ", ShapeString(v.dims),
+                   " differ in heads or tokens");
+  SIMDATTN_REQUIRE(k.dims[3] == q.dims[3], kFn, "k's head_dim (", k.dims[3],
+                   ") differs from q's (", q.dims[3], ")");
+  SIMDATTN_REQUIRE(
+      q.dims[1] == 0 || (k.dims[1] != 0 && q.dims[1] % k.dims[1] == 0), kFn,
+      "q's heads (", q.dims[1], ") are not a multiple of k's and v's heads (",
+      k.dims[1], ")");
+  const size_t expected_out[4] = {q.dims[0], q.dims[1], q.dims[2], v.dims[3]};
+  SIMDATTN_REQUIRE(internal::SameDims(out.dims, expected_out), kFn,
+                   "out has shape ", ShapeString(out.dims), ", expected ",
+                   ShapeString(expected_out));
+  const float dropout = options.dropout;
+  SIMDATTN_REQUIRE(dropout >= 0.0f && dropout <= 1.0f, kFn, "dropout (",
+                   dropout, ") is not a probability in [0, 1]");
+  SIMDATTN_REQUIRE(!options.scale || std::isfinite(*options.scale), kFn,
+                   "scale (", options.scale.value_or(0.0f), ") is not finite");
+  for (int dim = 0; dim < 3; ++dim) {
+    SIMDATTN_REQUIRE(q.dims[dim] <= kMaxIndexDim, kFn, "q.dims[", dim, "] (",
+                     q.dims[dim],
+                     ") exceeds 2^32, the range of its dropout "
+                     "counter word");
+  }
+  SIMDATTN_REQUIRE(k.dims[2] <= kMaxKeys, kFn, "k.dims[2] (", k.dims[2],
+                   ") exceeds 2^34, the range of the dropout column counter");
+  const ByteRange rq = internal::CheckTensor4(kFn, "q", q);
+  const ByteRange rk = internal::CheckTensor4(kFn, "k", k);
+  const ByteRange rv = internal::CheckTensor4(kFn, "v", v);
+  const ByteRange ro = internal::CheckTensor4(kFn, "out", out);
+  internal::CheckDistinctElements(kFn, "out", out.dims, out.strides);
+  SIMDATTN_REQUIRE(!ro.Overlaps(rq), kFn, "out overlaps q");
+  SIMDATTN_REQUIRE(!ro.Overlaps(rk), kFn, "out overlaps k");
+  SIMDATTN_REQUIRE(!ro.Overlaps(rv), kFn, "out overlaps v");
+  const size_t scores[4] = {q.dims[0], q.dims[1], q.dims[2], k.dims[2]};
+  internal::CheckAttentionMask(kFn, options.mask, scores, "k.dims[2]", ro,
+                               "out");
+  if (out.empty()) return;
+  // head_dim 0 makes every score 0; 1/sqrt(0) would turn them into NaN.
+  const float scale = options.scale.value_or(
+      q.dims[3] == 0 ? 1.0f : 1.0f / std::sqrt(static_cast<float>(q.dims[3])));
+  HWY_DYNAMIC_DISPATCH(AttentionImpl)
+  (q, k, v, out, scale, options.mask, dropout,
+   DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset));
+}
+
+}  // namespace simdattn
+#endif  // HWY_ONCE

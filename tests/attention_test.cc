@@ -1,0 +1,450 @@
+// Fused ScaledDotProductAttention on every SIMD target: against a float64
+// reference (eval), against the library's own unfused Softmax -> Dropout ->
+// BatchedMatMul path (dropout draws the same bits), masks, grouped-query
+// heads, strided layouts, special rows, thread-count independence, memory
+// bound, and argument errors.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "simdattn/kernels.h"
+#include "src/common/scratch.h"
+#include "tbb/task_arena.h"
+#include "tests/test_util.h"
+
+namespace simdattn {
+namespace {
+
+struct Shape {
+  size_t batch, q_heads, kv_heads, q_tokens, k_tokens, head_dim, value_dim;
+};
+
+// Dense (b, h, T, D) operands filled with random values.
+struct Operands {
+  Shape s;
+  std::vector<float> q, k, v, out;
+  explicit Operands(const Shape& shape, uint64_t seed) : s(shape) {
+    q = test::RandomVector(s.batch * s.q_heads * s.q_tokens * s.head_dim, seed);
+    k = test::RandomVector(s.batch * s.kv_heads * s.k_tokens * s.head_dim,
+                           seed + 1);
+    v = test::RandomVector(s.batch * s.kv_heads * s.k_tokens * s.value_dim,
+                           seed + 2);
+    out.assign(s.batch * s.q_heads * s.q_tokens * s.value_dim, -7.0f);
+  }
+  ConstTensor4 Q() const {
+    return ConstTensor4::Dense(q.data(), s.batch, s.q_heads, s.q_tokens,
+                               s.head_dim);
+  }
+  ConstTensor4 K() const {
+    return ConstTensor4::Dense(k.data(), s.batch, s.kv_heads, s.k_tokens,
+                               s.head_dim);
+  }
+  ConstTensor4 V() const {
+    return ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, s.k_tokens,
+                               s.value_dim);
+  }
+  Tensor4 Out() {
+    return Tensor4::Dense(out.data(), s.batch, s.q_heads, s.q_tokens,
+                          s.value_dim);
+  }
+};
+
+// softmax(scale q k^T + mask) v in double; rows with nothing to attend are 0.
+std::vector<double> Reference(const Operands& o, double scale,
+                              const AttentionMask& mask) {
+  const Shape& s = o.s;
+  const size_t group = s.q_heads / s.kv_heads;
+  std::vector<double> out(o.out.size(), 0.0);
+  std::vector<double> w(s.k_tokens);
+  for (size_t b = 0; b < s.batch; ++b) {
+    for (size_t h = 0; h < s.q_heads; ++h) {
+      const size_t kh = h / group;
+      for (size_t i = 0; i < s.q_tokens; ++i) {
+        double row_max = -INFINITY;
+        for (size_t j = 0; j < s.k_tokens; ++j) {
+          bool masked = mask.causal && j > i + mask.causal_offset;
+          if (mask.key_lengths && j >= mask.key_lengths[b]) masked = true;
+          if (mask.boolean.data && mask.boolean.Slice(b, h)(i, j))
+            masked = true;
+          double dot = 0.0;
+          for (size_t c = 0; c < s.head_dim; ++c) {
+            dot +=
+                double(o.q[((b * s.q_heads + h) * s.q_tokens + i) * s.head_dim +
+                           c]) *
+                o.k[((b * s.kv_heads + kh) * s.k_tokens + j) * s.head_dim + c];
+          }
+          dot *= scale;
+          if (mask.additive.data) dot += mask.additive.Slice(b, h)(i, j);
+          w[j] = masked ? -INFINITY : dot;
+          row_max = std::max(row_max, w[j]);
+        }
+        if (row_max == -INFINITY) continue;
+        double sum = 0.0;
+        for (size_t j = 0; j < s.k_tokens; ++j) {
+          w[j] = std::exp(w[j] - row_max);
+          sum += w[j];
+        }
+        double* y = &out[((b * s.q_heads + h) * s.q_tokens + i) * s.value_dim];
+        for (size_t j = 0; j < s.k_tokens; ++j) {
+          for (size_t c = 0; c < s.value_dim; ++c) {
+            y[c] +=
+                w[j] / sum *
+                o.v[((b * s.kv_heads + kh) * s.k_tokens + j) * s.value_dim + c];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Outputs are convex combinations of rows of v (|v| <= 1): absolute error.
+void ExpectNear(const std::vector<float>& actual,
+                const std::vector<double>& expected, double tolerance,
+                const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    worst = std::max(worst, std::abs(actual[i] - expected[i]));
+  }
+  EXPECT_LE(worst, tolerance) << what;
+}
+
+std::string Describe(const Shape& s) {
+  return "b=" + std::to_string(s.batch) + " hq=" + std::to_string(s.q_heads) +
+         " hkv=" + std::to_string(s.kv_heads) +
+         " Tq=" + std::to_string(s.q_tokens) +
+         " Tk=" + std::to_string(s.k_tokens) +
+         " D=" + std::to_string(s.head_dim) +
+         " Dv=" + std::to_string(s.value_dim);
+}
+
+class AttentionTest : public test::PerTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(AttentionTest);
+
+// Shapes around the tile sizes (48-row query blocks on most targets, 64-key
+// tiles), decode shapes that split the keys, grouped-query heads.
+const Shape kShapes[] = {
+    {1, 1, 1, 1, 1, 1, 1},      {1, 1, 1, 6, 6, 2, 2},
+    {2, 2, 2, 7, 7, 3, 5},      {1, 2, 1, 63, 63, 16, 16},
+    {1, 1, 1, 64, 64, 64, 64},  {1, 3, 3, 65, 65, 8, 24},
+    {2, 4, 2, 97, 130, 32, 32}, {1, 2, 2, 200, 200, 64, 64},
+    {1, 1, 1, 1, 1000, 64, 64}, {2, 8, 1, 3, 777, 40, 72},
+    {1, 4, 4, 50, 0, 8, 8},     {1, 1, 1, 49, 300, 128, 128},
+};
+
+TEST_P(AttentionTest, MatchesFloat64Reference) {
+  uint64_t seed = 1;
+  for (const Shape& s : kShapes) {
+    for (int variant = 0; variant < 3; ++variant) {
+      Operands o(s, seed++);
+      AttentionOptions options;
+      if (variant >= 1) {
+        options.mask.causal = true;
+        // Queries are the last q_tokens of the keys (a KV cache).
+        options.mask.causal_offset =
+            s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0;
+      }
+      std::vector<size_t> lengths(s.batch);
+      if (variant == 2) {
+        for (size_t b = 0; b < s.batch; ++b)
+          lengths[b] = (s.k_tokens * (b + 1)) / 3;
+        options.mask.key_lengths = lengths.data();
+      }
+      options.scale = 0.7f;
+      ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+      ExpectNear(o.out, Reference(o, 0.7, options.mask), 2e-6,
+                 Describe(s) + " variant " + std::to_string(variant));
+    }
+  }
+}
+
+TEST_P(AttentionTest, BooleanAndAdditiveMasks) {
+  const Shape s{2, 3, 3, 70, 90, 16, 16};
+  Operands o(s, 42);
+  std::vector<uint8_t> masked(s.batch * s.q_tokens * s.k_tokens);
+  std::vector<float> additive(s.q_tokens * s.k_tokens);
+  std::mt19937 rng(3);
+  for (auto& m : masked) m = rng() % 4 == 0;
+  // Row 5 of batch 1 entirely masked: it must come out as zeros.
+  for (size_t j = 0; j < s.k_tokens; ++j) {
+    masked[(1 * s.q_tokens + 5) * s.k_tokens + j] = 1;
+  }
+  for (auto& a : additive) a = float(rng() % 100) / 50.0f - 1.0f;
+  AttentionOptions options;
+  // Boolean mask shared by heads, additive mask shared by batch and heads.
+  options.mask.boolean = Tensor4View<const uint8_t>(
+      masked.data(), s.batch, s.q_heads, s.q_tokens, s.k_tokens,
+      s.q_tokens * s.k_tokens, 0, s.k_tokens);
+  options.mask.additive =
+      ConstTensor4(additive.data(), s.batch, s.q_heads, s.q_tokens, s.k_tokens,
+                   0, 0, s.k_tokens);
+  options.mask.causal = true;
+  options.mask.causal_offset = s.k_tokens - s.q_tokens;
+  ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+  const double scale = 1.0 / std::sqrt(double(s.head_dim));
+  ExpectNear(o.out, Reference(o, scale, options.mask), 2e-6, "masks");
+  for (size_t h = 0; h < s.q_heads; ++h) {
+    for (size_t c = 0; c < s.value_dim; ++c) {
+      EXPECT_EQ(o.Out().Slice(1, h)(5, c), 0.0f);
+    }
+  }
+}
+
+// The (batch, tokens, heads, head_dim) layout a projection writes, with
+// padding between tokens: used in place, no transpose.
+TEST_P(AttentionTest, TokenMajorStridedViews) {
+  const size_t batch = 2, tokens = 75, heads = 4, kv_heads = 2, dim = 24;
+  const size_t width = (heads + 2 * kv_heads) * dim + 5;  // Padded rows.
+  const std::vector<float> qkv = test::RandomVector(batch * tokens * width, 9);
+  const ConstTensor4 q(qkv.data(), batch, heads, tokens, dim, tokens * width,
+                       dim, width);
+  const ConstTensor4 k(qkv.data() + heads * dim, batch, kv_heads, tokens, dim,
+                       tokens * width, dim, width);
+  const ConstTensor4 v(qkv.data() + (heads + kv_heads) * dim, batch, kv_heads,
+                       tokens, dim, tokens * width, dim, width);
+  std::vector<float> out(batch * tokens * heads * dim);
+  AttentionOptions options;
+  options.mask.causal = true;
+  ScaledDotProductAttention(
+      q, k, v, Tensor4::FromTokenMajor(out.data(), batch, tokens, heads, dim),
+      options);
+  // The same problem, dense.
+  Operands o({batch, heads, kv_heads, tokens, tokens, dim, dim}, 1);
+  for (size_t b = 0; b < batch; ++b) {
+    for (size_t t = 0; t < tokens; ++t) {
+      for (size_t c = 0; c < dim; ++c) {
+        for (size_t h = 0; h < heads; ++h) {
+          o.q[((b * heads + h) * tokens + t) * dim + c] = q.Slice(b, h)(t, c);
+        }
+        for (size_t h = 0; h < kv_heads; ++h) {
+          o.k[((b * kv_heads + h) * tokens + t) * dim + c] =
+              k.Slice(b, h)(t, c);
+          o.v[((b * kv_heads + h) * tokens + t) * dim + c] =
+              v.Slice(b, h)(t, c);
+        }
+      }
+    }
+  }
+  const std::vector<double> expected =
+      Reference(o, 1.0 / std::sqrt(double(dim)), options.mask);
+  double worst = 0.0;
+  for (size_t b = 0; b < batch; ++b) {
+    for (size_t h = 0; h < heads; ++h) {
+      for (size_t t = 0; t < tokens; ++t) {
+        for (size_t c = 0; c < dim; ++c) {
+          const double e = expected[((b * heads + h) * tokens + t) * dim + c];
+          const float a = out[((b * tokens + t) * heads + h) * dim + c];
+          worst = std::max(worst, std::abs(a - e));
+        }
+      }
+    }
+  }
+  EXPECT_LE(worst, 2e-6);
+}
+
+// The unfused path the modules take when they must return the weights.
+void Unfused(const Operands& o, const AttentionOptions& options,
+             std::vector<float>* out) {
+  const Shape& s = o.s;
+  std::vector<float> weights(s.batch * s.q_heads * s.q_tokens * s.k_tokens);
+  const Tensor4 w = Tensor4::Dense(weights.data(), s.batch, s.q_heads,
+                                   s.q_tokens, s.k_tokens);
+  MatMulOptions scores;
+  scores.transpose_b = Transpose::kYes;
+  scores.alpha = *options.scale;
+  BatchedMatMul(o.Q(), o.K(), w, scores);
+  Softmax(w, w, 1.0f, options.mask);
+  Dropout(w, options.dropout, options.dropout_key);
+  out->assign(s.batch * s.q_heads * s.q_tokens * s.value_dim, 0.0f);
+  BatchedMatMul(
+      w, o.V(),
+      Tensor4::Dense(out->data(), s.batch, s.q_heads, s.q_tokens, s.value_dim));
+}
+
+// Dropout in the fused kernel draws Dropout()'s bits: a weight dropped in one
+// path and kept in the other would change outputs by ~|v| / Tk, far above
+// the tolerance.
+TEST_P(AttentionTest, DropoutDropsTheSameWeightsAsUnfused) {
+  const Shape shapes[] = {{2, 3, 3, 70, 70, 16, 16},
+                          {1, 2, 1, 1, 1100, 32, 32},
+                          {1, 1, 1, 130, 200, 8, 8}};
+  for (const Shape& s : shapes) {
+    for (float p : {0.1f, 0.5f}) {
+      Operands o(s, 5);
+      AttentionOptions options;
+      options.scale = 0.3f;
+      options.mask.causal = true;
+      options.mask.causal_offset = s.k_tokens - s.q_tokens;
+      options.dropout = p;
+      options.dropout_key = {77, 3};
+      ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+      std::vector<float> unfused;
+      Unfused(o, options, &unfused);
+      double worst = 0.0;
+      for (size_t i = 0; i < unfused.size(); ++i) {
+        worst = std::max(worst, double(std::abs(unfused[i] - o.out[i])));
+      }
+      // Kept weights are scaled by 1 / (1 - p): outputs up to that size.
+      EXPECT_LE(worst, 4e-6 / (1 - p)) << Describe(s) << " p=" << p;
+      // And the other seed gives another mask.
+      std::vector<float> first = o.out;
+      options.dropout_key.offset = 4;
+      ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+      EXPECT_NE(first, o.out);
+    }
+  }
+}
+
+TEST_P(AttentionTest, SpecialRows) {
+  const Shape s{1, 1, 1, 4, 100, 8, 8};
+  Operands o(s, 8);
+  o.q[1 * s.head_dim + 3] = std::numeric_limits<float>::quiet_NaN();  // Row 1.
+  const size_t lengths[1] = {100};
+  AttentionOptions options;
+  options.mask.key_lengths = lengths;
+  ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+  for (size_t c = 0; c < s.value_dim; ++c) {
+    EXPECT_TRUE(std::isnan(o.out[1 * s.value_dim + c]));
+    EXPECT_FALSE(std::isnan(o.out[2 * s.value_dim + c]));
+  }
+  // Every key masked: zeros, not NaN.
+  const size_t none[1] = {0};
+  options.mask.key_lengths = none;
+  o.q[1 * s.head_dim + 3] = 0.0f;
+  ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+  for (float x : o.out) EXPECT_EQ(x, 0.0f);
+  // Dropout 1 drops every weight.
+  options = {};
+  options.dropout = 1.0f;
+  ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+  for (float x : o.out) EXPECT_EQ(x, 0.0f);
+}
+
+TEST_P(AttentionTest, BitIdenticalForAnyThreadCount) {
+  const Shape shapes[] = {{2, 4, 2, 130, 130, 32, 32},
+                          {1, 2, 2, 1, 2000, 64, 64}};  // Split keys.
+  for (const Shape& s : shapes) {
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 7}) {
+      Operands o(s, 11);
+      AttentionOptions options;
+      options.mask.causal = true;
+      options.mask.causal_offset = s.k_tokens - s.q_tokens;
+      options.dropout = 0.2f;
+      tbb::task_arena arena(threads);
+      arena.execute([&] {
+        ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+      });
+      results.push_back(o.out);
+    }
+    EXPECT_EQ(results[0], results[1]) << Describe(s);
+    EXPECT_EQ(results[0], results[2]) << Describe(s);
+  }
+}
+
+// The scores of T = 2048 would take 16 MiB; the kernel's scratch is a few
+// tiles per thread whatever T is.
+TEST(AttentionMemory, ExtraMemoryIndependentOfLength) {
+  for (size_t tokens : {256, 2048}) {
+    Operands o({1, 2, 2, tokens, tokens, 64, 64}, 4);
+    AttentionOptions options;
+    options.mask.causal = true;
+    const size_t before = internal::ScratchBytesAllocated();
+    ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+    const size_t used = internal::ScratchBytesAllocated() - before;
+    const size_t tile_bytes = 64 * 1024;  // Order of one task's workspace.
+    EXPECT_LE(used, 64 * tile_bytes) << tokens;
+  }
+}
+
+void ExpectInvalid(const std::function<void()>& call,
+                   const std::vector<std::string>& parts) {
+  try {
+    call();
+    ADD_FAILURE() << "no exception; expected " << parts[0];
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("ScaledDotProductAttention: ", 0), 0u) << message;
+    for (const std::string& part : parts) {
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "'" << part << "' not in: " << message;
+    }
+  }
+}
+
+TEST(AttentionErrors, NameTheArgumentAndValues) {
+  Operands o({1, 4, 2, 5, 6, 8, 8}, 1);
+  const ConstTensor4 q = o.Q(), k = o.K(), v = o.V();
+  const Tensor4 out = o.Out();
+  ExpectInvalid(
+      [&] {
+        ScaledDotProductAttention(
+            q, ConstTensor4::Dense(o.k.data(), 1, 3, 6, 8),
+            ConstTensor4::Dense(o.v.data(), 1, 3, 6, 8), out);
+      },
+      {"q's heads (4)", "k's and v's heads (3)"});
+  ExpectInvalid(
+      [&] {
+        ScaledDotProductAttention(
+            q, ConstTensor4::Dense(o.k.data(), 1, 2, 6, 7), v, out);
+      },
+      {"k's head_dim (7)", "q's (8)"});
+  ExpectInvalid(
+      [&] {
+        ScaledDotProductAttention(
+            q, k, ConstTensor4::Dense(o.v.data(), 1, 2, 5, 8), out);
+      },
+      {"k (1, 2, 6, 8)", "v (1, 2, 5, 8)"});
+  ExpectInvalid(
+      [&] {
+        ScaledDotProductAttention(q, k, v,
+                                  Tensor4::Dense(o.out.data(), 1, 4, 5, 7));
+      },
+      {"out has shape (1, 4, 5, 7)", "expected (1, 4, 5, 8)"});
+  AttentionOptions options;
+  options.dropout = std::nanf("");
+  ExpectInvalid([&] { ScaledDotProductAttention(q, k, v, out, options); },
+                {"dropout (nan)"});
+  options = {};
+  options.scale = INFINITY;
+  ExpectInvalid([&] { ScaledDotProductAttention(q, k, v, out, options); },
+                {"scale (inf) is not finite"});
+  ExpectInvalid(
+      [&] {
+        ScaledDotProductAttention(
+            q, k, v,
+            Tensor4::Dense(const_cast<float*>(o.q.data()), 1, 4, 5, 8));
+      },
+      {"out overlaps q"});
+  ExpectInvalid(
+      [&] {
+        ScaledDotProductAttention(ConstTensor4::Dense(nullptr, 1, 4, 5, 8), k,
+                                  v, out);
+      },
+      {"q is null", "(1, 4, 5, 8)"});
+  options = {};
+  const size_t lengths[1] = {7};
+  options.mask.key_lengths = lengths;
+  ExpectInvalid([&] { ScaledDotProductAttention(q, k, v, out, options); },
+                {"mask.key_lengths[0] (7)", "k.dims[2] (6)"});
+  options = {};
+  std::vector<uint8_t> bytes(64);
+  options.mask.boolean =
+      Tensor4View<const uint8_t>::Dense(bytes.data(), 1, 4, 5, 5);
+  ExpectInvalid([&] { ScaledDotProductAttention(q, k, v, out, options); },
+                {"mask.boolean has shape (1, 4, 5, 5)", "(1, 4, 5, 6)"});
+  // Empty shapes are valid and touch nothing.
+  ScaledDotProductAttention(ConstTensor4::Dense(nullptr, 0, 4, 5, 8),
+                            ConstTensor4::Dense(nullptr, 0, 2, 6, 8),
+                            ConstTensor4::Dense(nullptr, 0, 2, 6, 8),
+                            Tensor4::Dense(nullptr, 0, 4, 5, 8));
+}
+
+}  // namespace
+}  // namespace simdattn
