@@ -68,6 +68,43 @@ struct AttentionConfig {
 
 class AttentionEngine;
 
+// The keys and values of the tokens seen so far, for one attention layer:
+// (batch, kv_heads, capacity, head_dim) each, in memory the cache owns or
+// the caller's. Every batch item holds the same number of tokens, size().
+class SIMDATTN_API KVCache {
+ public:
+  // Owns zero-initialised memory for `capacity` tokens.
+  KVCache(size_t batch, size_t kv_heads, size_t capacity, size_t head_dim);
+  // Uses the caller's (batch, kv_heads, capacity, head_dim) tensors, which
+  // must have the same dims, not overlap, and outlive the cache.
+  KVCache(Tensor4 keys, Tensor4 values);
+  KVCache(KVCache&&) = default;
+  KVCache& operator=(KVCache&&) = default;
+  KVCache(const KVCache&) = delete;  // Would alias or copy caller memory.
+  KVCache& operator=(const KVCache&) = delete;
+
+  // Copies n more tokens' keys and values, (batch, kv_heads, n, head_dim)
+  // views (e.g. a projection's output, in place). Throws if they do not fit.
+  void Append(ConstTensor4 keys, ConstTensor4 values);
+  // Forgets every token (a new sequence); the memory stays.
+  void Clear() { size_ = 0; }
+
+  // (batch, kv_heads, size(), head_dim) views of what was appended.
+  ConstTensor4 keys() const;
+  ConstTensor4 values() const;
+
+  size_t size() const { return size_; }
+  size_t capacity() const { return keys_.dims[2]; }
+  size_t batch() const { return keys_.dims[0]; }
+  size_t kv_heads() const { return keys_.dims[1]; }
+  size_t head_dim() const { return keys_.dims[3]; }
+
+ private:
+  std::vector<float> owned_;
+  Tensor4 keys_, values_;
+  size_t size_ = 0;
+};
+
 // The common implementation of the modules: projections, scores, masked
 // softmax, dropout, weights @ values, output projection.
 class SIMDATTN_API AttentionModule {
@@ -82,6 +119,13 @@ class SIMDATTN_API AttentionModule {
   // A single sequence (tokens, d_in) -> (tokens, d_out).
   void Forward(ConstMatrix x, Matrix y,
                const ForwardOptions& options = {}) const;
+  // Generation: x holds the next n tokens (batch, n, d_in) of sequences
+  // whose earlier tokens are in `cache` (batch, num_kv_heads, capacity,
+  // head_dim). Appends their keys and values to the cache and writes their
+  // outputs to y (batch, n, d_out): the same rows a causal Forward over the
+  // whole sequence gives. Causal modules with projections, eval mode.
+  void ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
+                   const ForwardOptions& options = {}) const;
 
   // Copies the weights from a state_dict with PyTorch's names and shapes,
   // strictly: a missing, unexpected or misshapen tensor is an error naming it.

@@ -142,10 +142,65 @@ class AttentionEngine {
   }
 
   void Forward(ConstTensor3 x, Tensor3 y, const ForwardOptions& options) const;
+  void ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
+                   const ForwardOptions& options) const;
 
  private:
   size_t q_dim() const { return config_.num_heads * config_.head_dim; }
   size_t kv_dim() const { return config_.num_kv_heads * config_.head_dim; }
+  size_t qkv_width() const { return q_dim() + 2 * kv_dim(); }
+
+  // qkv (batch * tokens, qkv_width()) = x W_qkv^T + b_qkv: Q, K and V of
+  // every token in one product.
+  void Project(ConstTensor3 x, float* qkv) const {
+    const AttentionConfig& c = config_;
+    const size_t tokens = x.tokens, width = qkv_width();
+    MatMulOptions projection;
+    projection.transpose_b = Transpose::kYes;
+    projection.bias = c.qkv_bias ? b_qkv_.data() : nullptr;
+    const ConstMatrix w(w_qkv_.data(), width, c.d_in);
+    if (x.batch == 1 || x.batch_stride == tokens * x.token_stride) {
+      MatMul(ConstMatrix(x.data, x.batch * tokens, c.d_in, x.token_stride), w,
+             Matrix(qkv, x.batch * tokens, width), projection);
+      return;
+    }
+    for (size_t b = 0; b < x.batch; ++b) {
+      MatMul(x.Sequence(b), w, Matrix(qkv + b * tokens * width, tokens, width),
+             projection);
+    }
+  }
+
+  // The (batch, heads, tokens, head_dim) views of Q, K and V in Project's
+  // output: row t of batch item b holds [Q heads | K heads | V heads].
+  void HeadViews(const float* qkv, size_t batch, size_t tokens,
+                 ConstTensor4* q, ConstTensor4* k, ConstTensor4* v) const {
+    const AttentionConfig& c = config_;
+    const size_t width = qkv_width();
+    *q = ConstTensor4(qkv, batch, c.num_heads, tokens, c.head_dim,
+                      tokens * width, c.head_dim, width);
+    *k = ConstTensor4(qkv + q_dim(), batch, c.num_kv_heads, tokens, c.head_dim,
+                      tokens * width, c.head_dim, width);
+    *v = ConstTensor4(qkv + q_dim() + kv_dim(), batch, c.num_kv_heads, tokens,
+                      c.head_dim, tokens * width, c.head_dim, width);
+  }
+
+  // y = context W_out^T + b_out, context dense (batch * tokens, d_out).
+  void ProjectOut(const float* context, Tensor3 y) const {
+    const size_t tokens = y.tokens;
+    MatMulOptions out;
+    out.transpose_b = Transpose::kYes;
+    out.bias = b_out_.data();
+    const ConstMatrix w(w_out_.data(), q_dim(), q_dim());
+    if (y.batch == 1 || y.batch_stride == tokens * y.token_stride) {
+      MatMul(ConstMatrix(context, y.batch * tokens, q_dim()), w,
+             Matrix(y.data, y.batch * tokens, q_dim(), y.token_stride), out);
+      return;
+    }
+    for (size_t b = 0; b < y.batch; ++b) {
+      MatMul(ConstMatrix(context + b * tokens * q_dim(), tokens, q_dim()), w,
+             y.Sequence(b), out);
+    }
+  }
 
   void Validate() const {
     const AttentionConfig& c = config_;
@@ -309,27 +364,8 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
   ScratchBuffer qkv_buffer(c.projections ? qkv_size : 1);
   ConstTensor4 q, k, v;
   if (c.projections) {
-    float* qkv = qkv_buffer.data();
-    MatMulOptions projection;
-    projection.transpose_b = Transpose::kYes;
-    projection.bias = c.qkv_bias ? b_qkv_.data() : nullptr;
-    const ConstMatrix w(w_qkv_.data(), width, c.d_in);
-    if (batch == 1 || x.batch_stride == tokens * x.token_stride) {
-      MatMul(ConstMatrix(x.data, batch * tokens, c.d_in, x.token_stride), w,
-             Matrix(qkv, batch * tokens, width), projection);
-    } else {
-      for (size_t b = 0; b < batch; ++b) {
-        MatMul(x.Sequence(b), w, Matrix(qkv + b * tokens * width, tokens, width),
-               projection);
-      }
-    }
-    // Row t of batch item b holds [Q heads | K heads | V heads].
-    q = ConstTensor4(qkv, batch, heads, tokens, head_dim, tokens * width,
-                     head_dim, width);
-    k = ConstTensor4(qkv + q_dim(), batch, c.num_kv_heads, tokens, head_dim,
-                     tokens * width, head_dim, width);
-    v = ConstTensor4(qkv + q_dim() + kv_dim(), batch, c.num_kv_heads, tokens,
-                     head_dim, tokens * width, head_dim, width);
+    Project(x, qkv_buffer.data());
+    HeadViews(qkv_buffer.data(), batch, tokens, &q, &k, &v);
   } else {
     q = k = v = ConstTensor4(x.data, batch, 1, tokens, head_dim,
                              x.batch_stride, 0, x.token_stride);
@@ -374,22 +410,75 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
   }
 
   // 6. Output projection.
-  if (c.out_proj) {
-    MatMulOptions out;
-    out.transpose_b = Transpose::kYes;
-    out.bias = b_out_.data();
-    const ConstMatrix w(w_out_.data(), q_dim(), q_dim());
-    if (batch == 1 || y.batch_stride == tokens * y.token_stride) {
-      MatMul(ConstMatrix(context_buffer.data(), batch * tokens, q_dim()), w,
-             Matrix(y.data, batch * tokens, q_dim(), y.token_stride), out);
-    } else {
-      for (size_t b = 0; b < batch; ++b) {
-        MatMul(ConstMatrix(context_buffer.data() + b * tokens * q_dim(), tokens,
-                           q_dim()),
-               w, y.Sequence(b), out);
-      }
-    }
-  }
+  if (c.out_proj) ProjectOut(context_buffer.data(), y);
+}
+
+void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
+                                  const ForwardOptions& options) const {
+  const AttentionConfig& c = config_;
+  const size_t batch = x.batch, tokens = x.tokens;
+  SIMDATTN_REQUIRE(c.causal && c.projections, name_,
+                   "ForwardStep needs a causal module with projections");
+  SIMDATTN_REQUIRE(!(options.training && c.dropout > 0.0f), name_,
+                   "ForwardStep is for generation: use eval mode (dropout ",
+                   c.dropout, " in training)");
+  SIMDATTN_REQUIRE(options.attention_weights.data == nullptr, name_,
+                   "ForwardStep does not return attention weights");
+  SIMDATTN_REQUIRE(x.features == c.d_in, name_, "x has ", x.features,
+                   " features, expected d_in = ", c.d_in);
+  SIMDATTN_REQUIRE(y.batch == batch && y.tokens == tokens &&
+                       y.features == q_dim(),
+                   name_, "y is (", y.batch, ", ", y.tokens, ", ", y.features,
+                   "), expected (", batch, ", ", tokens, ", ", q_dim(), ")");
+  SIMDATTN_REQUIRE(cache.batch() == batch && cache.kv_heads() == c.num_kv_heads &&
+                       cache.head_dim() == c.head_dim,
+                   name_, "the cache holds (batch ", cache.batch(), ", kv_heads ",
+                   cache.kv_heads(), ", head_dim ", cache.head_dim(),
+                   "), expected (", batch, ", ", c.num_kv_heads, ", ",
+                   c.head_dim, ")");
+  const size_t total = cache.size() + tokens;
+  SIMDATTN_REQUIRE(total <= cache.capacity(), name_, "the cache holds ",
+                   cache.size(), " of ", cache.capacity(),
+                   " tokens: no room for ", tokens, " more");
+  SIMDATTN_REQUIRE(c.context_length == 0 || total <= c.context_length, name_,
+                   "num_tokens (", total, ") exceeds context_length (",
+                   c.context_length, ")");
+  const ConstTensor4 x4(x.data, batch, 1, tokens, x.features, x.batch_stride, 0,
+                        x.token_stride);
+  const Tensor4 y4(y.data, batch, 1, tokens, y.features, y.batch_stride, 0,
+                   y.token_stride);
+  const ByteRange x_range = internal::CheckTensor4(name_, "x", x4);
+  const ByteRange y_range = internal::CheckTensor4(name_, "y", y4);
+  internal::CheckDistinctElements(name_, "y", y4.dims, y4.strides);
+  SIMDATTN_REQUIRE(!y_range.Overlaps(x_range), name_, "y overlaps x");
+  const size_t rows = CheckedMul(name_, "batch * tokens", batch, tokens);
+  const size_t qkv_size =
+      CheckedMul(name_, "the Q, K, V projections", rows, qkv_width());
+  const size_t context_size =
+      c.out_proj ? CheckedMul(name_, "the context", rows, q_dim()) : 1;
+  if (x.empty()) return;
+
+  ScratchBuffer qkv_buffer(qkv_size);
+  Project(x, qkv_buffer.data());
+  ConstTensor4 q, k, v;
+  HeadViews(qkv_buffer.data(), batch, tokens, &q, &k, &v);
+  cache.Append(k, v);
+
+  // The new tokens are the last of the cache's: causal offset size - n.
+  ScratchBuffer context_buffer(context_size);
+  const Tensor4 context =
+      c.out_proj ? Tensor4::FromTokenMajor(context_buffer.data(), batch,
+                                           tokens, c.num_heads, c.head_dim)
+                 : Tensor4(y.data, batch, c.num_heads, tokens, c.head_dim,
+                           y.batch_stride, c.head_dim, y.token_stride);
+  AttentionOptions attention;
+  attention.scale =
+      c.scaled ? 1.0f / std::sqrt(static_cast<float>(c.head_dim)) : 1.0f;
+  attention.mask.causal = true;
+  attention.mask.causal_offset = cache.size() - tokens;
+  ScaledDotProductAttention(q, cache.keys(), cache.values(), context,
+                            attention);
+  if (c.out_proj) ProjectOut(context_buffer.data(), y);
 }
 
 AttentionModule::AttentionModule(const char* name,
@@ -409,6 +498,10 @@ void AttentionModule::Forward(ConstTensor3 x, Tensor3 y,
 void AttentionModule::Forward(ConstMatrix x, Matrix y,
                               const ForwardOptions& options) const {
   engine_->Forward(ConstTensor3(x), Tensor3(y), options);
+}
+void AttentionModule::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
+                                  const ForwardOptions& options) const {
+  engine_->ForwardStep(x, cache, y, options);
 }
 void AttentionModule::LoadStateDict(const StateDict& state_dict) {
   engine_->LoadStateDict(state_dict);
