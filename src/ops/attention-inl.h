@@ -225,20 +225,33 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
   // Limits grow with the row, so the last row's bounds the block's keys.
   const size_t j_stop = std::min(j_end, RowLimit(pr, b, i1 - 1));
   const Epilogue scores_epilogue{pr.scale, 0.0f, true, nullptr};
+  MatMulOptions scores_options;
+  scores_options.transpose_b = Transpose::kYes;
+  scores_options.alpha = pr.scale;
+  // A few rows (decode) would not amortise packing a tile of K and V: they
+  // read K and V rows where they lie, as MatMul's skinny path does.
+  const bool direct = rows <= kSkinnyRows;
   bool first = true;
   for (size_t j0 = j_begin; j0 < j_stop; j0 += kKeyBlock) {
     const size_t cols = std::min(kKeyBlock, j_stop - j0);
     // 1. S = scale * Q K^T.
-    for (size_t n0 = 0; n0 < cols; n0 += nr) {
-      PackPanel(k, /*transposed=*/true, 0, head_dim, j0 + n0,
-                std::min(nr, cols - n0), nr, ws.k_panels + n0 * head_dim);
-    }
-    for (size_t m = 0; m < rows; m += kRows) {
+    const Matrix scores(ws.scores, rows, cols, kKeyBlock);
+    if (direct) {
+      DirectColumns(ConstMatrix(q.Row(i0), rows, head_dim, q.stride),
+                    ConstMatrix(k.Row(j0), cols, head_dim, k.stride), scores,
+                    scores_options, 0, cols);
+    } else {
       for (size_t n0 = 0; n0 < cols; n0 += nr) {
-        MicroKernelRows(d, std::min(kRows, rows - m), q.Row(i0 + m), q.stride,
-                        ws.k_panels + n0 * head_dim, head_dim,
-                        ws.scores + m * kKeyBlock + n0, kKeyBlock,
-                        std::min(nr, cols - n0), scores_epilogue);
+        PackPanel(k, /*transposed=*/true, 0, head_dim, j0 + n0,
+                  std::min(nr, cols - n0), nr, ws.k_panels + n0 * head_dim);
+      }
+      for (size_t m = 0; m < rows; m += kRows) {
+        for (size_t n0 = 0; n0 < cols; n0 += nr) {
+          MicroKernelRows(d, std::min(kRows, rows - m), q.Row(i0 + m),
+                          q.stride, ws.k_panels + n0 * head_dim, head_dim,
+                          ws.scores + m * kKeyBlock + n0, kKeyBlock,
+                          std::min(nr, cols - n0), scores_epilogue);
+        }
       }
     }
     // 2. Online softmax and dropout, row by row.
@@ -278,17 +291,28 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
         for (size_t c = 0; c < value_dim; ++c) row[c] *= ws.corr[r];
       }
     }
-    for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
-      PackPanel(v, /*transposed=*/false, j0, cols, n0,
-                std::min(nr, value_dim - n0), nr, ws.v_panels + n0 * kKeyBlock);
-    }
-    const Epilogue accumulate{1.0f, 0.0f, first, nullptr};
-    for (size_t m = 0; m < rows; m += kRows) {
+    if (direct) {
+      MatMulOptions accumulate;
+      accumulate.beta = first ? 0.0f : 1.0f;
+      DirectColumns(ConstMatrix(ws.scores, rows, cols, kKeyBlock),
+                    ConstMatrix(v.Row(j0), cols, value_dim, v.stride),
+                    Matrix(acc, rows, value_dim, acc_stride), accumulate, 0,
+                    value_dim);
+    } else {
       for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
-        MicroKernelRows(d, std::min(kRows, rows - m), ws.scores + m * kKeyBlock,
-                        kKeyBlock, ws.v_panels + n0 * kKeyBlock, cols,
-                        acc + m * acc_stride + n0, acc_stride,
-                        std::min(nr, value_dim - n0), accumulate);
+        PackPanel(v, /*transposed=*/false, j0, cols, n0,
+                  std::min(nr, value_dim - n0), nr,
+                  ws.v_panels + n0 * kKeyBlock);
+      }
+      const Epilogue accumulate{1.0f, 0.0f, first, nullptr};
+      for (size_t m = 0; m < rows; m += kRows) {
+        for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
+          MicroKernelRows(d, std::min(kRows, rows - m),
+                          ws.scores + m * kKeyBlock, kKeyBlock,
+                          ws.v_panels + n0 * kKeyBlock, cols,
+                          acc + m * acc_stride + n0, acc_stride,
+                          std::min(nr, value_dim - n0), accumulate);
+        }
       }
     }
     first = false;
