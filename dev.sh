@@ -3,7 +3,8 @@
 #   ./dev.sh demo   install what is missing, build Release, run `simdattn demo`
 #   ./dev.sh test   the same set-up, then the whole test suite: x86 on every
 #                   SIMD target, install + consumer tests, ASan+UBSan, TSan,
-#                   and aarch64 under qemu with NEON and with SVE.
+#                   30 s of each libFuzzer target, and aarch64 under qemu
+#                   with NEON and with SVE.
 # Packages come from the system package manager: apt-get as root (or through
 # sudo without a password); otherwise the exact command is printed.
 set -euo pipefail
@@ -12,7 +13,8 @@ cd "$(dirname "$0")"
 BUILD_PACKAGES=(cmake ninja-build g++ ccache pkg-config
   libhwy-dev libtbb-dev libgtest-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev
-  libdnnl-dev ocl-icd-opencl-dev libopenblas-dev)  # Comparison benchmarks only.
+  libdnnl-dev ocl-icd-opencl-dev libopenblas-dev  # Comparison benchmarks only.
+  clang-14 libclang-rt-14-dev)  # libFuzzer targets (tests/fuzz).
 ARM_PACKAGES=(qemu-user g++-aarch64-linux-gnu
   libhwy-dev:arm64 libtbb-dev:arm64 libgtest-dev:arm64 libbenchmark-dev:arm64)
 
@@ -85,13 +87,15 @@ case "$cmd" in
     run_tests asan
     build tsan
     run_tests tsan
+    log "Fuzzing: every target for 30 s"
+    bash tests/fuzz/run_fuzzers.sh 30
     build aarch64
     run_tests aarch64-neon
     run_tests aarch64-sve
     log "All test suites passed in $((SECONDS - start)) s"
     ;;
   *)
-    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
     [ -z "$cmd" ] || { echo "unknown command: $cmd" >&2; exit 2; }
     exit 2
     ;;

@@ -13,7 +13,18 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tools/io/npy.h"
+
+// oneDNN's JIT and libgomp are not built with the sanitizers: under them,
+// --compare would report their internals, not ours.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SIMDATTN_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SIMDATTN_SANITIZED 1
+#endif
+#endif
 
 namespace simdattn {
 namespace {
@@ -122,6 +133,76 @@ TEST_F(CliTest, HelpAndBadFlags) {
   const Result info = Simdattn("info");
   EXPECT_EQ(info.exit_code, 0);
   EXPECT_NE(info.output.find("dispatch picks"), std::string::npos);
+}
+
+// Every op, on every target this CPU supports, at 1 and 2 threads, against
+// the float64 references.
+TEST_F(CliTest, BenchCheckPassesOnEveryTarget) {
+  const Result r = Simdattn("bench --check --targets all --threads 1,2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("checks passed"), std::string::npos) << r.output;
+  for (const char* op : {"matmul", "softmax", "dropout", "mha"}) {
+    EXPECT_NE(r.output.find(op), std::string::npos) << op;
+  }
+}
+
+// A tiny run of every op: the JSON records carry the documented keys.
+TEST_F(CliTest, BenchJsonRecordsHaveTheDocumentedKeys) {
+  std::string flags =
+      "bench --op all --shape matmul=32x32x32,softmax=1x2x16x16_causal "
+      "--shape dropout=1x2x16x16 --shape mha=1x8x16x2 --threads 1,2 "
+      "--reps 2 --min-time 1 --format json --out " +
+      Path("bench.json");
+#ifndef SIMDATTN_SANITIZED
+  flags += " --compare";
+#endif
+  const Result r = Simdattn(flags);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // With --out, stdout still gets the table.
+  EXPECT_NE(r.output.find("of peak"), std::string::npos) << r.output;
+  std::ifstream in(Path("bench.json"));
+  const nlohmann::json records = nlohmann::json::parse(in);
+  ASSERT_TRUE(records.is_array());
+  std::vector<std::string> ops;
+  for (const nlohmann::json& rec : records) {
+    SCOPED_TRACE(rec.dump());
+    for (const char* key : {"op", "shape", "target", "threads", "library",
+                            "median_ms", "min_ms", "peak_fraction"}) {
+      ASSERT_TRUE(rec.contains(key)) << key;
+    }
+    const std::string library = rec["library"].get<std::string>();
+    EXPECT_TRUE(library == "simdattn" || library == "onednn" ||
+                library == "openblas");
+    EXPECT_TRUE(rec["threads"] == 1 || rec["threads"] == 2);
+    EXPECT_GT(rec["median_ms"].get<double>(), 0.0);
+    EXPECT_LE(rec["min_ms"].get<double>(), rec["median_ms"].get<double>());
+    EXPECT_NE(rec.contains("gflops"), rec.contains("gb_per_s"));
+    const double rate = rec.contains("gflops") ? rec["gflops"].get<double>()
+                                               : rec["gb_per_s"].get<double>();
+    EXPECT_GT(rate, 0.0);
+    ops.push_back(rec["op"].get<std::string>());
+  }
+  for (const char* op : {"matmul", "softmax", "dropout", "mha"}) {
+    EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << op;
+  }
+}
+
+TEST_F(CliTest, BenchBadFlagsExitNonZeroWithOneLine) {
+  EXPECT_EQ(Simdattn("bench --help").exit_code, 0);
+  EXPECT_EQ(Simdattn("bench --list").exit_code, 0);
+  for (const char* bad : {"bench --op nope", "bench --threads 0",
+                          "bench --format xml", "bench --reps 0"}) {
+    EXPECT_NE(Simdattn(bad).exit_code, 0) << bad;
+  }
+  for (const char* bad :
+       {"bench --targets NOPE", "bench --op matmul --shape 12x",
+        "bench --shape 8x8x8", "bench --op mha --shape 1x8x10x3"}) {
+    const Result r = Simdattn(bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1)
+        << bad << "\n"
+        << r.output;
+  }
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ if(SIMDATTN_BUILD_BENCHMARKS OR SIMDATTN_BUILD_TOOLS)
     https://github.com/google/benchmark.git v1.8.3)
 endif()
 # File formats (tools/io), used by the program and the golden-data tests.
-if(SIMDATTN_BUILD_TOOLS OR SIMDATTN_BUILD_TESTS)
+if(SIMDATTN_BUILD_TOOLS OR SIMDATTN_BUILD_TESTS OR SIMDATTN_BUILD_FUZZERS)
   simdattn_require(json nlohmann_json nlohmann-json3-dev
     https://github.com/nlohmann/json.git v3.11.3 3.10)
 endif()

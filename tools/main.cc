@@ -1,5 +1,6 @@
 // The `simdattn` program: `info` describes the machine and the build, `demo`
-// walks the seeds' attention ladder on their toy input.
+// walks the seeds' attention ladder on their toy input, `run` runs a module
+// on PyTorch files, `bench` measures and checks the kernels.
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -7,6 +8,7 @@
 #include "CLI/CLI.hpp"
 #include "simdattn/targets.h"
 #include "tbb/info.h"
+#include "tools/bench.h"
 #include "tools/commands.h"
 #include "tools/io/module_spec.h"
 
@@ -32,6 +34,10 @@ int main(int argc, char** argv) {
   CLI::App app{"simdattn: SIMD CPU kernels for transformer attention"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(simdattn::Version()));
+  // Bad flags and values: one line, like the program's other errors.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("simdattn: ") + e.what() + " (see --help)\n";
+  });
 
   app.add_subcommand("info", "SIMD targets compiled, supported and dispatched; threads")
       ->callback(Info);
@@ -68,6 +74,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--seed", run.seed, "dropout seed");
   run_cmd->callback([&] { simdattn::tools::Run(run); });
 
+  simdattn::tools::BenchOptions bench;
+  int exit_code = 0;
+  simdattn::tools::AddBenchCommand(app, bench, &exit_code);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -77,5 +87,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "simdattn: %s\n", e.what());
     return 2;
   }
-  return 0;
+  return exit_code;
 }

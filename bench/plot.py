@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Plots `simdattn bench --format json` records as one PNG.
+
+One row of panels per op, one column per thread count; in each panel, bars
+per shape: GFLOP/s (matmul, mha) or GB/s (softmax, dropout) for every
+(library, target) series. Several files compare machines or commits: their
+series are prefixed with the file's label (its name without .json, or
+--labels).
+
+  python3 bench/plot.py bench/results.json -o bench/results.png
+  python3 bench/plot.py zen4.json skylake.json --labels zen4,skx -o cmp.png
+
+Needs matplotlib (Debian: python3-matplotlib); a documentation step, not a
+test.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+
+def load(paths, labels):
+    """Returns records with a 'series' key, in file order."""
+    records = []
+    for path, label in zip(paths, labels):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, list):
+            sys.exit(f"{path}: not a list of simdattn bench records")
+        for r in data:
+            if r.get("check"):
+                continue  # --check records have no rates.
+            rate = r.get("gflops", r.get("gb_per_s"))
+            if rate is None:
+                continue
+            series = f"{r['library']} {r['target']}"
+            if len(paths) > 1:
+                series = f"{label}: {series}"
+            records.append(dict(r, series=series, rate=rate))
+    return records
+
+
+def ordered(values):
+    """Unique values in first-seen order."""
+    seen = []
+    for v in values:
+        if v not in seen:
+            seen.append(v)
+    return seen
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", help="JSON from simdattn bench")
+    parser.add_argument("-o", "--output", required=True, help="PNG to write")
+    parser.add_argument("--labels", help="comma-separated, one per file")
+    parser.add_argument("--title", default="simdattn bench")
+    args = parser.parse_args()
+    labels = (args.labels.split(",") if args.labels else
+              [os.path.splitext(os.path.basename(p))[0] for p in args.files])
+    if len(labels) != len(args.files):
+        sys.exit("--labels: need one label per file")
+
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")  # No display needed.
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    records = load(args.files, labels)
+    if not records:
+        sys.exit("no benchmark records in " + ", ".join(args.files))
+    ops = ordered(r["op"] for r in records)
+    threads = sorted(set(r["threads"] for r in records))
+    series = ordered(r["series"] for r in records)
+    colors = plt.get_cmap("tab10")
+
+    fig, axes = plt.subplots(len(ops), len(threads), squeeze=False,
+                             figsize=(7.5 * len(threads), 3.6 * len(ops)))
+    for row, op in enumerate(ops):
+        op_records = [r for r in records if r["op"] == op]
+        shapes = ordered(r["shape"] for r in op_records)
+        unit = "GFLOP/s" if "gflops" in op_records[0] else "GB/s"
+        op_series = [s for s in series
+                     if any(r["series"] == s for r in op_records)]
+        width = 0.8 / max(len(op_series), 1)
+        for col, t in enumerate(threads):
+            ax = axes[row][col]
+            for k, s in enumerate(op_series):
+                xs, ys = [], []
+                for i, shape in enumerate(shapes):
+                    for r in op_records:
+                        if (r["series"] == s and r["shape"] == shape
+                                and r["threads"] == t):
+                            xs.append(i + (k - (len(op_series) - 1) / 2) * width)
+                            ys.append(r["rate"])
+                ax.bar(xs, ys, width, label=s,
+                       color=colors(series.index(s) % 10))
+            ax.set_xticks(range(len(shapes)))
+            ax.set_xticklabels(shapes, rotation=30, ha="right", fontsize=7)
+            ax.set_ylabel(unit)
+            ax.set_title(f"{op}, {t} thread{'s' if t > 1 else ''}",
+                         fontsize=10)
+            ax.grid(axis="y", alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.suptitle(args.title)
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=110)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+#include "bench/util/shapes.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace simdattn {
+namespace bench {
+namespace {
+
+std::string Join(const std::vector<size_t>& dims) {
+  std::string out;
+  for (size_t d : dims) out += (out.empty() ? "" : "x") + std::to_string(d);
+  return out;
+}
+
+// "64x64x64_Bt" -> dims {64, 64, 64}, flags {"Bt"}.
+struct Parsed {
+  std::vector<size_t> dims;
+  std::vector<std::string> flags;
+};
+
+[[noreturn]] void Fail(const std::string& text, const char* expected) {
+  throw std::invalid_argument("shape \"" + text + "\" is not of the form " +
+                              expected);
+}
+
+Parsed Parse(const std::string& text, const char* expected) {
+  Parsed p;
+  size_t pos = text.find('_');
+  const std::string dims = text.substr(0, pos);
+  while (pos != std::string::npos) {
+    const size_t next = text.find('_', pos + 1);
+    p.flags.push_back(text.substr(pos + 1, next - pos - 1));
+    pos = next;
+  }
+  size_t start = 0;
+  while (true) {
+    const size_t end = dims.find('x', start);
+    const std::string item = dims.substr(start, end - start);
+    // Digits only: stoul would accept "+3", " 3" and "3abc".
+    if (item.empty() || item.size() > 12 ||
+        !std::all_of(item.begin(), item.end(),
+                     [](char c) { return c >= '0' && c <= '9'; })) {
+      Fail(text, expected);
+    }
+    const size_t value = std::stoul(item);
+    if (value == 0) Fail(text, expected);
+    p.dims.push_back(value);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return p;
+}
+
+}  // namespace
+
+std::string MatMulShape::Name() const {
+  return Join({m, k, n}) + (transpose_b ? "_Bt" : "");
+}
+
+double MatMulShape::Flops() const {
+  return 2.0 * double(m) * double(n) * double(k);
+}
+
+std::string ScoresShape::Name() const {
+  return Join({batch, heads, rows, cols}) + (causal ? "_causal" : "");
+}
+
+size_t ScoresShape::Elements() const { return batch * heads * rows * cols; }
+
+double ScoresShape::SoftmaxBytes() const {
+  double read = double(Elements());
+  if (causal) {
+    // Row i reads min(i + 1, cols) columns.
+    const double full = double(std::min(rows, cols));
+    read = full * (full + 1) / 2 + double(rows - std::min(rows, cols)) * cols;
+    read *= double(batch) * double(heads);
+  }
+  return (read + double(Elements())) * sizeof(float);
+}
+
+double ScoresShape::DropoutBytes() const {
+  return 2.0 * double(Elements()) * sizeof(float);
+}
+
+std::string MhaShape::Name() const {
+  return d_in == d_out ? Join({batch, tokens, d_in, heads})
+                       : Join({batch, tokens, d_in, d_out, heads});
+}
+
+double MhaShape::Flops() const {
+  const double bt = double(batch) * double(tokens);
+  // Q, K, V: (bt x d_in) (d_in x d_out) each; out_proj: d_out x d_out.
+  const double projections = 3.0 * bt * d_in * d_out + bt * d_out * d_out;
+  // Per head: T x T scores over head_dim, then T x head_dim outputs over T.
+  const double attention = 2.0 * bt * double(tokens) * d_out;
+  return 2.0 * (projections + attention);
+}
+
+const std::vector<MatMulShape>& StandardMatMulShapes() {
+  static const std::vector<MatMulShape> shapes = {
+      // Square.
+      {64, 64, 64},
+      {256, 256, 256},
+      {512, 512, 512},
+      {1024, 1024, 1024},
+      {2048, 2048, 2048},
+      // Projections of 1024 or 2048 tokens at d_model 768: out (or Q, K, V
+      // alone) and the fused QKV.
+      {1024, 768, 768},
+      {1024, 768, 2304},
+      {2048, 768, 768},
+      // One head of attention at T = 1024, head_dim 64: scores = Q K^T and
+      // weights V.
+      {1024, 64, 1024, true},
+      {1024, 1024, 64},
+      // The seeds' toy example: 6 tokens, d_in 3, d_out 2.
+      {6, 3, 2},
+  };
+  return shapes;
+}
+
+const std::vector<ScoresShape>& StandardSoftmaxShapes() {
+  static const std::vector<ScoresShape> shapes = {
+      {1, 12, 1024, 1024, false},
+      {8, 12, 256, 256, false},
+      {1, 12, 1024, 1024, true},
+      {8, 12, 256, 256, true},
+  };
+  return shapes;
+}
+
+const std::vector<ScoresShape>& StandardDropoutShapes() {
+  static const std::vector<ScoresShape> shapes = {{1, 12, 1024, 1024, false},
+                                                  {8, 12, 256, 256, false}};
+  return shapes;
+}
+
+const std::vector<MhaShape>& StandardMhaShapes() {
+  static const std::vector<MhaShape> shapes = {
+      {1, 1024, 768, 768, 12},
+      {8, 256, 768, 768, 12},
+      {4, 1024, 1024, 1024, 16},
+      {2, 6, 3, 2, 2},
+  };
+  return shapes;
+}
+
+MatMulShape ParseMatMulShape(const std::string& text) {
+  constexpr const char* kForm = "MxKxN or MxKxN_Bt (e.g. 1024x64x1024_Bt)";
+  const Parsed p = Parse(text, kForm);
+  if (p.dims.size() != 3 || p.flags.size() > 1 ||
+      (p.flags.size() == 1 && p.flags[0] != "Bt")) {
+    Fail(text, kForm);
+  }
+  return {p.dims[0], p.dims[1], p.dims[2], !p.flags.empty()};
+}
+
+ScoresShape ParseScoresShape(const std::string& text, bool allow_causal) {
+  const char* const form =
+      allow_causal ? "BxHxRxC or BxHxRxC_causal (e.g. 1x12x1024x1024_causal)"
+                   : "BxHxRxC (e.g. 1x12x1024x1024)";
+  const Parsed p = Parse(text, form);
+  const bool causal = p.flags.size() == 1 && p.flags[0] == "causal";
+  if (p.dims.size() != 4 || p.flags.size() > 1 ||
+      (p.flags.size() == 1 && (!causal || !allow_causal))) {
+    Fail(text, form);
+  }
+  return {p.dims[0], p.dims[1], p.dims[2], p.dims[3], causal};
+}
+
+MhaShape ParseMhaShape(const std::string& text) {
+  constexpr const char* kForm =
+      "BxTxDxH or BxTxDINxDOUTxH with H dividing DOUT (e.g. 1x1024x768x12)";
+  const Parsed p = Parse(text, kForm);
+  if (!p.flags.empty() || (p.dims.size() != 4 && p.dims.size() != 5)) {
+    Fail(text, kForm);
+  }
+  const bool same = p.dims.size() == 4;
+  MhaShape s{p.dims[0], p.dims[1], p.dims[2], same ? p.dims[2] : p.dims[3],
+             same ? p.dims[3] : p.dims[4]};
+  if (s.d_out % s.heads != 0) Fail(text, kForm);
+  return s;
+}
+
+}  // namespace bench
+}  // namespace simdattn

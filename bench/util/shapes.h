@@ -1,0 +1,77 @@
+// The shapes every simdattn benchmark measures, as the kernel issues list
+// them, with the work one call does (FLOPs or bytes). Shared by the Google
+// Benchmark binaries in bench/ and by `simdattn bench`, so that both measure
+// and name the same things.
+//
+// A shape is written the way the tables print it: extents joined by 'x',
+// then optional '_'-separated flags, e.g. "1024x64x1024_Bt" (a matmul with
+// op(B) = B^T) or "1x12x1024x1024_causal" (a causal softmax).
+#ifndef SIMDATTN_BENCH_UTIL_SHAPES_H_
+#define SIMDATTN_BENCH_UTIL_SHAPES_H_
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace simdattn {
+namespace bench {
+
+// C = A op(B): A is m x k, op(B) is k x n.
+struct MatMulShape {
+  size_t m = 0, k = 0, n = 0;
+  // op(B) = B^T with B stored n x k (one head's Q K^T).
+  bool transpose_b = false;
+
+  std::string Name() const;  // "MxKxN" or "MxKxN_Bt".
+  double Flops() const;      // 2 m n k.
+};
+
+// A (batch, heads, rows, cols) score tensor, softmax-ed or dropped out row
+// by row over its last dimension.
+struct ScoresShape {
+  size_t batch = 0, heads = 0, rows = 0, cols = 0;
+  bool causal = false;  // Softmax only: row i keeps columns j <= i.
+
+  std::string Name() const;  // "BxHxRxC" or "BxHxRxC_causal".
+  size_t Elements() const;
+  // Bytes read + written by one softmax: a causal row reads only its first
+  // i + 1 columns (the rest need no exp) but writes every column.
+  double SoftmaxBytes() const;
+  // Bytes read + written by one in-place dropout.
+  double DropoutBytes() const;
+};
+
+// MultiHeadAttention forward: causal, eval, no qkv bias, out_proj.
+struct MhaShape {
+  size_t batch = 0, tokens = 0, d_in = 0, d_out = 0, heads = 0;
+
+  // "BxTxDxH" when d_in == d_out, else "BxTxDINxDOUTxH".
+  std::string Name() const;
+  // The unfused module's multiply-adds x 2: Q, K, V and output projections,
+  // then Q K^T and weights V over all T x T scores (masked ones included:
+  // the unfused module computes them).
+  double Flops() const;
+};
+
+// The issues' shapes: square matmuls 64..2048, GPT-2-small projections,
+// one head of attention at T = 1024 and the seeds' 6x3x2 toy.
+const std::vector<MatMulShape>& StandardMatMulShapes();
+// 12 heads of one 1024-token sequence and a batch of 8 of 256 tokens,
+// unmasked then causal.
+const std::vector<ScoresShape>& StandardSoftmaxShapes();
+// The softmax tensors, unmasked (dropout has no mask).
+const std::vector<ScoresShape>& StandardDropoutShapes();
+// GPT-2 small at 1024 tokens and at a batch of 8 x 256, a 1024-wide 16-head
+// model at 4 x 1024, and the seeds' toy (2 x 6 tokens, 3 -> 2, 2 heads).
+const std::vector<MhaShape>& StandardMhaShapes();
+
+// Parse the Name() syntax; throw std::invalid_argument naming the text and
+// the expected form for anything else (zero extents included).
+MatMulShape ParseMatMulShape(const std::string& text);
+ScoresShape ParseScoresShape(const std::string& text, bool allow_causal);
+MhaShape ParseMhaShape(const std::string& text);
+
+}  // namespace bench
+}  // namespace simdattn
+
+#endif  // SIMDATTN_BENCH_UTIL_SHAPES_H_

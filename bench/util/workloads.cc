@@ -1,0 +1,334 @@
+#include "bench/util/workloads.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench/util/shapes.h"
+#include "simdattn/attention.h"
+#include "simdattn/kernels.h"
+#include "simdattn/targets.h"
+
+#ifdef SIMDATTN_HAVE_ONEDNN
+#include "oneapi/dnnl/dnnl.hpp"
+// _OPENMP: CMake found OpenMP and compiles this file with -fopenmp.
+#if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP && defined(_OPENMP)
+#define SIMDATTN_ONEDNN_OMP 1
+#include <omp.h>
+#endif
+#endif
+#ifdef SIMDATTN_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace simdattn {
+namespace bench {
+namespace {
+
+// Matmul operands: uniform [-1, 1), C zero. B is k x n, or n x k for B^T.
+struct MatMulOperands {
+  std::vector<float> a, b, c;
+  explicit MatMulOperands(const MatMulShape& s)
+      : a(s.m * s.k), b(s.k * s.n), c(s.m * s.n, 0.0f) {
+    std::mt19937 rng(static_cast<uint32_t>(s.m * 131 + s.k * 17 + s.n));
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (float& v : a) v = dist(rng);
+    for (float& v : b) v = dist(rng);
+  }
+};
+
+// Scores in [-4, 4): a cheap LCG is enough for timing.
+std::vector<float> Scores(size_t n) {
+  std::vector<float> x(n);
+  uint32_t state = 12345;
+  for (float& v : x) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<float>(state >> 8) * (8.0f / 16777216.0f) - 4.0f;
+  }
+  return x;
+}
+
+class SimdattnMatMul : public Workload {
+ public:
+  explicit SimdattnMatMul(const MatMulShape& s)
+      : ops_(s),
+        a_(ops_.a.data(), s.m, s.k),
+        b_(s.transpose_b ? ConstMatrix(ops_.b.data(), s.n, s.k)
+                         : ConstMatrix(ops_.b.data(), s.k, s.n)),
+        c_(ops_.c.data(), s.m, s.n) {
+    options_.transpose_b = s.transpose_b ? Transpose::kYes : Transpose::kNo;
+  }
+  void Run() override { MatMul(a_, b_, c_, options_); }
+  std::string Impl() const override { return ActiveTarget(); }
+
+ private:
+  MatMulOperands ops_;
+  ConstMatrix a_, b_;
+  Matrix c_;
+  MatMulOptions options_;
+};
+
+class SimdattnSoftmax : public Workload {
+ public:
+  explicit SimdattnSoftmax(const ScoresShape& s)
+      : x_(Scores(s.Elements())),
+        y_(x_.size()),
+        xv_(ConstTensor4::Dense(x_.data(), s.batch, s.heads, s.rows, s.cols)),
+        yv_(Tensor4::Dense(y_.data(), s.batch, s.heads, s.rows, s.cols)) {
+    mask_.causal = s.causal;
+  }
+  void Run() override { Softmax(xv_, yv_, 0.125f, mask_); }
+  std::string Impl() const override { return ActiveTarget(); }
+
+ private:
+  std::vector<float> x_, y_;
+  ConstTensor4 xv_;
+  Tensor4 yv_;
+  AttentionMask mask_;
+};
+
+class SimdattnDropout : public Workload {
+ public:
+  // Each call scales kept values by 1/0.9: they grow, never becoming
+  // denormal (which would slow the multiply), and cost the same once inf.
+  explicit SimdattnDropout(const ScoresShape& s)
+      : x_(s.Elements(), 1.0f),
+        xv_(Tensor4::Dense(x_.data(), s.batch, s.heads, s.rows, s.cols)) {}
+  void Run() override {
+    Dropout(xv_, 0.1f, key_);
+    ++key_.offset;  // A new mask per step, as in training.
+  }
+  std::string Impl() const override { return ActiveTarget(); }
+
+ private:
+  std::vector<float> x_;
+  Tensor4 xv_;
+  DropoutKey key_{1234, 0};
+};
+
+class SimdattnMha : public Workload {
+ public:
+  explicit SimdattnMha(const MhaShape& s)
+      : mha_(s.d_in, s.d_out, s.tokens, 0.0f, s.heads, false, 1),
+        x_(s.batch * s.tokens * s.d_in, 0.25f),
+        y_(s.batch * s.tokens * s.d_out),
+        xv_(x_.data(), s.batch, s.tokens, s.d_in),
+        yv_(y_.data(), s.batch, s.tokens, s.d_out) {}
+  void Run() override { mha_.Forward(xv_, yv_); }
+  std::string Impl() const override { return ActiveTarget(); }
+
+ private:
+  MultiHeadAttention mha_;
+  std::vector<float> x_, y_;
+  ConstTensor3 xv_;
+  Tensor3 yv_;
+};
+
+#ifdef SIMDATTN_HAVE_ONEDNN
+void SetOneDnnThreads([[maybe_unused]] int threads) {
+#ifdef SIMDATTN_ONEDNN_OMP
+  // Debian's libdnnl2 uses GNU OpenMP (ldd: libgomp.so.1). A TBB build of
+  // oneDNN would follow the caller's task_arena instead.
+  if (threads > 0) omp_set_num_threads(threads);
+#endif
+}
+
+dnnl::memory::dim Dim(size_t v) { return static_cast<dnnl::memory::dim>(v); }
+
+// oneDNN's matmul primitive: f32, row-major A and C, B a k x n row-major
+// matrix or, for B^T, the same logical matrix through a column-major
+// descriptor.
+class OneDnnMatMul : public Workload {
+ public:
+  OneDnnMatMul(const MatMulShape& s, int threads) : ops_(s) {
+    SetOneDnnThreads(threads);
+    using dnnl::memory;
+    const memory::desc a_md({Dim(s.m), Dim(s.k)}, memory::data_type::f32,
+                            memory::format_tag::ab);
+    const memory::desc b_md(
+        {Dim(s.k), Dim(s.n)}, memory::data_type::f32,
+        s.transpose_b ? memory::format_tag::ba : memory::format_tag::ab);
+    const memory::desc c_md({Dim(s.m), Dim(s.n)}, memory::data_type::f32,
+                            memory::format_tag::ab);
+#if DNNL_VERSION_MAJOR >= 3
+    const dnnl::matmul::primitive_desc pd(engine_, a_md, b_md, c_md);
+#else
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md),
+                                          engine_);
+#endif
+    impl_ = pd.impl_info_str();
+    matmul_ = dnnl::matmul(pd);
+    args_ = {{DNNL_ARG_SRC, memory(a_md, engine_, ops_.a.data())},
+             {DNNL_ARG_WEIGHTS, memory(b_md, engine_, ops_.b.data())},
+             {DNNL_ARG_DST, memory(c_md, engine_, ops_.c.data())}};
+  }
+  void Run() override {
+    matmul_.execute(stream_, args_);
+    stream_.wait();
+  }
+  std::string Impl() const override { return impl_; }
+
+ private:
+  MatMulOperands ops_;
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  dnnl::matmul matmul_;
+  std::unordered_map<int, dnnl::memory> args_;
+  std::string impl_;
+};
+
+// oneDNN's softmax (accurate algorithm) over the last axis, out of place.
+class OneDnnSoftmax : public Workload {
+ public:
+  OneDnnSoftmax(const ScoresShape& s, int threads)
+      : x_(Scores(s.Elements())), y_(x_.size()) {
+    SetOneDnnThreads(threads);
+    const dnnl::memory::desc md(
+        {Dim(s.batch), Dim(s.heads), Dim(s.rows), Dim(s.cols)},
+        dnnl::memory::data_type::f32, dnnl::memory::format_tag::abcd);
+#if DNNL_VERSION_MAJOR >= 3
+    const dnnl::softmax_forward::primitive_desc pd(
+        engine_, dnnl::prop_kind::forward_inference,
+        dnnl::algorithm::softmax_accurate, md, md, 3);
+#else
+    const dnnl::softmax_forward::primitive_desc pd(
+        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md, 3),
+        engine_);
+#endif
+    impl_ = pd.impl_info_str();
+    softmax_ = dnnl::softmax_forward(pd);
+    // oneDNN's softmax has no scale: it gets the scores pre-scaled, so both
+    // libraries compute the same function of the same tensor.
+    for (float& v : x_) v *= 0.125f;
+    args_ = {{DNNL_ARG_SRC, dnnl::memory(md, engine_, x_.data())},
+             {DNNL_ARG_DST, dnnl::memory(md, engine_, y_.data())}};
+  }
+  void Run() override {
+    softmax_.execute(stream_, args_);
+    stream_.wait();
+  }
+  std::string Impl() const override { return impl_; }
+
+ private:
+  std::vector<float> x_, y_;
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  dnnl::softmax_forward softmax_;
+  std::unordered_map<int, dnnl::memory> args_;
+  std::string impl_;
+};
+#endif  // SIMDATTN_HAVE_ONEDNN
+
+#ifdef SIMDATTN_HAVE_OPENBLAS
+// OpenBLAS 0.3.21 (Debian bookworm) does not know Zen 4/5 and picks its
+// Haswell (AVX2) kernels there; OPENBLAS_CORETYPE=SkylakeX selects the
+// AVX-512 ones (compare those with AVX3, and Haswell with AVX2).
+class OpenBlasMatMul : public Workload {
+ public:
+  OpenBlasMatMul(const MatMulShape& s, int threads) : s_(s), ops_(s) {
+    if (threads > 0) openblas_set_num_threads(threads);
+  }
+  void Run() override {
+    const int m = static_cast<int>(s_.m), n = static_cast<int>(s_.n),
+              k = static_cast<int>(s_.k);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans,
+                s_.transpose_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
+                ops_.a.data(), k, ops_.b.data(), s_.transpose_b ? k : n, 0.0f,
+                ops_.c.data(), n);
+  }
+  std::string Impl() const override { return openblas_get_corename(); }
+
+ private:
+  MatMulShape s_;
+  MatMulOperands ops_;
+};
+#endif  // SIMDATTN_HAVE_OPENBLAS
+
+}  // namespace
+
+const char* LibraryName(Library library) {
+  switch (library) {
+    case Library::kSimdattn:
+      return "simdattn";
+    case Library::kOneDnn:
+      return "onednn";
+    case Library::kOpenBlas:
+      return "openblas";
+  }
+  return "?";
+}
+
+bool LibraryAvailable(Library library) {
+  switch (library) {
+    case Library::kSimdattn:
+      return true;
+    case Library::kOneDnn:
+#ifdef SIMDATTN_HAVE_ONEDNN
+      return true;
+#else
+      return false;
+#endif
+    case Library::kOpenBlas:
+#ifdef SIMDATTN_HAVE_OPENBLAS
+      return true;
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape, Library library,
+                                     [[maybe_unused]] int threads) {
+  switch (library) {
+    case Library::kSimdattn:
+      return std::make_unique<SimdattnMatMul>(shape);
+    case Library::kOneDnn:
+#ifdef SIMDATTN_HAVE_ONEDNN
+      return std::make_unique<OneDnnMatMul>(shape, threads);
+#else
+      return nullptr;
+#endif
+    case Library::kOpenBlas:
+#ifdef SIMDATTN_HAVE_OPENBLAS
+      return std::make_unique<OpenBlasMatMul>(shape, threads);
+#else
+      return nullptr;
+#endif
+  }
+  return nullptr;
+}
+
+std::unique_ptr<Workload> MakeSoftmax(const ScoresShape& shape, Library library,
+                                      [[maybe_unused]] int threads) {
+  switch (library) {
+    case Library::kSimdattn:
+      return std::make_unique<SimdattnSoftmax>(shape);
+    case Library::kOneDnn:
+#ifdef SIMDATTN_HAVE_ONEDNN
+      // oneDNN's softmax has no causal mask: only unmasked is comparable.
+      if (shape.causal) return nullptr;
+      return std::make_unique<OneDnnSoftmax>(shape, threads);
+#else
+      return nullptr;
+#endif
+    case Library::kOpenBlas:
+      return nullptr;
+  }
+  return nullptr;
+}
+
+std::unique_ptr<Workload> MakeDropout(const ScoresShape& shape) {
+  return std::make_unique<SimdattnDropout>(shape);
+}
+
+std::unique_ptr<Workload> MakeMha(const MhaShape& shape) {
+  return std::make_unique<SimdattnMha>(shape);
+}
+
+}  // namespace bench
+}  // namespace simdattn

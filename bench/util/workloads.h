@@ -1,0 +1,57 @@
+// One op at one shape, ready to run repeatedly: operands allocated and
+// filled once, outside any timed loop. simdattn's kernels, and the same op
+// through oneDNN or OpenBLAS when they were found at configure time
+// (SIMDATTN_HAVE_ONEDNN, SIMDATTN_HAVE_OPENBLAS in workloads.cc only: users
+// of this header need no #ifdef).
+#ifndef SIMDATTN_BENCH_UTIL_WORKLOADS_H_
+#define SIMDATTN_BENCH_UTIL_WORKLOADS_H_
+
+#include <memory>
+#include <string>
+
+#include "bench/util/shapes.h"
+
+namespace simdattn {
+namespace bench {
+
+enum class Library { kSimdattn, kOneDnn, kOpenBlas };
+
+// "simdattn", "onednn", "openblas": the names the JSON records use.
+const char* LibraryName(Library library);
+// Whether this build links the library.
+bool LibraryAvailable(Library library);
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  // One call of the op. simdattn's run on the caller's tbb::task_arena and
+  // the target chosen by simdattn::UseTarget.
+  virtual void Run() = 0;
+  // What runs: simdattn's dispatched target, oneDNN's implementation
+  // ("brg:avx512_core"), OpenBLAS's core ("SkylakeX").
+  virtual std::string Impl() const = 0;
+};
+
+// nullptr when the library is not available or has no such op (OpenBLAS has
+// no softmax; oneDNN's softmax has no causal mask). `threads` > 0 sets the
+// thread count of libraries with their own pool (oneDNN's OpenMP, OpenBLAS's
+// pthreads): create the workload right before timing it, since that setting
+// is process-wide. oneDNN picks its blocking for the threads it sees at
+// creation. simdattn ignores it (use a tbb::task_arena).
+std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape,
+                                     Library library = Library::kSimdattn,
+                                     int threads = 0);
+// softmax(0.125 x) over the last axis, out of place (0.125 = 1/sqrt(64)).
+std::unique_ptr<Workload> MakeSoftmax(const ScoresShape& shape,
+                                      Library library = Library::kSimdattn,
+                                      int threads = 0);
+// In-place dropout with p = 0.1 and a new key offset per call, as in
+// training.
+std::unique_ptr<Workload> MakeDropout(const ScoresShape& shape);
+// MultiHeadAttention::Forward, causal, eval.
+std::unique_ptr<Workload> MakeMha(const MhaShape& shape);
+
+}  // namespace bench
+}  // namespace simdattn
+
+#endif  // SIMDATTN_BENCH_UTIL_WORKLOADS_H_

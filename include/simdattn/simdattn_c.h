@@ -1,0 +1,286 @@
+/* The C API of simdattn: C99, usable from C and through any FFI (Rust,
+ * Python's ctypes/cffi, ...). It wraps the C++ API one to one:
+ *
+ *   primitives  simdattn_matmul, simdattn_batched_matmul, simdattn_softmax,
+ *               simdattn_dropout: plain functions over strided views of
+ *               caller memory (see tensor.h and kernels.h for the semantics)
+ *   modules     simdattn_module_*: an opaque handle per attention module of
+ *               attention.h; create, load a state_dict, forward, destroy
+ *   runtime     version, SIMD target, a bound on the number of threads
+ *
+ * Errors: every function that can fail returns a simdattn_status. On failure
+ * simdattn_last_error() gives a one-line message naming the function, the
+ * argument and the values, e.g. "MultiHeadAttention: d_out (10) is not
+ * divisible by num_heads (3)". No C++ exception ever leaves this API; a null
+ * handle or output pointer is SIMDATTN_STATUS_INVALID_ARGUMENT, never a crash.
+ * Outputs are left untouched when validation fails.
+ *
+ * Threads: every function may be called from any thread.
+ * simdattn_module_forward may run concurrently on one module; create, load and
+ * destroy need exclusive access to their module. Views never own memory: the
+ * caller keeps every buffer alive for the duration of the call. */
+#ifndef SIMDATTN_SIMDATTN_C_H_
+#define SIMDATTN_SIMDATTN_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "simdattn/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status and runtime                                                        */
+
+typedef enum simdattn_status {
+  SIMDATTN_STATUS_OK = 0,
+  /* A null pointer, a bad shape, stride, flag or probability, overlapping
+   * buffers, a size that overflows, a misshapen state_dict tensor. */
+  SIMDATTN_STATUS_INVALID_ARGUMENT = 1,
+  /* Scratch memory (e.g. the batch x heads x tokens x tokens attention
+   * weights) could not be allocated. */
+  SIMDATTN_STATUS_OUT_OF_MEMORY = 2,
+  /* Anything else: a bug in simdattn; the message says what was thrown. */
+  SIMDATTN_STATUS_INTERNAL = 3
+} simdattn_status;
+
+/* The message of the last failed call on this thread; "" after a call that
+ * succeeded (every call returning a simdattn_status sets or clears it). The
+ * pointer stays valid until the next call on this thread; never null. */
+SIMDATTN_API const char* simdattn_last_error(void);
+
+/* "major.minor.patch"; a static string. */
+SIMDATTN_API const char* simdattn_version(void);
+
+/* Highway's name of the SIMD target the kernels dispatch to ("AVX2", "AVX3",
+ * "NEON", "SVE2", ...). The pointer stays valid until the next call of this
+ * function on this thread; "" if the name could not be determined. */
+SIMDATTN_API const char* simdattn_active_target(void);
+
+/* Restricts dispatch to the target called `name` (one the CPU supports), or
+ * restores the default for NULL or "". For benchmarks and tests: not
+ * thread-safe, call it while no kernel runs. */
+SIMDATTN_API simdattn_status simdattn_use_target(const char* name);
+
+/* Bounds the number of threads simdattn's kernels use, process-wide, from
+ * now on: the library holds a tbb::global_control(max_allowed_parallelism,
+ * max_threads). max_threads = 0 removes the library's bound again.
+ *
+ * As with any tbb::global_control, the effective bound is the smallest of all
+ * those alive in the process, so this can lower but never raise a bound the
+ * application set itself, and it also applies to the application's own TBB
+ * work. A tbb::task_arena with fewer threads still limits the calls made
+ * inside it. Safe to call from several threads; the last call wins. */
+SIMDATTN_API simdattn_status simdattn_set_max_threads(size_t max_threads);
+
+/* The number of threads a parallel call may use now, from every bound alive
+ * in the process (not only simdattn_set_max_threads). */
+SIMDATTN_API simdattn_status simdattn_get_max_threads(size_t* max_threads);
+
+/* ------------------------------------------------------------------------ */
+/* Views of caller memory (tensor.h)                                         */
+
+/* Row-major: element (r, c) is data[r * stride + c]; stride >= cols. */
+typedef struct simdattn_matrix {
+  float* data;
+  size_t rows, cols, stride;
+} simdattn_matrix;
+typedef struct simdattn_const_matrix {
+  const float* data;
+  size_t rows, cols, stride;
+} simdattn_const_matrix;
+
+/* (batch, tokens, features), features contiguous: element (b, t, f) is
+ * data[b * batch_stride + t * token_stride + f]. */
+typedef struct simdattn_tensor3 {
+  float* data;
+  size_t batch, tokens, features;
+  size_t batch_stride, token_stride;
+} simdattn_tensor3;
+typedef struct simdattn_const_tensor3 {
+  const float* data;
+  size_t batch, tokens, features;
+  size_t batch_stride, token_stride;
+} simdattn_const_tensor3;
+
+/* (dims[0], dims[1], dims[2], dims[3]), usually (batch, heads, rows, cols),
+ * last dimension contiguous: element (i, j, k, l) is data[i * strides[0] +
+ * j * strides[1] + k * strides[2] + l]. A stride of 0 broadcasts (inputs
+ * only). */
+typedef struct simdattn_tensor4 {
+  float* data;
+  size_t dims[4];
+  size_t strides[3];
+} simdattn_tensor4;
+typedef struct simdattn_const_tensor4 {
+  const float* data;
+  size_t dims[4];
+  size_t strides[3];
+} simdattn_const_tensor4;
+/* A boolean mask: nonzero = masked. */
+typedef struct simdattn_const_u8_tensor4 {
+  const uint8_t* data;
+  size_t dims[4];
+  size_t strides[3];
+} simdattn_const_u8_tensor4;
+
+/* ------------------------------------------------------------------------ */
+/* Primitives (kernels.h)                                                    */
+
+typedef struct simdattn_matmul_options {
+  /* 0: op(B) = B (K x N); 1: op(B) = B^T (B is N x K). Nothing else. */
+  int32_t transpose_b;
+  float alpha;
+  /* 0: C is write-only (its old contents, even NaN, are never read). */
+  float beta;
+  /* Optional N floats added to every row of C; NULL for none. */
+  const float* bias;
+} simdattn_matmul_options;
+
+/* transpose_b = 0, alpha = 1, beta = 0, bias = NULL: C = A * B. (A zeroed
+ * struct would have alpha = 0.) */
+SIMDATTN_API simdattn_matmul_options simdattn_matmul_default_options(void);
+
+/* C = alpha * A * op(B) + beta * C + bias; A is M x K, op(B) K x N, C M x N,
+ * C overlapping neither A, B nor bias. options NULL: the defaults. */
+SIMDATTN_API simdattn_status
+simdattn_matmul(simdattn_const_matrix a, simdattn_const_matrix b,
+                simdattn_matrix c, const simdattn_matmul_options* options);
+
+/* MatMul on every (i0, i1) matrix: C[i0, i1] = A[i0, i1] * op(B[i0', j1]),
+ * j1 = i1 / (A.dims[1] / B.dims[1]) (grouped-query heads), i0' = 0 when
+ * B.dims[0] == 1 (broadcast). */
+SIMDATTN_API simdattn_status simdattn_batched_matmul(
+    simdattn_const_tensor4 a, simdattn_const_tensor4 b, simdattn_tensor4 c,
+    const simdattn_matmul_options* options);
+
+/* What a softmax row may attend to; a column is masked if any field masks
+ * it. A zeroed struct masks nothing. */
+typedef struct simdattn_mask {
+  /* 0 or 1: row i keeps columns j <= i + causal_offset. */
+  int32_t causal;
+  size_t causal_offset;
+  /* data NULL: absent. Same dims as the scores; stride 0 broadcasts. */
+  simdattn_const_u8_tensor4 boolean_mask;
+  /* Added to the scaled scores; -INFINITY masks. data NULL: absent. */
+  simdattn_const_tensor4 additive_mask;
+  /* NULL, or dims[0] lengths: item b keeps columns j < key_lengths[b]. */
+  const size_t* key_lengths;
+} simdattn_mask;
+
+/* Row-wise y = softmax(scale * x + mask), in place (y.data == x.data with the
+ * same strides) or into a y that does not overlap x. A fully masked row gives
+ * zeros. mask NULL: no mask. */
+SIMDATTN_API simdattn_status simdattn_softmax(simdattn_const_tensor4 x,
+                                              simdattn_tensor4 y, float scale,
+                                              const simdattn_mask* mask);
+
+/* In place: keeps each element with probability 1 - p, scaled by 1 / (1 - p).
+ * The mask is a pure function of (seed, offset, element index); advance
+ * offset every training step. p outside [0, 1] or NaN is an error. */
+SIMDATTN_API simdattn_status simdattn_dropout(simdattn_tensor4 x, float p,
+                                              uint64_t seed, uint64_t offset);
+
+/* Fused scaled-dot-product attention and the KV cache (append, decode) will
+ * be declared here once the C++ API has them (kernels.h, attention.h). */
+
+/* ------------------------------------------------------------------------ */
+/* Attention modules (attention.h)                                           */
+
+typedef enum simdattn_module_kind {
+  SIMDATTN_SIMPLIFIED_SELF_ATTENTION = 0, /* d_in */
+  SIMDATTN_SELF_ATTENTION_V1 = 1,         /* d_in, d_out */
+  SIMDATTN_SELF_ATTENTION_V2 = 2,         /* d_in, d_out, qkv_bias */
+  /* d_in, d_out, context_length, dropout, qkv_bias */
+  SIMDATTN_CAUSAL_ATTENTION = 3,
+  /* The above plus num_heads heads of d_out each: outputs num_heads * d_out
+   * features. */
+  SIMDATTN_MULTI_HEAD_ATTENTION_WRAPPER = 4,
+  /* d_out split into num_heads heads, num_kv_heads (0: num_heads) key/value
+   * heads, out_proj. */
+  SIMDATTN_MULTI_HEAD_ATTENTION = 5
+} simdattn_module_kind;
+
+/* The seeds' constructor arguments; a module reads those its kind lists. */
+typedef struct simdattn_module_config {
+  int32_t kind; /* A simdattn_module_kind. */
+  size_t d_in;
+  size_t d_out;
+  size_t context_length;
+  float dropout;
+  size_t num_heads;
+  size_t num_kv_heads;
+  int32_t qkv_bias; /* 0 or 1. */
+  /* Initial weights are drawn from PyTorch's distributions with this seed
+   * (the values differ from PyTorch's); load a state_dict to replace them. */
+  uint64_t seed;
+} simdattn_module_config;
+
+typedef struct simdattn_module simdattn_module;
+
+/* Creates a module; *module is set on success and left alone on failure.
+ * Release it with simdattn_module_destroy. */
+SIMDATTN_API simdattn_status simdattn_module_create(
+    const simdattn_module_config* config, simdattn_module** module);
+
+/* Releases a module; NULL does nothing. */
+SIMDATTN_API void simdattn_module_destroy(simdattn_module* module);
+
+/* The shape of the module: x has d_in features, y has d_out features, the
+ * attention weights are (batch, num_heads, tokens, tokens). Any output
+ * pointer may be NULL. */
+SIMDATTN_API simdattn_status
+simdattn_module_shape(const simdattn_module* module, size_t* d_in,
+                      size_t* d_out, size_t* num_heads);
+
+/* One tensor of a PyTorch state_dict in caller memory: row-major,
+ * contiguous, `rank` dimensions (the count of elements is their product). */
+typedef struct simdattn_named_tensor {
+  const char* name; /* PyTorch's name: "W_query.weight", "heads.0.mask". */
+  const float* data;
+  const size_t* shape;
+  size_t rank;
+} simdattn_named_tensor;
+
+/* The state_dict the module expects, one tensor at a time in name order
+ * (index < count): its name and shape, owned by the module. Any output
+ * pointer may be NULL; index past the end is an error. */
+SIMDATTN_API simdattn_status
+simdattn_module_weight_count(const simdattn_module* module, size_t* count);
+SIMDATTN_API simdattn_status simdattn_module_weight_info(
+    const simdattn_module* module, size_t index, const char** name,
+    const size_t** shape, size_t* rank);
+
+/* Copies the weights (PyTorch's names and shapes), strictly: a missing,
+ * unexpected, duplicated or misshapen tensor is an error naming it, and a
+ * failed load leaves the weights as they were. The causal "mask" buffers may
+ * be left out. */
+SIMDATTN_API simdattn_status simdattn_module_load_weights(
+    simdattn_module* module, const simdattn_named_tensor* tensors,
+    size_t count);
+
+typedef struct simdattn_forward_options {
+  /* 0: eval. 1: training, dropout on the attention weights with the key
+   * (dropout_seed, dropout_offset); advance the offset every step. */
+  int32_t training;
+  uint64_t dropout_seed;
+  uint64_t dropout_offset;
+  /* Optional output (batch, num_heads, tokens, tokens): the attention
+   * weights after softmax (and dropout). data NULL: not wanted. */
+  simdattn_tensor4 attention_weights;
+} simdattn_forward_options;
+
+/* x (batch, tokens, d_in) -> y (batch, tokens, d_out), y not overlapping x.
+ * tokens may not exceed context_length. options NULL: eval, no weights.
+ * Allocates only the first time it sees a shape. */
+SIMDATTN_API simdattn_status simdattn_module_forward(
+    const simdattn_module* module, simdattn_const_tensor3 x, simdattn_tensor3 y,
+    const simdattn_forward_options* options);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SIMDATTN_SIMDATTN_C_H_ */

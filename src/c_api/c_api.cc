@@ -1,0 +1,355 @@
+// The C API over the C++ API: conversions of plain C structs into the C++
+// views, and the exception barrier (guard.h). All validation of shapes,
+// strides and overlaps is the C++ API's; this layer checks only what C adds:
+// null handles and output pointers, flags that are not 0 or 1, enum values.
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "simdattn/attention.h"
+#include "simdattn/kernels.h"
+#include "simdattn/simdattn_c.h"
+#include "simdattn/targets.h"
+#include "simdattn/tensor.h"
+#include "src/c_api/guard.h"
+#include "src/common/check.h"
+#include "tbb/global_control.h"
+
+// The handle: the module plus its state_dict's names and shapes, kept so that
+// simdattn_module_weight_info can hand out pointers that live as long as it.
+struct simdattn_module {
+  explicit simdattn_module(simdattn::AttentionModule m) : module(std::move(m)) {
+    for (auto& [name, shape] : module.StateDictShapes()) {
+      weight_names.push_back(name);
+      weight_shapes.push_back(std::move(shape));
+    }
+  }
+
+  simdattn::AttentionModule module;
+  std::vector<std::string> weight_names;  // Sorted, as StateDictShapes gives.
+  std::vector<std::vector<size_t>> weight_shapes;
+};
+
+namespace simdattn {
+namespace internal {
+namespace {
+
+// Long enough for any message the library writes (shapes of four 20-digit
+// numbers included); longer ones are cut, never overrun.
+constexpr size_t kMaxMessage = 1024;
+thread_local char t_last_error[kMaxMessage];
+
+}  // namespace
+
+void SetLastError(const char* prefix, const char* message) noexcept {
+  if (prefix != nullptr) {
+    std::snprintf(t_last_error, kMaxMessage, "%s: %s", prefix, message);
+  } else {
+    std::snprintf(t_last_error, kMaxMessage, "%s", message);
+  }
+}
+
+void ClearLastError() noexcept { t_last_error[0] = '\0'; }
+
+}  // namespace internal
+
+namespace {
+
+// Throws naming `function` and `what` unless `pointer` is set.
+void RequireNonNull(const void* pointer, const char* function,
+                    const char* what) {
+  SIMDATTN_REQUIRE(pointer != nullptr, function, what, " is null");
+}
+
+// C's 0-or-1 flags: anything else is more likely a garbled struct (a field
+// order or size mismatch across an FFI) than a deliberate "true".
+bool Flag(int32_t value, const char* function, const char* what) {
+  SIMDATTN_REQUIRE(value == 0 || value == 1, function, what, " (", value,
+                   ") is neither 0 nor 1");
+  return value == 1;
+}
+
+ConstMatrix View(simdattn_const_matrix m) {
+  return ConstMatrix(m.data, m.rows, m.cols, m.stride);
+}
+Matrix View(simdattn_matrix m) {
+  return Matrix(m.data, m.rows, m.cols, m.stride);
+}
+template <typename T, typename CTensor>
+Tensor4View<T> View4(const CTensor& t) {
+  return Tensor4View<T>(t.data, t.dims[0], t.dims[1], t.dims[2], t.dims[3],
+                        t.strides[0], t.strides[1], t.strides[2]);
+}
+ConstTensor3 View(simdattn_const_tensor3 t) {
+  return ConstTensor3(t.data, t.batch, t.tokens, t.features, t.batch_stride,
+                      t.token_stride);
+}
+Tensor3 View(simdattn_tensor3 t) {
+  return Tensor3(t.data, t.batch, t.tokens, t.features, t.batch_stride,
+                 t.token_stride);
+}
+
+MatMulOptions ToOptions(const simdattn_matmul_options* options,
+                        const char* function) {
+  MatMulOptions result;
+  if (options == nullptr) return result;
+  result.transpose_b =
+      Flag(options->transpose_b, function, "options->transpose_b")
+          ? Transpose::kYes
+          : Transpose::kNo;
+  result.alpha = options->alpha;
+  result.beta = options->beta;
+  result.bias = options->bias;
+  return result;
+}
+
+AttentionModule MakeModule(const simdattn_module_config& c) {
+  constexpr const char* kFn = "simdattn_module_create";
+  const bool bias = Flag(c.qkv_bias, kFn, "config->qkv_bias");
+  switch (c.kind) {
+    case SIMDATTN_SIMPLIFIED_SELF_ATTENTION:
+      return SimplifiedSelfAttention(c.d_in);
+    case SIMDATTN_SELF_ATTENTION_V1:
+      return SelfAttentionV1(c.d_in, c.d_out, c.seed);
+    case SIMDATTN_SELF_ATTENTION_V2:
+      return SelfAttentionV2(c.d_in, c.d_out, bias, c.seed);
+    case SIMDATTN_CAUSAL_ATTENTION:
+      return CausalAttention(c.d_in, c.d_out, c.context_length, c.dropout, bias,
+                             c.seed);
+    case SIMDATTN_MULTI_HEAD_ATTENTION_WRAPPER:
+      return MultiHeadAttentionWrapper(c.d_in, c.d_out, c.context_length,
+                                       c.dropout, c.num_heads, bias, c.seed);
+    case SIMDATTN_MULTI_HEAD_ATTENTION:
+      return MultiHeadAttention(c.d_in, c.d_out, c.context_length, c.dropout,
+                                c.num_heads, bias, c.seed, c.num_kv_heads);
+  }
+  internal::ThrowInvalidArgument(kFn, "config->kind (", c.kind,
+                                 ") is not a simdattn_module_kind (0 to 5)");
+}
+
+// The library's own thread bound (simdattn_set_max_threads). A function
+// static, destroyed at exit after every call has returned.
+struct ThreadLimit {
+  std::mutex mutex;
+  std::unique_ptr<tbb::global_control> control;
+};
+ThreadLimit& GetThreadLimit() {
+  static ThreadLimit limit;
+  return limit;
+}
+
+}  // namespace
+}  // namespace simdattn
+
+using simdattn::internal::CallGuarded;
+
+extern "C" {
+
+const char* simdattn_last_error(void) {
+  return simdattn::internal::t_last_error;
+}
+
+const char* simdattn_version(void) { return simdattn::Version(); }
+
+const char* simdattn_active_target(void) {
+  // A copy per thread: the C++ API returns a std::string, and UseTarget may
+  // change the answer between calls.
+  thread_local char name[64];
+  name[0] = '\0';
+  try {
+    std::snprintf(name, sizeof(name), "%s", simdattn::ActiveTarget().c_str());
+  } catch (...) {
+    name[0] = '\0';  // Documented: "" when the name cannot be determined.
+  }
+  return name;
+}
+
+simdattn_status simdattn_use_target(const char* name) {
+  return CallGuarded("simdattn_use_target", [&] {
+    simdattn::UseTarget(name == nullptr ? std::string() : std::string(name));
+  });
+}
+
+simdattn_status simdattn_set_max_threads(size_t max_threads) {
+  return CallGuarded("simdattn_set_max_threads", [&] {
+    simdattn::ThreadLimit& limit = simdattn::GetThreadLimit();
+    std::lock_guard<std::mutex> lock(limit.mutex);
+    // Release the old bound first: TBB applies the minimum of all live ones,
+    // so keeping it would prevent raising the bound.
+    limit.control.reset();
+    if (max_threads > 0) {
+      limit.control = std::make_unique<tbb::global_control>(
+          tbb::global_control::max_allowed_parallelism, max_threads);
+    }
+  });
+}
+
+simdattn_status simdattn_get_max_threads(size_t* max_threads) {
+  return CallGuarded("simdattn_get_max_threads", [&] {
+    simdattn::RequireNonNull(max_threads, "simdattn_get_max_threads",
+                             "max_threads");
+    *max_threads = tbb::global_control::active_value(
+        tbb::global_control::max_allowed_parallelism);
+  });
+}
+
+simdattn_matmul_options simdattn_matmul_default_options(void) {
+  simdattn_matmul_options options;
+  options.transpose_b = 0;
+  options.alpha = 1.0f;
+  options.beta = 0.0f;
+  options.bias = nullptr;
+  return options;
+}
+
+simdattn_status simdattn_matmul(simdattn_const_matrix a,
+                                simdattn_const_matrix b, simdattn_matrix c,
+                                const simdattn_matmul_options* options) {
+  constexpr const char* kFn = "simdattn_matmul";
+  return CallGuarded(kFn, [&] {
+    simdattn::MatMul(simdattn::View(a), simdattn::View(b), simdattn::View(c),
+                     simdattn::ToOptions(options, kFn));
+  });
+}
+
+simdattn_status simdattn_batched_matmul(
+    simdattn_const_tensor4 a, simdattn_const_tensor4 b, simdattn_tensor4 c,
+    const simdattn_matmul_options* options) {
+  constexpr const char* kFn = "simdattn_batched_matmul";
+  return CallGuarded(kFn, [&] {
+    simdattn::BatchedMatMul(
+        simdattn::View4<const float>(a), simdattn::View4<const float>(b),
+        simdattn::View4<float>(c), simdattn::ToOptions(options, kFn));
+  });
+}
+
+simdattn_status simdattn_softmax(simdattn_const_tensor4 x, simdattn_tensor4 y,
+                                 float scale, const simdattn_mask* mask) {
+  constexpr const char* kFn = "simdattn_softmax";
+  return CallGuarded(kFn, [&] {
+    simdattn::AttentionMask m;
+    if (mask != nullptr) {
+      m.causal = simdattn::Flag(mask->causal, kFn, "mask->causal");
+      m.causal_offset = mask->causal_offset;
+      m.boolean = simdattn::View4<const uint8_t>(mask->boolean_mask);
+      m.additive = simdattn::View4<const float>(mask->additive_mask);
+      m.key_lengths = mask->key_lengths;
+    }
+    simdattn::Softmax(simdattn::View4<const float>(x),
+                      simdattn::View4<float>(y), scale, m);
+  });
+}
+
+simdattn_status simdattn_dropout(simdattn_tensor4 x, float p, uint64_t seed,
+                                 uint64_t offset) {
+  return CallGuarded("simdattn_dropout", [&] {
+    simdattn::Dropout(simdattn::View4<float>(x), p, {seed, offset});
+  });
+}
+
+simdattn_status simdattn_module_create(const simdattn_module_config* config,
+                                       simdattn_module** module) {
+  constexpr const char* kFn = "simdattn_module_create";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(config, kFn, "config");
+    simdattn::RequireNonNull(module, kFn, "module");
+    *module = new simdattn_module(simdattn::MakeModule(*config));
+  });
+}
+
+void simdattn_module_destroy(simdattn_module* module) { delete module; }
+
+simdattn_status simdattn_module_shape(const simdattn_module* module,
+                                      size_t* d_in, size_t* d_out,
+                                      size_t* num_heads) {
+  constexpr const char* kFn = "simdattn_module_shape";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(module, kFn, "module");
+    const simdattn::AttentionConfig& c = module->module.config();
+    if (d_in != nullptr) *d_in = c.d_in;
+    if (d_out != nullptr) *d_out = c.d_out();
+    if (num_heads != nullptr) *num_heads = c.num_heads;
+  });
+}
+
+simdattn_status simdattn_module_weight_count(const simdattn_module* module,
+                                             size_t* count) {
+  constexpr const char* kFn = "simdattn_module_weight_count";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(module, kFn, "module");
+    simdattn::RequireNonNull(count, kFn, "count");
+    *count = module->weight_names.size();
+  });
+}
+
+simdattn_status simdattn_module_weight_info(const simdattn_module* module,
+                                            size_t index, const char** name,
+                                            const size_t** shape,
+                                            size_t* rank) {
+  constexpr const char* kFn = "simdattn_module_weight_info";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(module, kFn, "module");
+    const size_t count = module->weight_names.size();
+    SIMDATTN_REQUIRE(index < count, kFn, "index (", index,
+                     ") is not less than the number of tensors (", count, ")");
+    if (name != nullptr) *name = module->weight_names[index].c_str();
+    if (shape != nullptr) *shape = module->weight_shapes[index].data();
+    if (rank != nullptr) *rank = module->weight_shapes[index].size();
+  });
+}
+
+simdattn_status simdattn_module_load_weights(
+    simdattn_module* module, const simdattn_named_tensor* tensors,
+    size_t count) {
+  constexpr const char* kFn = "simdattn_module_load_weights";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(module, kFn, "module");
+    SIMDATTN_REQUIRE(tensors != nullptr || count == 0, kFn,
+                     "tensors is null but count is ", count);
+    simdattn::StateDict state_dict;
+    for (size_t i = 0; i < count; ++i) {
+      const simdattn_named_tensor& t = tensors[i];
+      SIMDATTN_REQUIRE(t.name != nullptr, kFn, "tensors[", i, "].name is null");
+      SIMDATTN_REQUIRE(t.shape != nullptr || t.rank == 0, kFn, "tensors[", i,
+                       "] ('", t.name, "') has rank ", t.rank,
+                       " but a null shape");
+      // A rank beyond any state_dict's would only make us copy a huge array.
+      SIMDATTN_REQUIRE(t.rank <= 8, kFn, "tensors[", i, "] ('", t.name,
+                       "') has rank ", t.rank, " (at most 8)");
+      const bool inserted =
+          state_dict
+              .emplace(
+                  t.name,
+                  simdattn::TensorRef{
+                      t.data, std::vector<size_t>(t.shape, t.shape + t.rank)})
+              .second;
+      SIMDATTN_REQUIRE(inserted, kFn, "tensors[", i, "] ('", t.name,
+                       "') repeats the name of an earlier tensor");
+    }
+    module->module.LoadStateDict(state_dict);
+  });
+}
+
+simdattn_status simdattn_module_forward(
+    const simdattn_module* module, simdattn_const_tensor3 x, simdattn_tensor3 y,
+    const simdattn_forward_options* options) {
+  constexpr const char* kFn = "simdattn_module_forward";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(module, kFn, "module");
+    simdattn::ForwardOptions o;
+    if (options != nullptr) {
+      o.training = simdattn::Flag(options->training, kFn, "options->training");
+      o.dropout_key = {options->dropout_seed, options->dropout_offset};
+      o.attention_weights = simdattn::View4<float>(options->attention_weights);
+    }
+    module->module.Forward(simdattn::View(x), simdattn::View(y), o);
+  });
+}
+
+}  // extern "C"

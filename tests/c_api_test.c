@@ -1,0 +1,735 @@
+/* The C API from C: every function, its results against small references
+ * computed here, and its errors (status code plus a message naming the
+ * argument and the values). Compiled as C99, so the header is proven to be
+ * C. Exits non-zero after printing every failed check. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "simdattn/simdattn_c.h"
+
+static int g_failures = 0;
+
+#define CHECK(condition)                                               \
+  do {                                                                 \
+    if (!(condition)) {                                                \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, \
+              #condition);                                             \
+      ++g_failures;                                                    \
+    }                                                                  \
+  } while (0)
+
+#define CHECK_NEAR(actual, expected, tolerance)                                \
+  do {                                                                         \
+    const double a_ = (actual), e_ = (expected);                               \
+    if (!(fabs(a_ - e_) <= (tolerance))) {                                     \
+      fprintf(stderr, "%s:%d: %s = %.9g, expected %.9g\n", __FILE__, __LINE__, \
+              #actual, a_, e_);                                                \
+      ++g_failures;                                                            \
+    }                                                                          \
+  } while (0)
+
+/* The call succeeds and leaves simdattn_last_error() empty. */
+#define CHECK_OK(call)                                                   \
+  do {                                                                   \
+    const simdattn_status s_ = (call);                                   \
+    if (s_ != SIMDATTN_STATUS_OK) {                                      \
+      fprintf(stderr, "%s:%d: %s returned %d: %s\n", __FILE__, __LINE__, \
+              #call, (int)s_, simdattn_last_error());                    \
+      ++g_failures;                                                      \
+    } else if (simdattn_last_error()[0] != '\0') {                       \
+      fprintf(stderr, "%s:%d: %s succeeded but left the error \"%s\"\n", \
+              __FILE__, __LINE__, #call, simdattn_last_error());         \
+      ++g_failures;                                                      \
+    }                                                                    \
+  } while (0)
+
+/* The call fails with `status` and a message containing `fragment`. */
+#define CHECK_ERROR(call, status, fragment)                                    \
+  do {                                                                         \
+    const simdattn_status s_ = (call);                                         \
+    if (s_ != (status)) {                                                      \
+      fprintf(stderr, "%s:%d: %s returned %d, expected %d (%s)\n", __FILE__,   \
+              __LINE__, #call, (int)s_, (int)(status), simdattn_last_error()); \
+      ++g_failures;                                                            \
+    } else if (strstr(simdattn_last_error(), (fragment)) == NULL) {            \
+      fprintf(stderr, "%s:%d: %s: message \"%s\" lacks \"%s\"\n", __FILE__,    \
+              __LINE__, #call, simdattn_last_error(), fragment);               \
+      ++g_failures;                                                            \
+    }                                                                          \
+  } while (0)
+
+#define INVALID SIMDATTN_STATUS_INVALID_ARGUMENT
+
+static simdattn_const_matrix ConstMatrix(const float* data, size_t rows,
+                                         size_t cols, size_t stride) {
+  simdattn_const_matrix m;
+  m.data = data;
+  m.rows = rows;
+  m.cols = cols;
+  m.stride = stride;
+  return m;
+}
+
+static simdattn_matrix Matrix(float* data, size_t rows, size_t cols,
+                              size_t stride) {
+  simdattn_matrix m;
+  m.data = data;
+  m.rows = rows;
+  m.cols = cols;
+  m.stride = stride;
+  return m;
+}
+
+/* Densely packed 4-D views. */
+static simdattn_tensor4 Dense4(float* data, size_t d0, size_t d1, size_t d2,
+                               size_t d3) {
+  simdattn_tensor4 t;
+  t.data = data;
+  t.dims[0] = d0;
+  t.dims[1] = d1;
+  t.dims[2] = d2;
+  t.dims[3] = d3;
+  t.strides[0] = d1 * d2 * d3;
+  t.strides[1] = d2 * d3;
+  t.strides[2] = d3;
+  return t;
+}
+
+static simdattn_const_tensor4 Const4(simdattn_tensor4 t) {
+  simdattn_const_tensor4 c;
+  memcpy(&c.dims, &t.dims, sizeof(c.dims));
+  memcpy(&c.strides, &t.strides, sizeof(c.strides));
+  c.data = t.data;
+  return c;
+}
+
+static simdattn_tensor3 Dense3(float* data, size_t batch, size_t tokens,
+                               size_t features) {
+  simdattn_tensor3 t;
+  t.data = data;
+  t.batch = batch;
+  t.tokens = tokens;
+  t.features = features;
+  t.batch_stride = tokens * features;
+  t.token_stride = features;
+  return t;
+}
+
+static simdattn_const_tensor3 Const3(simdattn_tensor3 t) {
+  simdattn_const_tensor3 c;
+  c.data = t.data;
+  c.batch = t.batch;
+  c.tokens = t.tokens;
+  c.features = t.features;
+  c.batch_stride = t.batch_stride;
+  c.token_stride = t.token_stride;
+  return c;
+}
+
+/* Deterministic values in [-1, 1). */
+static void Fill(float* data, size_t n, uint32_t seed) {
+  size_t i;
+  uint32_t state = seed * 2654435761u + 1u;
+  for (i = 0; i < n; ++i) {
+    state = state * 1664525u + 1013904223u;
+    data[i] = (float)(state >> 8) / 8388608.0f - 1.0f;
+  }
+}
+
+static void TestRuntime(void) {
+  size_t original = 0, now = 0;
+  char target[64];
+  CHECK(strcmp(simdattn_version(), SIMDATTN_EXPECTED_VERSION) == 0);
+  CHECK(simdattn_last_error() != NULL);
+
+  snprintf(target, sizeof(target), "%s", simdattn_active_target());
+  CHECK(target[0] != '\0');
+  CHECK_OK(simdattn_use_target(target));
+  CHECK(strcmp(simdattn_active_target(), target) == 0);
+  CHECK_ERROR(simdattn_use_target("NOT_A_TARGET"), INVALID,
+              "UseTarget: target \"NOT_A_TARGET\" is not supported here");
+  CHECK_OK(simdattn_use_target(NULL));
+  CHECK(strcmp(simdattn_active_target(), target) == 0);
+
+  CHECK_OK(simdattn_get_max_threads(&original));
+  CHECK(original >= 1);
+  CHECK_OK(simdattn_set_max_threads(1));
+  CHECK_OK(simdattn_get_max_threads(&now));
+  CHECK(now == 1);
+  /* Raising it again works: the old bound is released, not stacked. */
+  CHECK_OK(simdattn_set_max_threads(original));
+  CHECK_OK(simdattn_get_max_threads(&now));
+  CHECK(now == original);
+  CHECK_OK(simdattn_set_max_threads(0));
+  CHECK_OK(simdattn_get_max_threads(&now));
+  CHECK(now == original);
+  CHECK_ERROR(simdattn_get_max_threads(NULL), INVALID,
+              "simdattn_get_max_threads: max_threads is null");
+}
+
+/* C = alpha * A * op(B) + beta * C + bias against a double reference; A is
+ * 3 x 4 in rows of stride 5, B is 4 x 2 (or 2 x 4 transposed). */
+static void TestMatMul(void) {
+  float a[3 * 5], b[4 * 2], bt[2 * 4], c[3 * 2], c_old[3 * 2], bias[2];
+  simdattn_matmul_options options = simdattn_matmul_default_options();
+  size_t r, col, k;
+  int transpose;
+  Fill(a, 15, 1);
+  Fill(b, 8, 2);
+  Fill(bias, 2, 3);
+  for (r = 0; r < 4; ++r) {
+    for (col = 0; col < 2; ++col) bt[col * 4 + r] = b[r * 2 + col];
+  }
+  CHECK(options.transpose_b == 0 && options.alpha == 1.0f &&
+        options.beta == 0.0f && options.bias == NULL);
+
+  for (transpose = 0; transpose < 2; ++transpose) {
+    Fill(c_old, 6, 4);
+    memcpy(c, c_old, sizeof(c));
+    options.transpose_b = transpose;
+    options.alpha = 0.5f;
+    options.beta = 2.0f;
+    options.bias = bias;
+    CHECK_OK(simdattn_matmul(
+        ConstMatrix(a, 3, 4, 5),
+        transpose ? ConstMatrix(bt, 2, 4, 4) : ConstMatrix(b, 4, 2, 2),
+        Matrix(c, 3, 2, 2), &options));
+    for (r = 0; r < 3; ++r) {
+      for (col = 0; col < 2; ++col) {
+        double sum = 0.0;
+        for (k = 0; k < 4; ++k) sum += (double)a[r * 5 + k] * b[k * 2 + col];
+        CHECK_NEAR(c[r * 2 + col],
+                   0.5 * sum + 2.0 * c_old[r * 2 + col] + bias[col], 1e-5);
+      }
+    }
+  }
+  /* NULL options: C = A * B, C's old contents ignored (even NaN). */
+  for (k = 0; k < 6; ++k) c[k] = NAN;
+  CHECK_OK(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 4, 2, 2),
+                           Matrix(c, 3, 2, 2), NULL));
+  for (r = 0; r < 3; ++r) {
+    double sum = 0.0;
+    for (k = 0; k < 4; ++k) sum += (double)a[r * 5 + k] * b[k * 2 + 1];
+    CHECK_NEAR(c[r * 2 + 1], sum, 1e-5);
+  }
+  /* Empty shapes are valid and touch nothing, even with null data. */
+  CHECK_OK(simdattn_matmul(ConstMatrix(NULL, 0, 4, 4), ConstMatrix(b, 4, 2, 2),
+                           Matrix(NULL, 0, 2, 2), NULL));
+
+  /* Errors; C is left as it was. */
+  memcpy(c_old, c, sizeof(c));
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 2, 4, 4),
+                              Matrix(c, 3, 2, 2), NULL),
+              INVALID, "MatMul: inner dimensions differ: A is 3 x 4");
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 3), ConstMatrix(b, 4, 2, 2),
+                              Matrix(c, 3, 2, 2), NULL),
+              INVALID, "MatMul: A.stride (3) is less than A.cols (4)");
+  CHECK_ERROR(
+      simdattn_matmul(ConstMatrix(NULL, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                      Matrix(c, 3, 2, 2), NULL),
+      INVALID, "MatMul: A is null but has shape 3 x 4");
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 4, 2, 2),
+                              Matrix(c, 3, 3, 3), NULL),
+              INVALID, "MatMul: C is 3 x 3 but A * op(B) is 3 x 2");
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 4, 2, 2),
+                              Matrix(a + 8, 3, 2, 2), NULL),
+              INVALID, "MatMul: C overlaps A");
+  options = simdattn_matmul_default_options();
+  options.bias = c + 1;
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 4, 2, 2),
+                              Matrix(c, 3, 2, 2), &options),
+              INVALID, "MatMul: C overlaps bias");
+  options.bias = NULL;
+  options.transpose_b = 2;
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 4, 2, 2),
+                              Matrix(c, 3, 2, 2), &options),
+              INVALID, "options->transpose_b (2) is neither 0 nor 1");
+  CHECK(memcmp(c, c_old, sizeof(c)) == 0);
+}
+
+/* Two batch items, two query heads sharing one key head (grouped query). */
+static void TestBatchedMatMul(void) {
+  float a[2 * 2 * 3 * 4], b[2 * 1 * 5 * 4], c[2 * 2 * 3 * 5];
+  simdattn_matmul_options options = simdattn_matmul_default_options();
+  size_t i0, i1, r, col, k;
+  Fill(a, sizeof(a) / sizeof(float), 5);
+  Fill(b, sizeof(b) / sizeof(float), 6);
+  options.transpose_b = 1;
+  CHECK_OK(simdattn_batched_matmul(Const4(Dense4(a, 2, 2, 3, 4)),
+                                   Const4(Dense4(b, 2, 1, 5, 4)),
+                                   Dense4(c, 2, 2, 3, 5), &options));
+  for (i0 = 0; i0 < 2; ++i0) {
+    for (i1 = 0; i1 < 2; ++i1) {
+      for (r = 0; r < 3; ++r) {
+        for (col = 0; col < 5; ++col) {
+          double sum = 0.0;
+          for (k = 0; k < 4; ++k) {
+            sum += (double)a[((i0 * 2 + i1) * 3 + r) * 4 + k] *
+                   b[(i0 * 5 + col) * 4 + k];
+          }
+          CHECK_NEAR(c[((i0 * 2 + i1) * 3 + r) * 5 + col], sum, 1e-5);
+        }
+      }
+    }
+  }
+  CHECK_ERROR(simdattn_batched_matmul(Const4(Dense4(a, 2, 2, 3, 4)),
+                                      Const4(Dense4(b, 1, 3, 5, 4)),
+                                      Dense4(c, 2, 2, 3, 5), &options),
+              INVALID,
+              "BatchedMatMul: A's heads (2) are not a multiple of B's heads "
+              "(3)");
+  {
+    /* Both batch items written to one matrix: a race, so an error. */
+    simdattn_tensor4 shared = Dense4(c, 2, 2, 3, 5);
+    shared.strides[0] = 0;
+    CHECK_ERROR(simdattn_batched_matmul(Const4(Dense4(a, 2, 2, 3, 4)),
+                                        Const4(Dense4(b, 2, 1, 5, 4)), shared,
+                                        &options),
+                INVALID, "BatchedMatMul: C.strides[0] (0) makes elements of C");
+  }
+}
+
+/* Softmax of rows of 6 with every kind of mask against a reference. */
+static void TestSoftmax(void) {
+  enum { kBatch = 2, kRows = 3, kCols = 6, kSize = kBatch * kRows * kCols };
+  float x[kSize], y[kSize], additive[kRows * kCols];
+  uint8_t boolean[kCols];
+  size_t key_lengths[kBatch] = {4, 0};
+  simdattn_mask mask;
+  size_t b, i, j;
+  Fill(x, kSize, 7);
+  Fill(additive, kRows * kCols, 8);
+  additive[1 * kCols + 0] = -INFINITY;
+  for (j = 0; j < kCols; ++j) boolean[j] = (uint8_t)(j == 2);
+
+  memset(&mask, 0, sizeof(mask));
+  mask.causal = 1;
+  mask.causal_offset = 1;
+  /* One row of the boolean mask shared by every row, head and item. */
+  mask.boolean_mask.data = boolean;
+  mask.boolean_mask.dims[0] = kBatch;
+  mask.boolean_mask.dims[1] = 1;
+  mask.boolean_mask.dims[2] = kRows;
+  mask.boolean_mask.dims[3] = kCols;
+  /* The additive mask is shared by the batch items. */
+  mask.additive_mask = Const4(Dense4(additive, kBatch, 1, kRows, kCols));
+  mask.additive_mask.strides[0] = 0;
+  mask.key_lengths = key_lengths;
+  CHECK_OK(simdattn_softmax(Const4(Dense4(x, kBatch, 1, kRows, kCols)),
+                            Dense4(y, kBatch, 1, kRows, kCols), 0.5f, &mask));
+  for (b = 0; b < kBatch; ++b) {
+    for (i = 0; i < kRows; ++i) {
+      double e[kCols], sum = 0.0;
+      for (j = 0; j < kCols; ++j) {
+        const int kept = j <= i + 1 && j != 2 && j < key_lengths[b];
+        e[j] = kept ? exp(0.5 * x[(b * kRows + i) * kCols + j] +
+                          additive[i * kCols + j])
+                    : 0.0;
+        sum += e[j];
+      }
+      for (j = 0; j < kCols; ++j) {
+        /* Item 1 keeps no key: its rows are zeros, not NaN. */
+        CHECK_NEAR(y[(b * kRows + i) * kCols + j], sum > 0 ? e[j] / sum : 0.0,
+                   1e-6);
+      }
+    }
+  }
+  /* In place, no mask: rows sum to one. */
+  CHECK_OK(simdattn_softmax(Const4(Dense4(x, kBatch, 1, kRows, kCols)),
+                            Dense4(x, kBatch, 1, kRows, kCols), 1.0f, NULL));
+  for (i = 0; i < kBatch * kRows; ++i) {
+    double sum = 0.0;
+    for (j = 0; j < kCols; ++j) sum += x[i * kCols + j];
+    CHECK_NEAR(sum, 1.0, 1e-6);
+  }
+
+  key_lengths[1] = 7;
+  CHECK_ERROR(simdattn_softmax(Const4(Dense4(x, kBatch, 1, kRows, kCols)),
+                               Dense4(y, kBatch, 1, kRows, kCols), 1.0f, &mask),
+              INVALID, "Softmax: mask.key_lengths[1] (7) exceeds");
+  key_lengths[1] = 0;
+  mask.causal = 3;
+  CHECK_ERROR(simdattn_softmax(Const4(Dense4(x, kBatch, 1, kRows, kCols)),
+                               Dense4(y, kBatch, 1, kRows, kCols), 1.0f, &mask),
+              INVALID, "mask->causal (3) is neither 0 nor 1");
+  CHECK_ERROR(
+      simdattn_softmax(Const4(Dense4(x, kBatch, 1, kRows, kCols)),
+                       Dense4(y, kBatch, 1, kRows, kCols - 1), 1.0f, NULL),
+      INVALID,
+      "Softmax: y has shape (2, 1, 3, 5) but x has shape "
+      "(2, 1, 3, 6)");
+  CHECK_ERROR(
+      simdattn_softmax(Const4(Dense4(x, kBatch, 1, kRows, kCols)),
+                       Dense4(y, kBatch, 1, kRows, kCols), INFINITY, NULL),
+      INVALID, "Softmax: scale (inf) is not finite");
+}
+
+static void TestDropout(void) {
+  enum { kSize = 4 * 64 };
+  float x[kSize], first[kSize], again[kSize], other[kSize];
+  size_t i, kept = 0;
+  for (i = 0; i < kSize; ++i) x[i] = 1.0f + (float)i;
+  memcpy(first, x, sizeof(x));
+  CHECK_OK(simdattn_dropout(Dense4(first, 1, 1, 4, 64), 0.0f, 1, 0));
+  CHECK(memcmp(first, x, sizeof(x)) == 0);
+
+  CHECK_OK(simdattn_dropout(Dense4(first, 1, 1, 4, 64), 0.5f, 11, 3));
+  memcpy(again, x, sizeof(x));
+  CHECK_OK(simdattn_dropout(Dense4(again, 1, 1, 4, 64), 0.5f, 11, 3));
+  memcpy(other, x, sizeof(x));
+  CHECK_OK(simdattn_dropout(Dense4(other, 1, 1, 4, 64), 0.5f, 11, 4));
+  CHECK(memcmp(first, again, sizeof(x)) == 0);
+  CHECK(memcmp(first, other, sizeof(x)) != 0);
+  for (i = 0; i < kSize; ++i) {
+    CHECK(first[i] == 0.0f || first[i] == 2.0f * x[i]);
+    kept += first[i] != 0.0f;
+  }
+  /* 256 draws of p = 0.5: 128 +- 4 sigma (sigma = 8). */
+  CHECK(kept >= 96 && kept <= 160);
+
+  CHECK_OK(simdattn_dropout(Dense4(first, 1, 1, 4, 64), 1.0f, 11, 3));
+  for (i = 0; i < kSize; ++i) CHECK(first[i] == 0.0f);
+  CHECK_ERROR(simdattn_dropout(Dense4(x, 1, 1, 4, 64), 1.5f, 0, 0), INVALID,
+              "Dropout: p (1.5) is not a probability in [0, 1]");
+  CHECK_ERROR(simdattn_dropout(Dense4(x, 1, 1, 4, 64), NAN, 0, 0), INVALID,
+              "Dropout: p (nan)");
+  CHECK_ERROR(simdattn_dropout(Dense4(NULL, 1, 1, 4, 64), 0.5f, 0, 0), INVALID,
+              "Dropout: x is null but has shape (1, 1, 4, 64)");
+  CHECK(x[0] == 1.0f);
+}
+
+static simdattn_module_config Config(int32_t kind, size_t d_in, size_t d_out,
+                                     size_t context_length, size_t num_heads) {
+  simdattn_module_config c;
+  memset(&c, 0, sizeof(c));
+  c.kind = kind;
+  c.d_in = d_in;
+  c.d_out = d_out;
+  c.context_length = context_length;
+  c.num_heads = num_heads;
+  c.seed = 1;
+  return c;
+}
+
+/* Fills every tensor the module expects with values from Fill (the causal
+ * mask buffers left out) and loads them. Returns the number loaded. */
+enum { kMaxTensors = 32, kMaxValues = 4096 };
+static float g_values[kMaxTensors][kMaxValues];
+static size_t LoadRandomWeights(simdattn_module* module,
+                                simdattn_named_tensor* tensors) {
+  size_t count = 0, loaded = 0, i, r, n;
+  CHECK_OK(simdattn_module_weight_count(module, &count));
+  CHECK(count <= kMaxTensors);
+  for (i = 0; i < count && i < kMaxTensors; ++i) {
+    simdattn_named_tensor* t = &tensors[loaded];
+    CHECK_OK(
+        simdattn_module_weight_info(module, i, &t->name, &t->shape, &t->rank));
+    if (strstr(t->name, "mask") != NULL) continue;
+    for (n = 1, r = 0; r < t->rank; ++r) n *= t->shape[r];
+    CHECK(n <= kMaxValues);
+    if (n > kMaxValues) continue;
+    Fill(g_values[loaded], n, (uint32_t)(100 + i));
+    t->data = g_values[loaded];
+    ++loaded;
+  }
+  CHECK_OK(simdattn_module_load_weights(module, tensors, loaded));
+  return loaded;
+}
+
+/* CausalAttention (d_in 3, d_out 2) against a reference written here:
+ * q = x Wq^T + bq (likewise k, v), causal softmax(q k^T / sqrt(2)), times v.
+ * Tensor order is the state_dict's sorted names. */
+static void TestCausalAgainstReference(void) {
+  enum { kB = 2, kT = 4, kIn = 3, kOut = 2 };
+  simdattn_module_config config =
+      Config(SIMDATTN_CAUSAL_ATTENTION, kIn, kOut, kT, 1);
+  simdattn_module* module = NULL;
+  simdattn_named_tensor tensors[kMaxTensors];
+  const float* w[3] = {NULL, NULL, NULL}; /* query, key, value weights */
+  const float* bias[3] = {NULL, NULL, NULL};
+  float x[kB * kT * kIn], y[kB * kT * kOut], weights[kB * kT * kT];
+  simdattn_forward_options options;
+  size_t loaded, i, p, b, t, s, o;
+  config.qkv_bias = 1;
+  CHECK_OK(simdattn_module_create(&config, &module));
+  if (module == NULL) return;
+  loaded = LoadRandomWeights(module, tensors);
+  CHECK(loaded == 6);
+  for (i = 0; i < loaded; ++i) {
+    const char* names[3] = {"W_query.", "W_key.", "W_value."};
+    for (p = 0; p < 3; ++p) {
+      if (strncmp(tensors[i].name, names[p], strlen(names[p])) != 0) continue;
+      if (strstr(tensors[i].name, "bias") != NULL) {
+        bias[p] = tensors[i].data;
+      } else {
+        w[p] = tensors[i].data;
+      }
+    }
+  }
+  for (p = 0; p < 3; ++p) CHECK(w[p] != NULL && bias[p] != NULL);
+  if (w[0] == NULL || w[1] == NULL || w[2] == NULL || bias[0] == NULL ||
+      bias[1] == NULL || bias[2] == NULL) {
+    simdattn_module_destroy(module);
+    return;
+  }
+
+  Fill(x, sizeof(x) / sizeof(float), 9);
+  memset(&options, 0, sizeof(options));
+  options.attention_weights = Dense4(weights, kB, 1, kT, kT);
+  CHECK_OK(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
+                                   Dense3(y, kB, kT, kOut), &options));
+  for (b = 0; b < kB; ++b) {
+    double qkv[3][kT][kOut];
+    for (p = 0; p < 3; ++p) {
+      for (t = 0; t < kT; ++t) {
+        for (o = 0; o < kOut; ++o) {
+          double sum = bias[p][o];
+          for (i = 0; i < kIn; ++i) {
+            sum += (double)x[(b * kT + t) * kIn + i] * w[p][o * kIn + i];
+          }
+          qkv[p][t][o] = sum;
+        }
+      }
+    }
+    for (t = 0; t < kT; ++t) {
+      double e[kT], total = 0.0, out[kOut] = {0.0, 0.0};
+      for (s = 0; s <= t; ++s) {
+        double dot = 0.0;
+        for (o = 0; o < kOut; ++o) dot += qkv[0][t][o] * qkv[1][s][o];
+        e[s] = exp(dot / sqrt((double)kOut));
+        total += e[s];
+      }
+      for (s = 0; s < kT; ++s) {
+        const double expected = s <= t ? e[s] / total : 0.0;
+        CHECK_NEAR(weights[(b * kT + t) * kT + s], expected, 1e-6);
+        for (o = 0; o < kOut && s <= t; ++o) out[o] += expected * qkv[2][s][o];
+      }
+      for (o = 0; o < kOut; ++o) {
+        CHECK_NEAR(y[(b * kT + t) * kOut + o], out[o], 1e-5);
+      }
+    }
+  }
+
+  /* Errors: the output is left as it was. */
+  memcpy(weights, y, sizeof(y));
+  CHECK_ERROR(simdattn_module_forward(module, Const3(Dense3(x, 1, kT + 1, kIn)),
+                                      Dense3(y, 1, kT + 1, kOut), NULL),
+              INVALID,
+              "CausalAttention: num_tokens (5) exceeds context_length (4)");
+  CHECK_ERROR(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
+                                      Dense3(y, kB, kT, kOut + 1), NULL),
+              INVALID, "y is (2, 4, 3), expected (2, 4, 2)");
+  CHECK_ERROR(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
+                                      Dense3(x, kB, kT, kOut), NULL),
+              INVALID, "y overlaps x");
+  CHECK(memcmp(weights, y, sizeof(y)) == 0);
+  simdattn_module_destroy(module);
+}
+
+/* Every kind: create, shape, state_dict, load, forward (eval and training). */
+static void TestEveryModule(void) {
+  enum { kB = 2, kT = 5, kIn = 4 };
+  float x[kB * kT * kIn], y[kB * kT * 32], w1[kB * 4 * kT * kT];
+  float w2[kB * 4 * kT * kT], w3[kB * 4 * kT * kT];
+  int32_t kind;
+  Fill(x, sizeof(x) / sizeof(float), 10);
+  for (kind = SIMDATTN_SIMPLIFIED_SELF_ATTENTION;
+       kind <= SIMDATTN_MULTI_HEAD_ATTENTION; ++kind) {
+    /* The wrapper's d_out is per head: 4 heads of 3 -> 12 features. */
+    const size_t d_out = kind == SIMDATTN_MULTI_HEAD_ATTENTION ? 8 : 3;
+    const size_t heads = kind >= SIMDATTN_MULTI_HEAD_ATTENTION_WRAPPER ? 4 : 1;
+    const size_t expected_out = kind == SIMDATTN_SIMPLIFIED_SELF_ATTENTION ? kIn
+                                : kind == SIMDATTN_MULTI_HEAD_ATTENTION_WRAPPER
+                                    ? 12
+                                    : d_out;
+    simdattn_module_config config = Config(kind, kIn, d_out, 8, heads);
+    simdattn_module* module = NULL;
+    simdattn_named_tensor tensors[kMaxTensors];
+    simdattn_forward_options options;
+    size_t d_in = 0, out = 0, num_heads = 0, count = 0, i;
+    config.dropout = 0.5f;
+    CHECK_OK(simdattn_module_create(&config, &module));
+    if (module == NULL) continue;
+    CHECK_OK(simdattn_module_shape(module, &d_in, &out, &num_heads));
+    CHECK(d_in == kIn && out == expected_out && num_heads == heads);
+    CHECK_OK(simdattn_module_shape(module, NULL, NULL, NULL));
+    CHECK_OK(simdattn_module_weight_count(module, &count));
+    CHECK(count == 0 || kind != SIMDATTN_SIMPLIFIED_SELF_ATTENTION);
+    CHECK_ERROR(simdattn_module_weight_info(module, count, NULL, NULL, NULL),
+                INVALID, "index (");
+    LoadRandomWeights(module, tensors);
+
+    memset(&options, 0, sizeof(options));
+    options.attention_weights = Dense4(w1, kB, heads, kT, kT);
+    CHECK_OK(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
+                                     Dense3(y, kB, kT, out), &options));
+    for (i = 0; i < kB * heads * kT; ++i) {
+      size_t j;
+      double sum = 0.0;
+      for (j = 0; j < kT; ++j) sum += w1[i * kT + j];
+      CHECK_NEAR(sum, 1.0, 1e-5);
+      /* Causal modules attend to no later token. */
+      if (kind >= SIMDATTN_CAUSAL_ATTENTION && i % kT + 1 < kT) {
+        CHECK(w1[i * kT + i % kT + 1] == 0.0f);
+      }
+    }
+    if (kind >= SIMDATTN_CAUSAL_ATTENTION) {
+      /* Training: dropout with an explicit key; the same key repeats. */
+      options.training = 1;
+      options.dropout_seed = 5;
+      options.dropout_offset = 1;
+      options.attention_weights.data = w2;
+      CHECK_OK(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
+                                       Dense3(y, kB, kT, out), &options));
+      options.attention_weights.data = w3;
+      CHECK_OK(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
+                                       Dense3(y, kB, kT, out), &options));
+      CHECK(memcmp(w2, w3, kB * heads * kT * kT * sizeof(float)) == 0);
+      for (i = 0; i < kB * heads * kT * kT; ++i) {
+        CHECK(w2[i] == 0.0f || fabs(w2[i] - 2.0f * w1[i]) <= 1e-6f);
+      }
+      options.training = 2;
+      CHECK_ERROR(
+          simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
+                                  Dense3(y, kB, kT, out), &options),
+          INVALID, "options->training (2) is neither 0 nor 1");
+    } else {
+      /* The attention weights must have the module's shape. */
+      options.attention_weights = Dense4(w1, kB, heads + 1, kT, kT);
+      CHECK_ERROR(
+          simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
+                                  Dense3(y, kB, kT, out), &options),
+          INVALID, "attention_weights has shape (2, 2, 5, 5)");
+    }
+    simdattn_module_destroy(module);
+  }
+}
+
+static void TestModuleErrors(void) {
+  simdattn_module_config config =
+      Config(SIMDATTN_MULTI_HEAD_ATTENTION, 4, 10, 8, 3);
+  simdattn_module* module = NULL;
+  simdattn_named_tensor tensors[2];
+  const size_t shape[2] = {2, 3};
+  const float w[6] = {0, 0, 0, 0, 0, 0};
+  float x[8], y[8];
+  CHECK_ERROR(simdattn_module_create(&config, &module), INVALID,
+              "MultiHeadAttention: d_out (10) is not divisible by num_heads "
+              "(3)");
+  CHECK(module == NULL);
+  CHECK_ERROR(simdattn_module_create(NULL, &module), INVALID,
+              "simdattn_module_create: config is null");
+  config = Config(9, 4, 4, 8, 1);
+  CHECK_ERROR(simdattn_module_create(&config, &module), INVALID,
+              "config->kind (9) is not a simdattn_module_kind");
+  config = Config(SIMDATTN_CAUSAL_ATTENTION, 3, 2, 4, 1);
+  config.dropout = NAN;
+  CHECK_ERROR(simdattn_module_create(&config, &module), INVALID,
+              "CausalAttention: dropout (nan) is outside [0, 1]");
+  config.dropout = 0.0f;
+  config.qkv_bias = -1;
+  CHECK_ERROR(simdattn_module_create(&config, &module), INVALID,
+              "config->qkv_bias (-1) is neither 0 nor 1");
+  config.qkv_bias = 0;
+  CHECK_ERROR(simdattn_module_create(&config, NULL), INVALID,
+              "simdattn_module_create: module is null");
+  CHECK_OK(simdattn_module_create(&config, &module));
+  if (module == NULL) return;
+
+  tensors[0].name = "W_query.weight";
+  tensors[0].data = w;
+  tensors[0].shape = shape;
+  tensors[0].rank = 2;
+  tensors[1] = tensors[0];
+  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 1), INVALID,
+              "CausalAttention: missing tensor 'W_key.weight' of shape [2, 3]");
+  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2), INVALID,
+              "tensors[1] ('W_query.weight') repeats the name");
+  tensors[1].name = NULL;
+  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2), INVALID,
+              "tensors[1].name is null");
+  tensors[1].name = "W_key.weight";
+  tensors[1].shape = NULL;
+  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2), INVALID,
+              "tensors[1] ('W_key.weight') has rank 2 but a null shape");
+  tensors[1].shape = shape;
+  tensors[1].rank = 1;
+  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2), INVALID,
+              "tensor 'W_key.weight' has shape [2], expected [2, 3]");
+  CHECK_ERROR(simdattn_module_load_weights(module, NULL, 2), INVALID,
+              "tensors is null but count is 2");
+  CHECK_ERROR(simdattn_module_load_weights(NULL, tensors, 2), INVALID,
+              "simdattn_module_load_weights: module is null");
+  CHECK_ERROR(simdattn_module_forward(NULL, Const3(Dense3(x, 1, 2, 3)),
+                                      Dense3(y, 1, 2, 2), NULL),
+              INVALID, "simdattn_module_forward: module is null");
+  CHECK_ERROR(simdattn_module_forward(module, Const3(Dense3(NULL, 1, 2, 3)),
+                                      Dense3(y, 1, 2, 2), NULL),
+              INVALID, "CausalAttention: x is null but has shape (1, 1, 2, 3)");
+  CHECK_ERROR(simdattn_module_shape(NULL, NULL, NULL, NULL), INVALID,
+              "simdattn_module_shape: module is null");
+  CHECK_ERROR(simdattn_module_weight_count(NULL, NULL), INVALID,
+              "module is null");
+  CHECK_ERROR(simdattn_module_weight_count(module, NULL), INVALID,
+              "count is null");
+  CHECK_ERROR(simdattn_module_weight_info(NULL, 0, NULL, NULL, NULL), INVALID,
+              "module is null");
+  /* An empty batch is valid and does nothing. */
+  CHECK_OK(simdattn_module_forward(module, Const3(Dense3(NULL, 0, 2, 3)),
+                                   Dense3(NULL, 0, 2, 2), NULL));
+  simdattn_module_destroy(module);
+  simdattn_module_destroy(NULL);
+}
+
+/* Attention weights of batch * heads * tokens * tokens elements overflow
+ * size_t: an error before anything is read or written, although x and y
+ * themselves are representable. x is read-only and broadcast over the batch
+ * (stride 0); y lies after x, so their spans do not overlap. (The views claim
+ * more memory than `buffer` has; validation must reject them untouched.) */
+static void TestOverflowingWeights(void) {
+  enum { kTokens = 1 << 17 };
+  static float buffer[2 * kTokens + 1];
+  simdattn_module_config config =
+      Config(SIMDATTN_SIMPLIFIED_SELF_ATTENTION, 1, 1, 0, 1);
+  simdattn_module* module = NULL;
+  simdattn_const_tensor3 x;
+  simdattn_tensor3 y;
+  simdattn_forward_options options;
+  const size_t batch = (size_t)1 << 30;
+  CHECK_OK(simdattn_module_create(&config, &module));
+  if (module == NULL) return;
+  x = Const3(Dense3(buffer, batch, kTokens, 1));
+  x.batch_stride = 0;
+  y = Dense3(buffer + kTokens, batch, kTokens, 1);
+  memset(&options, 0, sizeof(options));
+  options.attention_weights =
+      Dense4(buffer + 2 * kTokens, batch, 1, kTokens, kTokens);
+  if (sizeof(size_t) == 8) {
+    CHECK_ERROR(
+        simdattn_module_forward(module, x, y, &options), INVALID,
+        "SimplifiedSelfAttention: attention_weights extent overflows size_t");
+  }
+  simdattn_module_destroy(module);
+}
+
+int main(void) {
+  TestRuntime();
+  TestMatMul();
+  TestBatchedMatMul();
+  TestSoftmax();
+  TestDropout();
+  TestCausalAgainstReference();
+  TestEveryModule();
+  TestModuleErrors();
+  TestOverflowingWeights();
+  if (g_failures != 0) {
+    fprintf(stderr, "%d check(s) failed\n", g_failures);
+    return 1;
+  }
+  printf("c_api_test: all checks passed (target %s, simdattn %s)\n",
+         simdattn_active_target(), simdattn_version());
+  return 0;
+}

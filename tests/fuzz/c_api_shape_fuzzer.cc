@@ -1,0 +1,460 @@
+// Drives the C API with arbitrary dims, strides, flags, probabilities and
+// aliasing, on buffers sized exactly to what each view spans, under ASan and
+// UBSan. A view that validation accepts is then read and written in full, so
+// an access outside it is reported; a view whose extent overflows or whose
+// data is null gets a tiny buffer and must be rejected. Every call must
+// return OK, INVALID_ARGUMENT or OUT_OF_MEMORY with a message on failure and
+// none on success; INTERNAL or a crash is a bug.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "simdattn/simdattn_c.h"
+
+namespace {
+
+// Views spanning more floats than this are not called: the fuzzer could not
+// back them with memory, and a valid one would be a legitimate access.
+constexpr size_t kMaxFloats = size_t{1} << 14;
+
+// Consumes the fuzzer's bytes; zeros once they run out.
+class Input {
+ public:
+  Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+
+  uint8_t Byte() { return pos_ < size_ ? data_[pos_++] : 0; }
+  uint32_t U32() {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v = v << 8 | Byte();
+    return v;
+  }
+  uint64_t U64() { return uint64_t{U32()} << 32 | U32(); }
+
+  // Mostly small extents (0 included), sometimes ones that overflow.
+  size_t Dim() {
+    const uint8_t b = Byte();
+    if (b < 232) return b % 7;
+    static const size_t kHuge[] = {SIZE_MAX,         SIZE_MAX / 2,
+                                   SIZE_MAX / 4 + 1, size_t{1} << 32,
+                                   size_t{1} << 31,  (size_t{1} << 34) + 1,
+                                   size_t{1} << 40,  size_t{1} << 62};
+    return kHuge[b % 8];
+  }
+  // The dense stride, or one that is zero, too small, larger, or huge.
+  size_t Stride(size_t natural) {
+    switch (Byte() % 8) {
+      case 0:
+      case 1:
+      case 2:
+        return natural;
+      case 3:
+        return 0;
+      case 4:
+        return natural > 0 ? natural - 1 : 0;
+      case 5:
+        return natural + Byte() % 5;
+      case 6:
+        return Byte() % 9;
+      default:
+        return Dim();
+    }
+  }
+  // 0/1 mostly; other values test the flag checks.
+  int32_t Flag() {
+    const uint8_t b = Byte();
+    return b < 240 ? b % 2 : static_cast<int32_t>(U32());
+  }
+  float Float() {
+    static const float kValues[] = {0.0f, 0.5f,  1.0f,  0.125f,
+                                    2.0f, -1.0f, 0.999f};
+    const uint8_t b = Byte();
+    if (b < 224) return kValues[b % 7];
+    const uint32_t bits = U32();  // NaN, inf, denormals, anything.
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+// Elements from the first to one past the last of a view; false if that
+// overflows (then the view is not empty, and must be rejected).
+bool Span(const size_t* dims, const size_t* strides, int rank, size_t* span) {
+  for (int k = 0; k < rank; ++k) {
+    if (dims[k] == 0) {
+      *span = 0;
+      return true;
+    }
+  }
+  size_t last = dims[rank - 1];
+  for (int k = 0; k < rank - 1; ++k) {
+    size_t offset;
+    if (__builtin_mul_overflow(dims[k] - 1, strides[k], &offset) ||
+        __builtin_add_overflow(last, offset, &last)) {
+      return false;
+    }
+  }
+  *span = last;
+  return true;
+}
+
+// Memory for a view: exactly its span when that is small; a few elements for
+// a view that must be rejected. Keeps every buffer alive for one input.
+class Arena {
+ public:
+  enum class Verdict { kBacked, kMustFail, kSkip };
+
+  // null_is_absent: a null pointer means "no such input" (masks, bias,
+  // attention weights), which is valid whatever the shape.
+  template <typename T>
+  Verdict Back(Input& in, const size_t* dims, const size_t* strides, int rank,
+               T** data, bool null_is_absent) {
+    size_t span = 0;
+    const bool fits = Span(dims, strides, rank, &span);
+    if (fits && span > kMaxFloats) return Verdict::kSkip;
+    const bool null = in.Byte() % 16 == 0;
+    if (null) {
+      *data = nullptr;
+      return null_is_absent || (fits && span == 0) ? Verdict::kBacked
+                                                   : Verdict::kMustFail;
+    }
+    // A distinct heap block each, so that ASan sees the view's exact end.
+    // Values: small integers, which keep every result finite.
+    buffers_.emplace_back((fits ? span : 4) * sizeof(T));
+    std::vector<uint8_t>& buffer = buffers_.back();
+    using Mutable = std::remove_const_t<T>;
+    Mutable* typed = reinterpret_cast<Mutable*>(buffer.data());
+    for (size_t i = 0; i < (fits ? span : 4); ++i) {
+      typed[i] = static_cast<Mutable>(in.Byte() % 5);
+    }
+    *data = typed;
+    return fits ? Verdict::kBacked : Verdict::kMustFail;
+  }
+
+ private:
+  // uint8_t storage, aligned by new for any T used here.
+  std::vector<std::vector<uint8_t>> buffers_;
+};
+
+void Expect(bool condition) {
+  if (!condition) std::abort();
+}
+
+// The status contract of every C function; a breach prints what happened.
+void CheckStatus(simdattn_status status, bool must_fail) {
+  const char* message = simdattn_last_error();
+  const bool ok =
+      message != nullptr &&
+      ((status == SIMDATTN_STATUS_OK && !must_fail && message[0] == '\0') ||
+       ((status == SIMDATTN_STATUS_INVALID_ARGUMENT ||
+         status == SIMDATTN_STATUS_OUT_OF_MEMORY) &&
+        message[0] != '\0'));
+  if (!ok) {
+    std::fprintf(stderr, "status %d (must fail: %d), message \"%s\"\n",
+                 static_cast<int>(status), must_fail ? 1 : 0,
+                 message ? message : "(null)");
+    std::abort();
+  }
+}
+
+// Fills a 4-D view's dims and strides from the input (last dim contiguous).
+template <typename View>
+void Shape4(Input& in, View* v) {
+  for (size_t& d : v->dims) d = in.Dim();
+  v->strides[2] = in.Stride(v->dims[3]);
+  v->strides[1] = in.Stride(v->dims[2] * v->dims[3]);
+  v->strides[0] = in.Stride(v->dims[1] * v->dims[2] * v->dims[3]);
+}
+// The same dims as `like`, usually; else fresh ones.
+template <typename View, typename Like>
+void Shape4Like(Input& in, const Like& like, View* v) {
+  if (in.Byte() % 4 != 0) {
+    std::memcpy(v->dims, like.dims, sizeof(v->dims));
+    v->strides[2] = in.Stride(v->dims[3]);
+    v->strides[1] = in.Stride(v->dims[2] * v->dims[3]);
+    v->strides[0] = in.Stride(v->dims[1] * v->dims[2] * v->dims[3]);
+  } else {
+    Shape4(in, v);
+  }
+}
+
+struct Call {
+  Arena arena;
+  bool must_fail = false;
+  bool skip = false;
+
+  template <typename T>
+  void Back(Input& in, const size_t* dims, const size_t* strides, int rank,
+            T** data, bool null_is_absent = false) {
+    switch (arena.Back(in, dims, strides, rank, data, null_is_absent)) {
+      case Arena::Verdict::kBacked:
+        break;
+      case Arena::Verdict::kMustFail:
+        must_fail = true;
+        break;
+      case Arena::Verdict::kSkip:
+        skip = true;
+        break;
+    }
+  }
+  template <typename View>
+  void Back4(Input& in, View* v, bool null_is_absent = false) {
+    Back(in, v->dims, v->strides, 4, &v->data, null_is_absent);
+  }
+  template <typename Matrix>
+  void BackMatrix(Input& in, Matrix* m) {
+    const size_t dims[2] = {m->rows, m->cols};
+    const size_t strides[1] = {m->stride};
+    Back(in, dims, strides, 2, &m->data);
+  }
+  // Floats a kernel reads by count (bias, key lengths): present or null.
+  template <typename T>
+  const T* Array(Input& in, size_t count) {
+    if (in.Byte() % 4 == 0 || count > kMaxFloats) return nullptr;
+    const size_t dims[1] = {count};
+    T* data = nullptr;
+    Back(in, dims, nullptr, 1, &data, /*null_is_absent=*/true);
+    return data;
+  }
+};
+
+simdattn_matmul_options MatMulOptions(Input& in, Call& call, size_t n) {
+  simdattn_matmul_options o = simdattn_matmul_default_options();
+  o.transpose_b = in.Flag();
+  o.alpha = in.Float();
+  o.beta = in.Float();
+  o.bias = call.Array<float>(in, n);
+  return o;
+}
+
+void FuzzMatMul(Input& in) {
+  Call call;
+  simdattn_const_matrix a{nullptr, in.Dim(), in.Dim(), 0};
+  simdattn_const_matrix b{nullptr, in.Dim(), in.Dim(), 0};
+  simdattn_matrix c{nullptr, in.Dim(), in.Dim(), 0};
+  a.stride = in.Stride(a.cols);
+  b.stride = in.Stride(b.cols);
+  c.stride = in.Stride(c.cols);
+  call.BackMatrix(in, &a);
+  call.BackMatrix(in, &b);
+  // C on A's memory: must be refused unless nothing is written.
+  if (in.Byte() % 8 == 0) {
+    c.data = const_cast<float*>(a.data);
+  } else {
+    call.BackMatrix(in, &c);
+  }
+  const simdattn_matmul_options options = MatMulOptions(in, call, c.cols);
+  if (call.skip) return;
+  CheckStatus(simdattn_matmul(a, b, c, in.Byte() % 8 ? &options : nullptr),
+              call.must_fail);
+}
+
+void FuzzBatchedMatMul(Input& in) {
+  Call call;
+  simdattn_const_tensor4 a, b;
+  simdattn_tensor4 c;
+  Shape4(in, &a);
+  Shape4Like(in, a, &b);
+  Shape4Like(in, a, &c);
+  call.Back4(in, &a);
+  call.Back4(in, &b);
+  call.Back4(in, &c);
+  const simdattn_matmul_options options = MatMulOptions(in, call, c.dims[3]);
+  if (call.skip) return;
+  CheckStatus(simdattn_batched_matmul(a, b, c, &options), call.must_fail);
+}
+
+void FuzzSoftmax(Input& in) {
+  Call call;
+  simdattn_const_tensor4 x;
+  simdattn_tensor4 y;
+  Shape4(in, &x);
+  call.Back4(in, &x);
+  const uint8_t placement = in.Byte() % 4;
+  if (placement == 0) {  // In place.
+    std::memcpy(y.dims, x.dims, sizeof(y.dims));
+    std::memcpy(y.strides, x.strides, sizeof(y.strides));
+    y.data = const_cast<float*>(x.data);
+  } else {
+    Shape4Like(in, x, &y);
+    if (placement == 1) {
+      // On x's memory with its own shape: refused unless it is the same
+      // view or nothing is written (then x's buffer covers it).
+      y.data = const_cast<float*>(x.data);
+    } else {
+      call.Back4(in, &y);
+    }
+  }
+  // The mask's views count only when the mask is passed at all.
+  Call masks;
+  simdattn_mask mask;
+  std::memset(&mask, 0, sizeof(mask));
+  mask.causal = in.Flag();
+  mask.causal_offset = in.Dim();
+  if (in.Byte() % 2) {
+    Shape4Like(in, x, &mask.boolean_mask);
+    masks.Back4(in, &mask.boolean_mask, /*null_is_absent=*/true);
+  }
+  if (in.Byte() % 2) {
+    Shape4Like(in, x, &mask.additive_mask);
+    masks.Back4(in, &mask.additive_mask, /*null_is_absent=*/true);
+  }
+  mask.key_lengths = masks.Array<size_t>(in, x.dims[0]);
+  const float scale = in.Float();
+  const bool with_mask = in.Byte() % 8 != 0;
+  if (call.skip || masks.skip) return;
+  CheckStatus(simdattn_softmax(x, y, scale, with_mask ? &mask : nullptr),
+              call.must_fail || (with_mask && masks.must_fail));
+}
+
+void FuzzDropout(Input& in) {
+  Call call;
+  simdattn_tensor4 x;
+  Shape4(in, &x);
+  call.Back4(in, &x);
+  const float p = in.Float();
+  const uint64_t seed = in.U64(), offset = in.U64();
+  if (call.skip) return;
+  CheckStatus(simdattn_dropout(x, p, seed, offset), call.must_fail);
+}
+
+void FuzzModule(Input& in) {
+  simdattn_module_config config;
+  std::memset(&config, 0, sizeof(config));
+  config.kind =
+      in.Byte() % 8 == 7 ? static_cast<int32_t>(in.U32()) : in.Byte() % 6;
+  config.d_in = in.Dim();
+  config.d_out = in.Dim();
+  config.context_length = in.Dim();
+  config.dropout = in.Float();
+  config.num_heads = in.Dim();
+  config.num_kv_heads = in.Dim();
+  config.qkv_bias = in.Flag();
+  config.seed = in.U64();
+  // Weights of a few GB would be allocated and initialised for real (slow,
+  // and over libFuzzer's memory limit): skip those, but keep the sizes whose
+  // products overflow, which must be refused before any allocation.
+  size_t features = 0, rows = 0, weights = 0;
+  const size_t heads_in = config.num_heads == 0 ? 1 : config.num_heads;
+  if (!__builtin_mul_overflow(config.d_out, heads_in, &features) &&
+      !__builtin_add_overflow(config.d_in + 1, features, &rows) &&
+      !__builtin_mul_overflow(rows, 4 * features + 1, &weights) &&
+      features < SIZE_MAX / 8 && weights > (size_t{1} << 22)) {
+    return;
+  }
+  simdattn_module* module = nullptr;
+  // Weights of absurd size may honestly be out of memory.
+  const simdattn_status created = simdattn_module_create(&config, &module);
+  CheckStatus(created, false);
+  if (created != SIMDATTN_STATUS_OK) {
+    Expect(module == nullptr);
+    return;
+  }
+  size_t d_in = 0, d_out = 0, heads = 0, count = 0;
+  CheckStatus(simdattn_module_shape(module, &d_in, &d_out, &heads), false);
+  CheckStatus(simdattn_module_weight_count(module, &count), false);
+
+  Call call;
+  // A state_dict from the module's own names and shapes, sometimes altered.
+  std::vector<simdattn_named_tensor> tensors;
+  std::vector<std::vector<size_t>> shapes;
+  for (size_t i = 0; i < count && i < 64; ++i) {
+    simdattn_named_tensor t;
+    const size_t* shape = nullptr;
+    CheckStatus(
+        simdattn_module_weight_info(module, i, &t.name, &shape, &t.rank),
+        false);
+    shapes.emplace_back(shape, shape + t.rank);
+    if (in.Byte() % 16 == 0 && t.rank > 0) shapes.back()[0] = in.Dim();
+    t.shape = shapes.back().data();
+    size_t elements = 1;
+    for (size_t d : shapes.back()) {
+      if (__builtin_mul_overflow(elements, d, &elements)) elements = SIZE_MAX;
+    }
+    t.data = call.Array<float>(in, elements);
+    if (in.Byte() % 16 != 0) tensors.push_back(t);
+  }
+  if (!call.skip && in.Byte() % 2) {
+    // The mask buffers hold arbitrary values here: usually refused.
+    CheckStatus(
+        simdattn_module_load_weights(module, tensors.data(), tensors.size()),
+        false);
+  }
+
+  Call forward;
+  simdattn_const_tensor3 x;
+  simdattn_tensor3 y;
+  x.batch = in.Dim();
+  x.tokens = in.Dim();
+  x.features = in.Byte() % 4 ? d_in : in.Dim();
+  x.token_stride = in.Stride(x.features);
+  x.batch_stride = in.Stride(x.tokens * x.token_stride);
+  y.batch = in.Byte() % 8 ? x.batch : in.Dim();
+  y.tokens = in.Byte() % 8 ? x.tokens : in.Dim();
+  y.features = in.Byte() % 4 ? d_out : in.Dim();
+  y.token_stride = in.Stride(y.features);
+  y.batch_stride = in.Stride(y.tokens * y.token_stride);
+  const size_t x_dims[3] = {x.batch, x.tokens, x.features};
+  const size_t x_strides[2] = {x.batch_stride, x.token_stride};
+  const size_t y_dims[3] = {y.batch, y.tokens, y.features};
+  const size_t y_strides[2] = {y.batch_stride, y.token_stride};
+  forward.Back(in, x_dims, x_strides, 3, &x.data);
+  forward.Back(in, y_dims, y_strides, 3, &y.data);
+  simdattn_forward_options options;
+  std::memset(&options, 0, sizeof(options));
+  options.training = in.Flag();
+  options.dropout_seed = in.U64();
+  options.dropout_offset = in.U64();
+  if (in.Byte() % 2) {
+    options.attention_weights.dims[0] = x.batch;
+    options.attention_weights.dims[1] = heads;
+    options.attention_weights.dims[2] = x.tokens;
+    options.attention_weights.dims[3] = x.tokens;
+    if (in.Byte() % 4 == 0) {
+      Shape4(in, &options.attention_weights);
+    } else {
+      simdattn_tensor4& w = options.attention_weights;
+      w.strides[2] = in.Stride(w.dims[3]);
+      w.strides[1] = in.Stride(w.dims[2] * w.dims[3]);
+      w.strides[0] = in.Stride(w.dims[1] * w.dims[2] * w.dims[3]);
+    }
+    forward.Back4(in, &options.attention_weights, /*null_is_absent=*/true);
+  }
+  if (!forward.skip) {
+    CheckStatus(simdattn_module_forward(module, x, y, &options),
+                forward.must_fail);
+  }
+  simdattn_module_destroy(module);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Input in(data, size);
+  switch (in.Byte() % 5) {
+    case 0:
+      FuzzMatMul(in);
+      break;
+    case 1:
+      FuzzBatchedMatMul(in);
+      break;
+    case 2:
+      FuzzSoftmax(in);
+      break;
+    case 3:
+      FuzzDropout(in);
+      break;
+    default:
+      FuzzModule(in);
+      break;
+  }
+  return 0;
+}

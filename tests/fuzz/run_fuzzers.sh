@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz) with clang-14 in build/fuzz, the
+# library included, under ASan + UBSan with coverage, and runs each for a
+# bounded time from its seed corpus. Fails on any crash, leak, sanitizer
+# report or timeout. Usage: run_fuzzers.sh [seconds per target, default 60]
+# Findings are written to build/fuzz/findings/<target>/; new corpus entries
+# to build/fuzz/corpus/<target>/ (the checked-in seeds are not modified).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds=${1:-60}
+build=build/fuzz
+targets=(npy_fuzzer safetensors_fuzzer c_api_shape_fuzzer)
+flags="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all"
+flags+=" -fno-omit-frame-pointer"
+
+echo "=== Configure + build: $build (clang-14)"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  -DSIMDATTN_BUILD_FUZZERS=ON -DSIMDATTN_BUILD_TESTS=OFF \
+  -DSIMDATTN_BUILD_BENCHMARKS=OFF -DSIMDATTN_BUILD_TOOLS=OFF \
+  -DSIMDATTN_INSTALL=OFF > "$build.configure.log" 2>&1 \
+  || { cat "$build.configure.log"; exit 1; }
+cmake --build "$build" --target "${targets[@]}"
+
+# allocator_may_return_null: a failed huge allocation must reach the library
+# as std::bad_alloc (and come out as SIMDATTN_STATUS_OUT_OF_MEMORY), not
+# abort inside ASan.
+export ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+status=0
+for target in "${targets[@]}"; do
+  corpus="$build/corpus/$target"
+  findings="$build/findings/$target"
+  mkdir -p "$corpus" "$findings"
+  echo "=== Fuzz: $target for ${seconds} s"
+  if ! "$build/tests/fuzz/$target" "$corpus" "tests/fuzz/corpus/$target" \
+      -max_total_time="$seconds" -timeout=25 -max_len=4096 \
+      -artifact_prefix="$findings/" -print_final_stats=1 \
+      > "$findings/log.txt" 2>&1; then
+    tail -n 60 "$findings/log.txt"
+    echo "FAILED: $target (log and reproducer in $findings)" >&2
+    status=1
+    continue
+  fi
+  grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units)' \
+    "$findings/log.txt" || true
+done
+exit $status

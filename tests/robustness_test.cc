@@ -1,0 +1,405 @@
+// What an engine relies on beyond correct numbers: a module's eval forward
+// is safe to run from several threads at once (this test runs under the tsan
+// preset too), calls stay inside an enclosing tbb::task_arena, steady state
+// allocates nothing, and bad views are rejected with a message naming them.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "simdattn/attention.h"
+#include "simdattn/kernels.h"
+#include "src/common/scratch.h"
+#include "tbb/task_arena.h"
+#include "tbb/task_scheduler_observer.h"
+#include "tests/test_util.h"
+
+// Counting replacements of every global allocation function: a library
+// allocation made through new, std::vector, std::string, ... shows up here.
+// The library's scratch pool takes its memory from aligned_alloc instead,
+// which internal::ScratchBytesAllocated() accounts for.
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<size_t> g_allocations{0};
+
+void* CountedAlloc(size_t size, size_t alignment) {
+  if (g_counting.load(std::memory_order_relaxed)) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (size == 0) size = 1;
+  void* p = nullptr;
+  if (alignment <= alignof(std::max_align_t)) {
+    p = std::malloc(size);
+  } else {
+    // aligned_alloc wants a multiple of the alignment.
+    p = std::aligned_alloc(alignment,
+                           (size + alignment - 1) / alignment * alignment);
+  }
+  return p;
+}
+}  // namespace
+
+void* operator new(size_t size) {
+  void* p = CountedAlloc(size, 0);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void* operator new[](size_t size) { return operator new(size); }
+void* operator new(size_t size, const std::nothrow_t&) noexcept {
+  return CountedAlloc(size, 0);
+}
+void* operator new[](size_t size, const std::nothrow_t&) noexcept {
+  return CountedAlloc(size, 0);
+}
+void* operator new(size_t size, std::align_val_t alignment) {
+  void* p = CountedAlloc(size, static_cast<size_t>(alignment));
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void* operator new[](size_t size, std::align_val_t alignment) {
+  return operator new(size, alignment);
+}
+void* operator new(size_t size, std::align_val_t alignment,
+                   const std::nothrow_t&) noexcept {
+  return CountedAlloc(size, static_cast<size_t>(alignment));
+}
+void* operator new[](size_t size, std::align_val_t alignment,
+                     const std::nothrow_t&) noexcept {
+  return CountedAlloc(size, static_cast<size_t>(alignment));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t,
+                     const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t,
+                       const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+
+namespace simdattn {
+namespace {
+
+constexpr size_t kBatch = 2, kTokens = 48, kDIn = 32, kDOut = 64, kHeads = 4;
+
+MultiHeadAttention MakeMha() {
+  // Dropout is set so that eval mode demonstrably ignores it.
+  return MultiHeadAttention(kDIn, kDOut, /*context_length=*/64,
+                            /*dropout=*/0.25f, kHeads, /*qkv_bias=*/true,
+                            /*seed=*/11);
+}
+
+// Heap allocations (operator new) and scratch-pool growth during a call.
+struct Allocations {
+  size_t news = 0;
+  size_t scratch_bytes = 0;
+};
+template <typename F>
+Allocations Count(F&& f) {
+  const size_t scratch_before = internal::ScratchBytesAllocated();
+  g_allocations.store(0);
+  g_counting.store(true);
+  f();
+  g_counting.store(false);
+  return {g_allocations.load(),
+          internal::ScratchBytesAllocated() - scratch_before};
+}
+
+TEST(Robustness, CountingOperatorNewSeesAllocations) {
+  // The counter works, so a zero below means something.
+  const Allocations a = Count([] {
+    std::vector<float> v(100);
+    v[3] = 1.0f;
+    EXPECT_EQ(v[3], 1.0f);
+  });
+  EXPECT_EQ(a.news, 1u);
+}
+
+// Eval-mode forward is const and thread-safe: four threads on one module,
+// at once, each get exactly the single-threaded result (kernels reduce in a
+// fixed order, so results are bit-identical whatever the scheduling).
+TEST(Robustness, ConcurrentEvalForwardOnOneModule) {
+  const MultiHeadAttention mha = MakeMha();
+  const std::vector<float> x = test::RandomVector(kBatch * kTokens * kDIn, 1);
+  const ConstTensor3 xv(x.data(), kBatch, kTokens, kDIn);
+  // The fused path (no weights requested) and the unfused one agree only to
+  // ~2e-6, so each has its own reference.
+  std::vector<float> expected_fused(kBatch * kTokens * kDOut);
+  std::vector<float> expected(expected_fused.size());
+  std::vector<float> expected_weights(kBatch * kHeads * kTokens * kTokens);
+  mha.Forward(xv, Tensor3(expected_fused.data(), kBatch, kTokens, kDOut));
+  ForwardOptions with_weights;
+  with_weights.attention_weights =
+      Tensor4::Dense(expected_weights.data(), kBatch, kHeads, kTokens, kTokens);
+  mha.Forward(xv, Tensor3(expected.data(), kBatch, kTokens, kDOut),
+              with_weights);
+
+  constexpr int kThreads = 4, kRepeats = 8;
+  std::vector<std::vector<float>> y(kThreads,
+                                    std::vector<float>(expected.size()));
+  std::vector<std::vector<float>> w(
+      kThreads, std::vector<float>(expected_weights.size()));
+  std::vector<int> mismatches(kThreads, 0);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Start together, so that the forwards overlap.
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) std::this_thread::yield();
+      for (int r = 0; r < kRepeats; ++r) {
+        std::fill(y[t].begin(), y[t].end(), -1.0f);
+        // Half the calls take the fused path, half return the weights.
+        ForwardOptions options;
+        if ((r + t) % 2 == 1) {
+          options.attention_weights =
+              Tensor4::Dense(w[t].data(), kBatch, kHeads, kTokens, kTokens);
+        }
+        mha.Forward(xv, Tensor3(y[t].data(), kBatch, kTokens, kDOut), options);
+        if (options.attention_weights.data == nullptr) {
+          if (y[t] != expected_fused) ++mismatches[t];
+        } else if (y[t] != expected || w[t] != expected_weights) {
+          ++mismatches[t];
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+  }
+}
+
+// Records every thread that enters the observed arena.
+class ThreadRecorder : public tbb::task_scheduler_observer {
+ public:
+  ThreadRecorder() = default;
+  explicit ThreadRecorder(tbb::task_arena& arena)
+      : tbb::task_scheduler_observer(arena) {}
+  ~ThreadRecorder() override { observe(false); }
+
+  void on_scheduler_entry(bool) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    threads_.insert(std::this_thread::get_id());
+  }
+  std::set<std::thread::id> threads() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return threads_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::set<std::thread::id> threads_;
+};
+
+// Inside tbb::task_arena(1) the calling thread does all the work. Observers
+// on that arena and on this thread's default arena see every thread that
+// joins either to run a task, including workers already in the default arena
+// before their next stolen task (TBB's documented guarantee); only the
+// calling thread may appear.
+TEST(Robustness, ArenaOfOneRunsOnTheCallingThreadOnly) {
+  const MultiHeadAttention mha = MakeMha();
+  const std::vector<float> x = test::RandomVector(kBatch * kTokens * kDIn, 2);
+  std::vector<float> y(kBatch * kTokens * kDOut);
+  std::vector<float> weights(kBatch * kHeads * kTokens * kTokens);
+  // Wake the default arena's workers, so that they would be ready to steal.
+  mha.Forward(ConstTensor3(x.data(), kBatch, kTokens, kDIn),
+              Tensor3(y.data(), kBatch, kTokens, kDOut));
+
+  tbb::task_arena arena(1);
+  arena.initialize();
+  ThreadRecorder in_arena(arena);
+  ThreadRecorder in_default;
+  in_arena.observe(true);
+  in_default.observe(true);
+  std::thread::id runner;
+  int concurrency = 0;
+  arena.execute([&] {
+    runner = std::this_thread::get_id();
+    concurrency = tbb::this_task_arena::max_concurrency();
+    for (int r = 0; r < 4; ++r) {
+      ForwardOptions options;
+      options.training = r % 2 == 1;
+      options.dropout_key = {3, static_cast<uint64_t>(r)};
+      if (r >= 2) {
+        options.attention_weights =
+            Tensor4::Dense(weights.data(), kBatch, kHeads, kTokens, kTokens);
+      }
+      mha.Forward(ConstTensor3(x.data(), kBatch, kTokens, kDIn),
+                  Tensor3(y.data(), kBatch, kTokens, kDOut), options);
+    }
+  });
+  in_arena.observe(false);
+  in_default.observe(false);
+  EXPECT_EQ(concurrency, 1);
+  EXPECT_EQ(runner, std::this_thread::get_id());
+  for (const std::thread::id& id : in_arena.threads()) {
+    EXPECT_EQ(id, runner) << "another thread entered the arena of one";
+  }
+  for (const std::thread::id& id : in_default.threads()) {
+    EXPECT_EQ(id, runner) << "a worker ran tasks in the default arena";
+  }
+}
+
+// After the first forward at a shape, further forwards at that shape make no
+// heap allocation and take no new scratch: in eval, in training (dropout) and
+// with the attention weights returned. In an arena of one thread the number
+// of scratch buffers in flight is fixed, so this is exact.
+TEST(Robustness, SteadyStateAllocatesNothing) {
+  const MultiHeadAttention mha = MakeMha();
+  const std::vector<float> x = test::RandomVector(kBatch * kTokens * kDIn, 3);
+  std::vector<float> y(kBatch * kTokens * kDOut);
+  std::vector<float> weights(kBatch * kHeads * kTokens * kTokens);
+  const ConstTensor3 xv(x.data(), kBatch, kTokens, kDIn);
+  const Tensor3 yv(y.data(), kBatch, kTokens, kDOut);
+  tbb::task_arena arena(1);
+  arena.execute([&] {
+    for (int mode = 0; mode < 3; ++mode) {
+      SCOPED_TRACE(mode == 0 ? "eval" : mode == 1 ? "training" : "weights");
+      ForwardOptions options;
+      options.training = mode == 1;
+      if (mode == 2) {
+        options.attention_weights =
+            Tensor4::Dense(weights.data(), kBatch, kHeads, kTokens, kTokens);
+      }
+      mha.Forward(xv, yv, options);  // First call at this shape: may allocate.
+      for (int call = 2; call <= 6; ++call) {
+        options.dropout_key.offset = static_cast<uint64_t>(call);
+        const Allocations a = Count([&] { mha.Forward(xv, yv, options); });
+        EXPECT_EQ(a.news, 0u) << "call " << call;
+        EXPECT_EQ(a.scratch_bytes, 0u) << "call " << call;
+      }
+    }
+  });
+}
+
+// With every thread, how many buffers are in flight at once depends on the
+// scheduling, so the pool may still grow while more threads join in (by a
+// small per-task workspace each); but it does not grow per call, and nothing
+// is allocated with operator new.
+TEST(Robustness, ParallelSteadyStateDoesNotAllocatePerCall) {
+  const MultiHeadAttention mha = MakeMha();
+  const std::vector<float> x = test::RandomVector(kBatch * kTokens * kDIn, 4);
+  std::vector<float> y(kBatch * kTokens * kDOut);
+  const ConstTensor3 xv(x.data(), kBatch, kTokens, kDIn);
+  const Tensor3 yv(y.data(), kBatch, kTokens, kDOut);
+  mha.Forward(xv, yv);
+  constexpr size_t kCalls = 40;
+  const Allocations later = Count([&] {
+    for (size_t call = 0; call < kCalls; ++call) mha.Forward(xv, yv);
+  });
+  EXPECT_EQ(later.news, 0u);
+  // Allocating the Q, K, V projections afresh per call would take this much.
+  const size_t per_call_bytes = kBatch * kTokens * 3 * kDOut * sizeof(float);
+  EXPECT_LT(later.scratch_bytes, kCalls * per_call_bytes / 4)
+      << kCalls << " calls took " << later.scratch_bytes
+      << " bytes of new scratch";
+}
+
+template <typename F>
+void ExpectInvalid(F&& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception; expected \"" << fragment << "\"";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << e.what();
+  }
+}
+
+// Views that would make the library write one element from two tasks, read
+// memory a size does not cover, or overflow: each named, nothing touched.
+TEST(Robustness, BadViewsAreRejectedByName) {
+  const MultiHeadAttention mha = MakeMha();
+  std::vector<float> x(kBatch * kTokens * kDIn, 0.5f);
+  std::vector<float> y(kBatch * kTokens * kDOut, -1.0f);
+  std::vector<float> weights(kBatch * kHeads * kTokens * kTokens, -1.0f);
+  const ConstTensor3 xv(x.data(), kBatch, kTokens, kDIn);
+
+  // Both batch items of y on the same memory.
+  ExpectInvalid(
+      [&] {
+        mha.Forward(xv, Tensor3(y.data(), kBatch, kTokens, kDOut, 0, kDOut));
+      },
+      "MultiHeadAttention: y.strides[0] (0) makes elements of y");
+  // Attention weights whose heads share rows.
+  ExpectInvalid(
+      [&] {
+        ForwardOptions options;
+        options.attention_weights =
+            Tensor4(weights.data(), kBatch, kHeads, kTokens, kTokens,
+                    kHeads * kTokens * kTokens, 1, kTokens);
+        mha.Forward(xv, Tensor3(y.data(), kBatch, kTokens, kDOut), options);
+      },
+      "MultiHeadAttention: attention_weights.strides[1] (1) makes elements");
+  // Token stride smaller than a token.
+  ExpectInvalid(
+      [&] {
+        mha.Forward(xv, Tensor3(y.data(), kBatch, kTokens, kDOut,
+                                kTokens * kDOut, kDOut - 1));
+      },
+      "y row stride (63) is less than its row length (64)");
+  ExpectInvalid(
+      [&] {
+        mha.Forward(ConstTensor3(nullptr, kBatch, kTokens, kDIn),
+                    Tensor3(y.data(), kBatch, kTokens, kDOut));
+      },
+      "MultiHeadAttention: x is null but has shape (2, 1, 48, 32)");
+  EXPECT_EQ(y, std::vector<float>(y.size(), -1.0f));
+  EXPECT_EQ(weights, std::vector<float>(weights.size(), -1.0f));
+
+  // Kernels: a bias inside C, a C whose matrices coincide.
+  std::vector<float> a(4 * 4, 1.0f), b(4 * 4, 1.0f), c(4 * 4, 0.0f);
+  MatMulOptions bias_in_c;
+  bias_in_c.bias = c.data() + 2;
+  ExpectInvalid(
+      [&] {
+        MatMul(ConstMatrix(a.data(), 4, 4), ConstMatrix(b.data(), 4, 4),
+               Matrix(c.data(), 4, 4), bias_in_c);
+      },
+      "MatMul: C overlaps bias (4 floats)");
+  ExpectInvalid(
+      [&] {
+        BatchedMatMul(ConstTensor4::Dense(a.data(), 2, 1, 2, 4),
+                      ConstTensor4::Dense(b.data(), 2, 1, 4, 2),
+                      Tensor4(c.data(), 2, 1, 2, 2, 0, 0, 2));
+      },
+      "BatchedMatMul: C.strides[0] (0) makes elements of C");
+  // A view whose extent overflows size_t.
+  ExpectInvalid(
+      [&] {
+        Softmax(ConstTensor4(a.data(), 1, 1, std::numeric_limits<size_t>::max(),
+                             4, 0, 0, 4),
+                Tensor4(c.data(), 1, 1, std::numeric_limits<size_t>::max(), 4,
+                        0, 0, 4));
+      },
+      "Softmax: x overflows size_t");
+  EXPECT_EQ(c, std::vector<float>(c.size(), 0.0f));
+}
+
+}  // namespace
+}  // namespace simdattn

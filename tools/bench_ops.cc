@@ -1,0 +1,318 @@
+// The op table of `simdattn bench` and the float64 references of --check.
+#include "tools/bench_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/util/shapes.h"
+#include "bench/util/workloads.h"
+#include "simdattn/attention.h"
+#include "simdattn/kernels.h"
+#include "simdattn/random.h"
+
+namespace simdattn {
+namespace tools {
+namespace {
+
+using bench::Library;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<float> Random(size_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// |error| / bound, with a zero bound meaning "must be exact".
+double Ratio(double error, double bound) {
+  error = std::abs(error);
+  if (std::isnan(error)) return kInf;
+  return bound > 0 ? error / bound : (error == 0 ? 0.0 : kInf);
+}
+
+// C = 0.5 A op(B) + 0.25 C + bias with padded row strides, so that alpha,
+// beta, bias and strides are all exercised. Bound per element (as in
+// tests/matmul_test.cc): 2 (k + 2) eps sum |terms|.
+double CheckMatMul(const bench::MatMulShape& s) {
+  const size_t lda = s.k + 3, ldc = s.n + 5;
+  const size_t b_rows = s.transpose_b ? s.n : s.k;
+  const size_t b_cols = s.transpose_b ? s.k : s.n;
+  const std::vector<float> a = Random(s.m * lda, 1, -1.0f, 1.0f);
+  const std::vector<float> b = Random(b_rows * b_cols, 2, -1.0f, 1.0f);
+  const std::vector<float> bias = Random(s.n, 3, -1.0f, 1.0f);
+  const std::vector<float> c0 = Random(s.m * ldc, 4, -1.0f, 1.0f);
+  std::vector<float> c = c0;
+  MatMulOptions options;
+  options.transpose_b = s.transpose_b ? Transpose::kYes : Transpose::kNo;
+  options.alpha = 0.5f;
+  options.beta = 0.25f;
+  options.bias = bias.data();
+  MatMul(ConstMatrix(a.data(), s.m, s.k, lda),
+         ConstMatrix(b.data(), b_rows, b_cols), Matrix(c.data(), s.m, s.n, ldc),
+         options);
+  const double eps = std::numeric_limits<float>::epsilon();
+  double worst = 0;
+  for (size_t i = 0; i < s.m; ++i) {
+    for (size_t j = 0; j < s.n; ++j) {
+      double exact = 0, magnitude = 0;
+      for (size_t p = 0; p < s.k; ++p) {
+        const double term = double(a[i * lda + p]) *
+                            (s.transpose_b ? b[j * s.k + p] : b[p * s.n + j]);
+        exact += term;
+        magnitude += std::abs(term);
+      }
+      const double old = 0.25 * c0[i * ldc + j];
+      exact = 0.5 * exact + old + bias[j];
+      magnitude = 0.5 * magnitude + std::abs(old) + std::abs(bias[j]);
+      const double bound = 2.0 * double(s.k + 2) * eps * magnitude + 1e-30;
+      worst = std::max(worst, Ratio(c[i * ldc + j] - exact, bound));
+    }
+  }
+  // Row padding of C is never written.
+  for (size_t i = 0; i < s.m; ++i) {
+    for (size_t j = s.n; j < ldc; ++j) {
+      worst = std::max(worst, Ratio(c[i * ldc + j] - c0[i * ldc + j], 0));
+    }
+  }
+  return worst;
+}
+
+// Per element relative to the exact softmax: 2e-6 (kernels.h), or
+// (16 + |v - max|) 2^-24 for outputs far below the row's largest, where the
+// rounding of exp's float argument dominates (softmax-inl.h); masked columns
+// exactly 0.
+double CheckSoftmax(const bench::ScoresShape& s) {
+  const float scale = 0.3f;
+  const std::vector<float> x = Random(s.Elements(), 5, -8.0f, 8.0f);
+  std::vector<float> y(x.size(), -1.0f);
+  AttentionMask mask;
+  mask.causal = s.causal;
+  Softmax(ConstTensor4::Dense(x.data(), s.batch, s.heads, s.rows, s.cols),
+          Tensor4::Dense(y.data(), s.batch, s.heads, s.rows, s.cols), scale,
+          mask);
+  const double floor = 2e-6 * std::numeric_limits<float>::min();
+  double worst = 0;
+  std::vector<double> v(s.cols);
+  for (size_t row = 0; row < s.batch * s.heads * s.rows; ++row) {
+    const size_t i = row % s.rows;
+    const size_t keep = s.causal ? std::min(i + 1, s.cols) : s.cols;
+    const float* xr = x.data() + row * s.cols;
+    const float* yr = y.data() + row * s.cols;
+    double max = -kInf, sum = 0;
+    for (size_t j = 0; j < keep; ++j) {
+      v[j] = double(scale) * xr[j];
+      max = std::max(max, v[j]);
+    }
+    for (size_t j = 0; j < keep; ++j) sum += std::exp(v[j] - max);
+    for (size_t j = 0; j < keep; ++j) {
+      const double exact = std::exp(v[j] - max) / sum;
+      const double relative =
+          std::max(2e-6, (16.0 + std::abs(v[j] - max)) * 0x1p-24);
+      worst = std::max(worst, Ratio(yr[j] - exact, relative * exact + floor));
+    }
+    for (size_t j = keep; j < s.cols; ++j) {
+      worst = std::max(worst, Ratio(yr[j], 0));
+    }
+  }
+  return worst;
+}
+
+// Bit-exact against the scalar Philox reference of simdattn/random.h: the
+// mask may not depend on the target or the thread count.
+double CheckDropout(const bench::ScoresShape& s) {
+  constexpr float kP = 0.1f;
+  const DropoutKey key{7, 3};
+  const std::vector<float> x = Random(s.Elements(), 6, -1.0f, 1.0f);
+  std::vector<float> y = x;
+  Dropout(Tensor4::Dense(y.data(), s.batch, s.heads, s.rows, s.cols), kP, key);
+  const PhiloxKey stream = DropoutStreamKey(key.seed, key.offset);
+  const uint32_t threshold = DropoutThreshold(kP);
+  const float scale = 1.0f / (1.0f - kP);
+  double worst = 0;
+  size_t e = 0;
+  for (size_t b = 0; b < s.batch; ++b) {
+    for (size_t h = 0; h < s.heads; ++h) {
+      for (size_t i = 0; i < s.rows; ++i) {
+        for (size_t j = 0; j < s.cols; ++j, ++e) {
+          const bool drop = (DropoutBits(stream, b, h, i, j) >> 1) < threshold;
+          const float expected = drop ? 0.0f : x[e] * scale;
+          worst = std::max(worst, Ratio(double(y[e]) - expected, 0));
+        }
+      }
+    }
+  }
+  return worst;
+}
+
+// MultiHeadAttention (causal, eval, out_proj with bias) with random weights
+// loaded through its state_dict, against the module computed in float64.
+// Bound: 1e-5 of the output's largest magnitude (the golden tests' bound).
+double CheckMha(const bench::MhaShape& s) {
+  const size_t t_len = s.tokens, d_in = s.d_in, d = s.d_out;
+  const size_t hd = d / s.heads;
+  const float w_range = 1.0f / std::sqrt(float(d_in));
+  const std::vector<float> x = Random(s.batch * t_len * d_in, 7, -1.0f, 1.0f);
+  const std::vector<float> wq = Random(d * d_in, 8, -w_range, w_range);
+  const std::vector<float> wk = Random(d * d_in, 9, -w_range, w_range);
+  const std::vector<float> wv = Random(d * d_in, 10, -w_range, w_range);
+  const float o_range = 1.0f / std::sqrt(float(d));
+  const std::vector<float> wo = Random(d * d, 11, -o_range, o_range);
+  const std::vector<float> bo = Random(d, 12, -o_range, o_range);
+  MultiHeadAttention mha(d_in, d, t_len, 0.0f, s.heads);
+  mha.LoadStateDict({{"W_query.weight", {wq.data(), {d, d_in}}},
+                     {"W_key.weight", {wk.data(), {d, d_in}}},
+                     {"W_value.weight", {wv.data(), {d, d_in}}},
+                     {"out_proj.weight", {wo.data(), {d, d}}},
+                     {"out_proj.bias", {bo.data(), {d}}}});
+  std::vector<float> y(s.batch * t_len * d);
+  mha.Forward(ConstTensor3(x.data(), s.batch, t_len, d_in),
+              Tensor3(y.data(), s.batch, t_len, d));
+
+  std::vector<double> ref(y.size());
+  std::vector<double> q(t_len * d), k(t_len * d), v(t_len * d),
+      context(t_len * d), p(t_len);
+  // out[t][o] = sum_i in[t][i] * w[o][i] (+ bias[o]): nn.Linear.
+  const auto linear = [](const float* in, size_t rows, size_t n_in,
+                         const std::vector<float>& w, size_t n_out,
+                         const float* bias, double* out) {
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t o = 0; o < n_out; ++o) {
+        double acc = bias ? bias[o] : 0.0;
+        for (size_t i = 0; i < n_in; ++i) {
+          acc += double(in[r * n_in + i]) * w[o * n_in + i];
+        }
+        out[r * n_out + o] = acc;
+      }
+    }
+  };
+  for (size_t b = 0; b < s.batch; ++b) {
+    const float* xb = x.data() + b * t_len * d_in;
+    linear(xb, t_len, d_in, wq, d, nullptr, q.data());
+    linear(xb, t_len, d_in, wk, d, nullptr, k.data());
+    linear(xb, t_len, d_in, wv, d, nullptr, v.data());
+    for (size_t h = 0; h < s.heads; ++h) {
+      for (size_t i = 0; i < t_len; ++i) {
+        double max = -kInf, sum = 0;
+        for (size_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (size_t c = 0; c < hd; ++c) {
+            dot += q[i * d + h * hd + c] * k[j * d + h * hd + c];
+          }
+          p[j] = dot / std::sqrt(double(hd));
+          max = std::max(max, p[j]);
+        }
+        for (size_t j = 0; j <= i; ++j) sum += p[j] = std::exp(p[j] - max);
+        for (size_t c = 0; c < hd; ++c) {
+          double acc = 0;
+          for (size_t j = 0; j <= i; ++j) acc += p[j] * v[j * d + h * hd + c];
+          context[i * d + h * hd + c] = acc / sum;
+        }
+      }
+    }
+    for (size_t i = 0; i < t_len; ++i) {
+      for (size_t o = 0; o < d; ++o) {
+        double acc = bo[o];
+        for (size_t c = 0; c < d; ++c)
+          acc += context[i * d + c] * wo[o * d + c];
+        ref[(b * t_len + i) * d + o] = acc;
+      }
+    }
+  }
+  double scale = 0;
+  for (double r : ref) scale = std::max(scale, std::abs(r));
+  double worst = 0;
+  for (size_t e = 0; e < y.size(); ++e) {
+    worst = std::max(worst, Ratio(y[e] - ref[e], 1e-5 * scale + 1e-30));
+  }
+  return worst;
+}
+
+template <typename Shape>
+std::vector<std::string> Names(const std::vector<Shape>& shapes) {
+  std::vector<std::string> names;
+  for (const Shape& s : shapes) names.push_back(s.Name());
+  return names;
+}
+
+OpCase MatMulCase(const std::string& text) {
+  const bench::MatMulShape s = bench::ParseMatMulShape(text);
+  return {s.Name(), s.Flops(),
+          [s](Library lib, int threads) {
+            return bench::MakeMatMul(s, lib, threads);
+          },
+          [s] { return CheckMatMul(s); }};
+}
+
+OpCase SoftmaxCase(const std::string& text) {
+  const bench::ScoresShape s = bench::ParseScoresShape(text, true);
+  return {s.Name(), s.SoftmaxBytes(),
+          [s](Library lib, int threads) {
+            return bench::MakeSoftmax(s, lib, threads);
+          },
+          [s] { return CheckSoftmax(s); }};
+}
+
+OpCase DropoutCase(const std::string& text) {
+  const bench::ScoresShape s = bench::ParseScoresShape(text, false);
+  return {s.Name(), s.DropoutBytes(),
+          [s](Library lib, int) -> std::unique_ptr<bench::Workload> {
+            if (lib != Library::kSimdattn) return nullptr;
+            return bench::MakeDropout(s);
+          },
+          [s] { return CheckDropout(s); }};
+}
+
+OpCase MhaCase(const std::string& text) {
+  const bench::MhaShape s = bench::ParseMhaShape(text);
+  return {s.Name(), s.Flops(),
+          [s](Library lib, int) -> std::unique_ptr<bench::Workload> {
+            if (lib != Library::kSimdattn) return nullptr;
+            return bench::MakeMha(s);
+          },
+          [s] { return CheckMha(s); }};
+}
+
+}  // namespace
+
+const std::vector<OpSpec>& Ops() {
+  static const std::vector<OpSpec> ops = {
+      {"matmul",
+       Metric::kGflops,
+       "MxKxN[_Bt]  C = A op(B), op(B) = B^T with _Bt",
+       Names(bench::StandardMatMulShapes()),
+       {"6x3x2", "67x45x33", "67x45x33_Bt", "1x64x300_Bt", "130x257x129"},
+       MatMulCase},
+      {"softmax",
+       Metric::kGbPerSec,
+       "BxHxRxC[_causal]  softmax(0.125 x) over C columns",
+       Names(bench::StandardSoftmaxShapes()),
+       {"2x3x37x37", "2x3x37x37_causal", "1x2x5x300", "1x1x70x70_causal"},
+       SoftmaxCase},
+      {"dropout",
+       Metric::kGbPerSec,
+       "BxHxRxC  in-place dropout, p = 0.1",
+       Names(bench::StandardDropoutShapes()),
+       {"2x3x37x130", "1x1x3x1000"},
+       DropoutCase},
+      {"mha",
+       Metric::kGflops,
+       "BxTxDxH or BxTxDINxDOUTxH  MultiHeadAttention forward, causal, eval",
+       Names(bench::StandardMhaShapes()),
+       {"2x6x3x2x2", "2x7x16x4", "1x33x24x12x3"},
+       MhaCase},
+  };
+  return ops;
+}
+
+}  // namespace tools
+}  // namespace simdattn
