@@ -82,19 +82,23 @@ def main():
         unit = "GFLOP/s" if "gflops" in op_records[0] else "GB/s"
         op_series = [s for s in series
                      if any(r["series"] == s for r in op_records)]
-        width = 0.8 / max(len(op_series), 1)
         for col, t in enumerate(threads):
             ax = axes[row][col]
-            for k, s in enumerate(op_series):
-                xs, ys = [], []
-                for i, shape in enumerate(shapes):
-                    for r in op_records:
-                        if (r["series"] == s and r["shape"] == shape
-                                and r["threads"] == t):
-                            xs.append(i + (k - (len(op_series) - 1) / 2) * width)
-                            ys.append(r["rate"])
-                ax.bar(xs, ys, width, label=s,
-                       color=colors(series.index(s) % 10))
+            rate = {(r["series"], r["shape"]): r["rate"]
+                    for r in op_records if r["threads"] == t}
+            # Bars centred on each shape over the series measured there
+            # (oneDNN has no causal softmax, OpenBLAS no softmax at all).
+            present = [[s for s in op_series if (s, shape) in rate]
+                       for shape in shapes]
+            width = 0.8 / max(max(len(p) for p in present), 1)
+            labelled = set()
+            for i, shape in enumerate(shapes):
+                for k, s in enumerate(present[i]):
+                    ax.bar(i + (k - (len(present[i]) - 1) / 2) * width,
+                           rate[(s, shape)], width,
+                           label=None if s in labelled else s,
+                           color=colors(series.index(s) % 10))
+                    labelled.add(s)
             ax.set_xticks(range(len(shapes)))
             ax.set_xticklabels(shapes, rotation=30, ha="right", fontsize=7)
             ax.set_ylabel(unit)

@@ -625,6 +625,14 @@ static void TestModuleErrors(void) {
   config = Config(9, 4, 4, 8, 1);
   CHECK_ERROR(simdattn_module_create(&config, &module), INVALID,
               "config->kind (9) is not a simdattn_module_kind");
+  /* Found by c_api_shape_fuzzer: weights no vector can hold were
+   * std::length_error, i.e. SIMDATTN_STATUS_INTERNAL. */
+  config = Config(SIMDATTN_SELF_ATTENTION_V2, (size_t)1 << 60, 3, 0, 1);
+  if (sizeof(size_t) == 8) {
+    CHECK_ERROR(simdattn_module_create(&config, &module), INVALID,
+                "SelfAttentionV2: the QKV weights (9 x 1152921504606846976 "
+                "floats) exceed the largest possible allocation");
+  }
   config = Config(SIMDATTN_CAUSAL_ATTENTION, 3, 2, 4, 1);
   config.dropout = NAN;
   CHECK_ERROR(simdattn_module_create(&config, &module), INVALID,

@@ -52,15 +52,25 @@ class AttentionEngine {
   AttentionEngine(const char* name, const AttentionConfig& config)
       : name_(name), config_(config) {
     Validate();
-    const size_t qkv_rows = q_dim() + 2 * kv_dim();
+    // Every size derived from the config must fit in size_t (a wrapped
+    // product would size the weights below what the views reach) and in a
+    // std::vector (else std::length_error, not an argument error).
+    const size_t q = CheckedMul(name_, "num_heads * head_dim",
+                                config_.num_heads, config_.head_dim);
+    const size_t kv2 = CheckedMul(
+        name_, "2 * num_kv_heads * head_dim", 2,
+        CheckedMul(name_, "num_kv_heads * head_dim", config_.num_kv_heads,
+                   config_.head_dim));
+    size_t qkv_rows = 0;
+    SIMDATTN_REQUIRE(!__builtin_add_overflow(q, kv2, &qkv_rows), name_,
+                     "the Q, K, V rows overflow size_t (", q, " + ", kv2, ")");
     if (config_.projections) {
-      w_qkv_.assign(CheckedMul(name_, "the QKV weights", qkv_rows, config_.d_in),
-                    0.0f);
+      w_qkv_.assign(Floats("the QKV weights", qkv_rows, config_.d_in), 0.0f);
       if (config_.qkv_bias) b_qkv_.assign(qkv_rows, 0.0f);
     }
     if (config_.out_proj) {
-      w_out_.assign(CheckedMul(name_, "out_proj", q_dim(), q_dim()), 0.0f);
-      b_out_.assign(q_dim(), 0.0f);
+      w_out_.assign(Floats("out_proj", q, q), 0.0f);
+      b_out_.assign(q, 0.0f);
     }
   }
 
@@ -200,6 +210,15 @@ class AttentionEngine {
       MatMul(ConstMatrix(context + b * tokens * q_dim(), tokens, q_dim()), w,
              y.Sequence(b), out);
     }
+  }
+
+  // rows * cols floats, or an error naming `what` if no vector can hold them.
+  size_t Floats(const char* what, size_t rows, size_t cols) const {
+    const size_t n = CheckedMul(name_, what, rows, cols);
+    SIMDATTN_REQUIRE(n <= std::vector<float>().max_size(), name_, what, " (",
+                     rows, " x ", cols,
+                     " floats) exceed the largest possible allocation");
+    return n;
   }
 
   void Validate() const {

@@ -339,16 +339,25 @@ void FuzzModule(Input& in) {
   config.num_kv_heads = in.Dim();
   config.qkv_bias = in.Flag();
   config.seed = in.U64();
-  // Weights of a few GB would be allocated and initialised for real (slow,
-  // and over libFuzzer's memory limit): skip those, but keep the sizes whose
-  // products overflow, which must be refused before any allocation.
+  // Weights of more than a few MB would be allocated and initialised for
+  // real (slow, and a failing `new` is fatal under ASan, which cannot throw
+  // std::bad_alloc): skip those. Sizes whose products overflow or exceed
+  // any vector are still tried: they must be refused before allocating.
+  const bool multi = config.kind == SIMDATTN_MULTI_HEAD_ATTENTION_WRAPPER;
   size_t features = 0, rows = 0, weights = 0;
-  const size_t heads_in = config.num_heads == 0 ? 1 : config.num_heads;
-  if (!__builtin_mul_overflow(config.d_out, heads_in, &features) &&
-      !__builtin_add_overflow(config.d_in + 1, features, &rows) &&
-      !__builtin_mul_overflow(rows, 4 * features + 1, &weights) &&
-      features < SIZE_MAX / 8 && weights > (size_t{1} << 22)) {
-    return;
+  const bool estimated =
+      !__builtin_mul_overflow(
+          config.d_out, multi && config.num_heads > 0 ? config.num_heads : 1,
+          &features) &&
+      !__builtin_add_overflow(config.d_in, features + 1, &rows) &&
+      features < SIZE_MAX / 8 &&
+      !__builtin_mul_overflow(rows, 4 * features + 1, &weights);
+  if (!estimated || weights > (size_t{1} << 22)) {
+    // Only sizes no machine could hold may go on: beyond 2^62 floats.
+    if (estimated ||
+        (config.d_in < (size_t{1} << 62) && features < (size_t{1} << 62))) {
+      return;
+    }
   }
   simdattn_module* module = nullptr;
   // Weights of absurd size may honestly be out of memory.
