@@ -203,7 +203,6 @@ TEST(Robustness, ConcurrentEvalForwardOnOneModule) {
 // Records every thread that enters the observed arena.
 class ThreadRecorder : public tbb::task_scheduler_observer {
  public:
-  ThreadRecorder() = default;
   explicit ThreadRecorder(tbb::task_arena& arena)
       : tbb::task_scheduler_observer(arena) {}
   ~ThreadRecorder() override { observe(false); }
@@ -222,11 +221,12 @@ class ThreadRecorder : public tbb::task_scheduler_observer {
   std::set<std::thread::id> threads_;
 };
 
-// Inside tbb::task_arena(1) the calling thread does all the work. Observers
-// on that arena and on this thread's default arena see every thread that
-// joins either to run a task, including workers already in the default arena
-// before their next stolen task (TBB's documented guarantee); only the
-// calling thread may appear.
+// Inside tbb::task_arena(1) the calling thread does all the work: the arena
+// has no worker slot, so an observer on it sees every thread that joins it,
+// and only the calling thread may. (The default arena is deliberately not
+// observed: oneTBB notifies workers idling there of a newly activated
+// observer from their steal loop, whether or not they then run a task, so
+// an entry there proves nothing — CI under ASan saw exactly that.)
 TEST(Robustness, ArenaOfOneRunsOnTheCallingThreadOnly) {
   const MultiHeadAttention mha = MakeMha();
   const std::vector<float> x = test::RandomVector(kBatch * kTokens * kDIn, 2);
@@ -239,9 +239,7 @@ TEST(Robustness, ArenaOfOneRunsOnTheCallingThreadOnly) {
   tbb::task_arena arena(1);
   arena.initialize();
   ThreadRecorder in_arena(arena);
-  ThreadRecorder in_default;
   in_arena.observe(true);
-  in_default.observe(true);
   std::thread::id runner;
   int concurrency = 0;
   arena.execute([&] {
@@ -260,15 +258,12 @@ TEST(Robustness, ArenaOfOneRunsOnTheCallingThreadOnly) {
     }
   });
   in_arena.observe(false);
-  in_default.observe(false);
   EXPECT_EQ(concurrency, 1);
   EXPECT_EQ(runner, std::this_thread::get_id());
   for (const std::thread::id& id : in_arena.threads()) {
     EXPECT_EQ(id, runner) << "another thread entered the arena of one";
   }
-  for (const std::thread::id& id : in_default.threads()) {
-    EXPECT_EQ(id, runner) << "a worker ran tasks in the default arena";
-  }
+  EXPECT_FALSE(in_arena.threads().empty()) << "the observer saw no entry";
 }
 
 // After the first forward at a shape, further forwards at that shape make no
