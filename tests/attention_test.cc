@@ -127,8 +127,9 @@ std::string Describe(const Shape& s) {
 class AttentionTest : public test::PerTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(AttentionTest);
 
-// Shapes around the tile sizes (48-row query blocks on most targets, 64-key
-// tiles), decode shapes that split the keys, grouped-query heads.
+// Shapes around the tile sizes (48-row query blocks on most targets, four
+// per task, 64-key tiles), decode shapes that split the keys, grouped-query
+// heads.
 const Shape kShapes[] = {
     {1, 1, 1, 1, 1, 1, 1},      {1, 1, 1, 6, 6, 2, 2},
     {2, 2, 2, 7, 7, 3, 5},      {1, 2, 1, 63, 63, 16, 16},
@@ -136,6 +137,7 @@ const Shape kShapes[] = {
     {2, 4, 2, 97, 130, 32, 32}, {1, 2, 2, 200, 200, 64, 64},
     {1, 1, 1, 1, 1000, 64, 64}, {2, 8, 1, 3, 777, 40, 72},
     {1, 4, 4, 50, 0, 8, 8},     {1, 1, 1, 49, 300, 128, 128},
+    {1, 2, 1, 421, 450, 16, 8},
 };
 
 TEST_P(AttentionTest, MatchesFloat64Reference) {

@@ -723,16 +723,245 @@ static void TestOverflowingWeights(void) {
   simdattn_module_destroy(module);
 }
 
+/* Fused attention with grouped-query heads (2 query heads share 1 key/value
+ * head), a causal offset and an explicit scale, against a reference written
+ * here; then the errors. */
+static void TestAttention(void) {
+  enum { kQHeads = 2, kQ = 3, kK = 5, kD = 4, kDv = 3 };
+  float q[kQHeads * kQ * kD], k[kK * kD], v[kK * kDv];
+  float out[kQHeads * kQ * kDv], before[kQHeads * kQ * kDv];
+  const float scale = 0.7f;
+  simdattn_attention_options options = simdattn_attention_default_options();
+  size_t h, i, j, d;
+  CHECK(options.has_scale == 0 && options.dropout == 0.0f &&
+        options.mask.causal == 0 && options.mask.key_lengths == NULL);
+  Fill(q, sizeof(q) / sizeof(float), 21);
+  Fill(k, sizeof(k) / sizeof(float), 22);
+  Fill(v, sizeof(v) / sizeof(float), 23);
+  options.has_scale = 1;
+  options.scale = scale;
+  options.mask.causal = 1;
+  options.mask.causal_offset = kK - kQ; /* The queries are the last 3 keys. */
+  CHECK_OK(simdattn_scaled_dot_product_attention(
+      Const4(Dense4(q, 1, kQHeads, kQ, kD)), Const4(Dense4(k, 1, 1, kK, kD)),
+      Const4(Dense4(v, 1, 1, kK, kDv)), Dense4(out, 1, kQHeads, kQ, kDv),
+      &options));
+  for (h = 0; h < kQHeads; ++h) {
+    for (i = 0; i < kQ; ++i) {
+      const size_t last = i + kK - kQ;
+      double e[kK], total = 0.0;
+      for (j = 0; j <= last; ++j) {
+        double dot = 0.0;
+        for (d = 0; d < kD; ++d) {
+          dot += (double)q[(h * kQ + i) * kD + d] * k[j * kD + d];
+        }
+        e[j] = exp(scale * dot);
+        total += e[j];
+      }
+      for (d = 0; d < kDv; ++d) {
+        double expected = 0.0;
+        for (j = 0; j <= last; ++j) expected += e[j] / total * v[j * kDv + d];
+        CHECK_NEAR(out[(h * kQ + i) * kDv + d], expected, 1e-5);
+      }
+    }
+  }
+  /* The default scale is 1 / sqrt(head_dim) = 0.5 here. */
+  options.has_scale = 0;
+  CHECK_OK(simdattn_scaled_dot_product_attention(
+      Const4(Dense4(q, 1, kQHeads, kQ, kD)), Const4(Dense4(k, 1, 1, kK, kD)),
+      Const4(Dense4(v, 1, 1, kK, kDv)), Dense4(before, 1, kQHeads, kQ, kDv),
+      &options));
+  options.has_scale = 1;
+  options.scale = 0.5f;
+  CHECK_OK(simdattn_scaled_dot_product_attention(
+      Const4(Dense4(q, 1, kQHeads, kQ, kD)), Const4(Dense4(k, 1, 1, kK, kD)),
+      Const4(Dense4(v, 1, 1, kK, kDv)), Dense4(out, 1, kQHeads, kQ, kDv),
+      &options));
+  CHECK(memcmp(out, before, sizeof(out)) == 0);
+
+  /* Errors: the output is left as it was. */
+  memcpy(before, out, sizeof(out));
+  options.has_scale = 2;
+  CHECK_ERROR(
+      simdattn_scaled_dot_product_attention(
+          Const4(Dense4(q, 1, kQHeads, kQ, kD)),
+          Const4(Dense4(k, 1, 1, kK, kD)), Const4(Dense4(v, 1, 1, kK, kDv)),
+          Dense4(out, 1, kQHeads, kQ, kDv), &options),
+      INVALID, "options->has_scale (2) is neither 0 nor 1");
+  options.has_scale = 0;
+  options.dropout = 1.5f;
+  CHECK_ERROR(
+      simdattn_scaled_dot_product_attention(
+          Const4(Dense4(q, 1, kQHeads, kQ, kD)),
+          Const4(Dense4(k, 1, 1, kK, kD)), Const4(Dense4(v, 1, 1, kK, kDv)),
+          Dense4(out, 1, kQHeads, kQ, kDv), &options),
+      INVALID, "ScaledDotProductAttention: dropout (1.5) is not a probability");
+  options.dropout = 0.0f;
+  CHECK_ERROR(
+      simdattn_scaled_dot_product_attention(
+          Const4(Dense4(q, 1, kQHeads, kQ, kD)),
+          Const4(Dense4(k, 1, 1, kK, kD)), Const4(Dense4(v, 1, 1, kK, kDv)),
+          Dense4(q, 1, kQHeads, kQ, kDv), &options),
+      INVALID, "out overlaps q");
+  CHECK_ERROR(
+      simdattn_scaled_dot_product_attention(
+          Const4(Dense4(q, 1, kQHeads, kQ, kD)),
+          Const4(Dense4(k, 1, 1, kK, kD - 1)), Const4(Dense4(v, 1, 1, kK, kDv)),
+          Dense4(out, 1, kQHeads, kQ, kDv), NULL),
+      INVALID, "k's head_dim (3) differs from q's (4)");
+  CHECK(memcmp(out, before, sizeof(out)) == 0);
+}
+
+/* A cache owning its memory and one in caller memory: append, size, views,
+ * clear, and the errors. */
+static void TestKVCache(void) {
+  enum { kHeads = 2, kCap = 4, kD = 3 };
+  float keys[kHeads * kCap * kD], values[kHeads * kCap * kD];
+  float new_k[kHeads * 3 * kD], new_v[kHeads * 3 * kD];
+  simdattn_kv_cache* owned = NULL;
+  simdattn_kv_cache* borrowed = NULL;
+  simdattn_const_tensor4 kv, vv;
+  size_t size = 99, capacity = 0, h, t, d;
+  Fill(new_k, sizeof(new_k) / sizeof(float), 31);
+  Fill(new_v, sizeof(new_v) / sizeof(float), 32);
+  CHECK_OK(simdattn_kv_cache_create(1, kHeads, kCap, kD, &owned));
+  CHECK_OK(simdattn_kv_cache_create_in(Dense4(keys, 1, kHeads, kCap, kD),
+                                       Dense4(values, 1, kHeads, kCap, kD),
+                                       &borrowed));
+  if (owned == NULL || borrowed == NULL) {
+    simdattn_kv_cache_destroy(owned);
+    simdattn_kv_cache_destroy(borrowed);
+    return;
+  }
+  CHECK_OK(simdattn_kv_cache_size(owned, &size, &capacity));
+  CHECK(size == 0 && capacity == kCap);
+  CHECK_OK(simdattn_kv_cache_append(owned,
+                                    Const4(Dense4(new_k, 1, kHeads, 3, kD)),
+                                    Const4(Dense4(new_v, 1, kHeads, 3, kD))));
+  CHECK_OK(simdattn_kv_cache_append(borrowed,
+                                    Const4(Dense4(new_k, 1, kHeads, 3, kD)),
+                                    Const4(Dense4(new_v, 1, kHeads, 3, kD))));
+  CHECK_OK(simdattn_kv_cache_size(owned, &size, NULL));
+  CHECK(size == 3);
+  CHECK_OK(simdattn_kv_cache_view(owned, &kv, &vv));
+  CHECK(kv.dims[0] == 1 && kv.dims[1] == kHeads && kv.dims[2] == 3 &&
+        kv.dims[3] == kD && vv.dims[2] == 3);
+  for (h = 0; h < kHeads; ++h) {
+    for (t = 0; t < 3; ++t) {
+      for (d = 0; d < kD; ++d) {
+        const float expected_k = new_k[(h * 3 + t) * kD + d];
+        const float expected_v = new_v[(h * 3 + t) * kD + d];
+        CHECK(kv.data[h * kv.strides[1] + t * kv.strides[2] + d] == expected_k);
+        CHECK(vv.data[h * vv.strides[1] + t * vv.strides[2] + d] == expected_v);
+        /* The borrowed cache wrote into the caller's buffers. */
+        CHECK(keys[(h * kCap + t) * kD + d] == expected_k);
+        CHECK(values[(h * kCap + t) * kD + d] == expected_v);
+      }
+    }
+  }
+  CHECK_ERROR(
+      simdattn_kv_cache_append(owned, Const4(Dense4(new_k, 1, kHeads, 2, kD)),
+                               Const4(Dense4(new_v, 1, kHeads, 2, kD))),
+      INVALID, "appending 2 tokens to 3 exceeds the capacity (4)");
+  CHECK_ERROR(
+      simdattn_kv_cache_append(owned, Const4(Dense4(new_k, 1, kHeads, 1, kD)),
+                               Const4(Dense4(new_v, 1, kHeads, 1, kD - 1))),
+      INVALID, "values have shape (1, 2, 1, 2), expected (1, 2, 1, 3)");
+  CHECK_OK(simdattn_kv_cache_clear(owned));
+  CHECK_OK(simdattn_kv_cache_size(owned, &size, &capacity));
+  CHECK(size == 0 && capacity == kCap);
+  CHECK_ERROR(
+      simdattn_kv_cache_create_in(Dense4(keys, 1, kHeads, kCap, kD),
+                                  Dense4(keys, 1, kHeads, kCap, kD), &owned),
+      INVALID, "keys overlap values");
+  CHECK_ERROR(simdattn_kv_cache_size(NULL, &size, &capacity), INVALID,
+              "simdattn_kv_cache_size: cache is null");
+  CHECK_ERROR(simdattn_kv_cache_create(1, 1, 1, 1, NULL), INVALID,
+              "simdattn_kv_cache_create: cache is null");
+  simdattn_kv_cache_destroy(owned);
+  simdattn_kv_cache_destroy(borrowed);
+  simdattn_kv_cache_destroy(NULL);
+}
+
+/* Generation: multi-head attention with grouped-query heads fed 4 tokens,
+ * then 1, then 1, through a KV cache gives the rows of one forward over all
+ * 6 tokens. */
+static void TestForwardStep(void) {
+  enum { kB = 2, kT = 6, kIn = 5, kOut = 8, kHeads = 4, kKvHeads = 2 };
+  simdattn_module_config config =
+      Config(SIMDATTN_MULTI_HEAD_ATTENTION, kIn, kOut, kT, kHeads);
+  simdattn_module* module = NULL;
+  simdattn_kv_cache* cache = NULL;
+  float x[kB * kT * kIn], full[kB * kT * kOut], steps[kB * kT * kOut];
+  const size_t chunks[3][2] = {{0, 4}, {4, 1}, {5, 1}}; /* first, count */
+  simdattn_forward_options training;
+  size_t c, size = 0;
+  config.num_kv_heads = kKvHeads;
+  config.qkv_bias = 1;
+  config.dropout = 0.1f;
+  CHECK_OK(simdattn_module_create(&config, &module));
+  CHECK_OK(simdattn_kv_cache_create(kB, kKvHeads, kT, kOut / kHeads, &cache));
+  if (module == NULL || cache == NULL) {
+    simdattn_module_destroy(module);
+    simdattn_kv_cache_destroy(cache);
+    return;
+  }
+  Fill(x, sizeof(x) / sizeof(float), 41);
+  CHECK_OK(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
+                                   Dense3(full, kB, kT, kOut), NULL));
+  memset(steps, 0, sizeof(steps));
+  for (c = 0; c < 3; ++c) {
+    /* Tokens [first, first + count) of both sequences, strided in place. */
+    simdattn_tensor3 xs = Dense3(x + chunks[c][0] * kIn, kB, chunks[c][1], kIn);
+    simdattn_tensor3 ys =
+        Dense3(steps + chunks[c][0] * kOut, kB, chunks[c][1], kOut);
+    xs.batch_stride = kT * kIn;
+    ys.batch_stride = kT * kOut;
+    CHECK_OK(simdattn_module_forward_step(module, Const3(xs), cache, ys, NULL));
+  }
+  CHECK_OK(simdattn_kv_cache_size(cache, &size, NULL));
+  CHECK(size == kT);
+  for (c = 0; c < kB * kT * kOut; ++c) CHECK_NEAR(steps[c], full[c], 1e-5);
+
+  /* Errors. */
+  CHECK_ERROR(
+      simdattn_module_forward_step(module, Const3(Dense3(x, kB, 1, kIn)), cache,
+                                   Dense3(steps, kB, 1, kOut), NULL),
+      INVALID, "the cache holds 6 of 6 tokens: no room for 1 more");
+  CHECK_OK(simdattn_kv_cache_clear(cache));
+  memset(&training, 0, sizeof(training));
+  training.training = 1;
+  CHECK_ERROR(
+      simdattn_module_forward_step(module, Const3(Dense3(x, kB, 1, kIn)), cache,
+                                   Dense3(steps, kB, 1, kOut), &training),
+      INVALID, "ForwardStep is for generation: use eval mode");
+  CHECK_ERROR(
+      simdattn_module_forward_step(module, Const3(Dense3(x, 1, 1, kIn)), cache,
+                                   Dense3(steps, 1, 1, kOut), NULL),
+      INVALID, "the cache holds (batch 2, kv_heads 2, head_dim 2)");
+  CHECK_ERROR(
+      simdattn_module_forward_step(module, Const3(Dense3(x, kB, 1, kIn)), NULL,
+                                   Dense3(steps, kB, 1, kOut), NULL),
+      INVALID, "simdattn_module_forward_step: cache is null");
+  CHECK_OK(simdattn_kv_cache_size(cache, &size, NULL));
+  CHECK(size == 0);
+  simdattn_kv_cache_destroy(cache);
+  simdattn_module_destroy(module);
+}
+
 int main(void) {
   TestRuntime();
   TestMatMul();
   TestBatchedMatMul();
   TestSoftmax();
   TestDropout();
+  TestAttention();
+  TestKVCache();
   TestCausalAgainstReference();
   TestEveryModule();
   TestModuleErrors();
   TestOverflowingWeights();
+  TestForwardStep();
   if (g_failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;

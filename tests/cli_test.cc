@@ -38,8 +38,7 @@ struct Result {
 };
 
 Result Simdattn(const std::string& args) {
-  const std::string command =
-      std::string(SIMDATTN_CLI) + " " + args + " 2>&1";
+  const std::string command = std::string(SIMDATTN_CLI) + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   Result result{-1, ""};
   if (pipe == nullptr) return result;
@@ -61,7 +60,9 @@ class CliTest : public ::testing::Test {
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string Path(const std::string& name) const {
+    return (dir_ / name).string();
+  }
   fs::path dir_;
 };
 
@@ -69,15 +70,16 @@ TEST_F(CliTest, RunRoundTripMatchesPyTorch) {
   struct Case {
     std::string name, flags;
   };
-  for (const Case& c : {Case{"multi_head_attention_toy", "--module mha --heads 2"},
-                        Case{"mha_wrapper_toy", "--module MultiHeadAttentionWrapper"},
-                        Case{"self_attention_v1_toy", "--module SelfAttention_v1"},
-                        Case{"causal_attention_toy", "--module causal"}}) {
+  for (const Case& c :
+       {Case{"multi_head_attention_toy", "--module mha --heads 2"},
+        Case{"mha_wrapper_toy", "--module MultiHeadAttentionWrapper"},
+        Case{"self_attention_v1_toy", "--module SelfAttention_v1"},
+        Case{"causal_attention_toy", "--module causal"}}) {
     SCOPED_TRACE(c.name);
-    const Result r = Simdattn(
-        "run " + c.flags + " --weights " + kGolden + c.name + ".safetensors" +
-        " --input " + kGolden + c.name + ".input.npy --output " + Path("y.npy") +
-        " --attn-weights " + Path("a.npy"));
+    const Result r = Simdattn("run " + c.flags + " --weights " + kGolden +
+                              c.name + ".safetensors" + " --input " + kGolden +
+                              c.name + ".input.npy --output " + Path("y.npy") +
+                              " --attn-weights " + Path("a.npy"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const io::NpyArray y = io::ReadNpy(Path("y.npy"));
     const io::NpyArray expected = io::ReadNpy(kGolden + c.name + ".output.npy");
@@ -106,29 +108,35 @@ TEST_F(CliTest, BadFilesExitTwoWithOneLineNamingTheFile) {
       "--weights " + weights + " --input " + Path("garbage.npy"),
       "--weights " + weights + " --input " + Path("missing.npy"),
       // The wrong module for the file: its tensors are missing or extra.
-      "--weights " + kGolden + "self_attention_v1_toy.safetensors --input " + input,
+      "--weights " + kGolden + "self_attention_v1_toy.safetensors --input " +
+          input,
   };
   for (const std::string& files : runs) {
     const Result r = Simdattn("run --module mha --heads 2 " + files +
                               " --output " + Path("y.npy"));
     EXPECT_EQ(r.exit_code, 2) << files << "\n" << r.output;
-    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1)
+        << r.output;
   }
-  const Result heads = Simdattn("run --module mha --heads 3 --weights " + weights +
-                                " --input " + input + " --output " + Path("y.npy"));
+  const Result heads =
+      Simdattn("run --module mha --heads 3 --weights " + weights + " --input " +
+               input + " --output " + Path("y.npy"));
   EXPECT_EQ(heads.exit_code, 2);
-  EXPECT_NE(heads.output.find("not divisible by num_heads (3)"), std::string::npos)
+  EXPECT_NE(heads.output.find("not divisible by num_heads (3)"),
+            std::string::npos)
       << heads.output;
 }
 
 TEST_F(CliTest, HelpAndBadFlags) {
-  for (const char* cmd : {"--help", "info --help", "demo --help", "run --help"}) {
+  for (const char* cmd :
+       {"--help", "info --help", "demo --help", "run --help"}) {
     EXPECT_EQ(Simdattn(cmd).exit_code, 0) << cmd;
   }
   EXPECT_NE(Simdattn("demo --bogus").exit_code, 0);
-  EXPECT_NE(Simdattn("run --module mha --dropout 2 --weights a --input b --output c")
-                .exit_code,
-            0);
+  EXPECT_NE(
+      Simdattn("run --module mha --dropout 2 --weights a --input b --output c")
+          .exit_code,
+      0);
   EXPECT_NE(Simdattn("").exit_code, 0);
   const Result info = Simdattn("info");
   EXPECT_EQ(info.exit_code, 0);
@@ -141,7 +149,8 @@ TEST_F(CliTest, BenchCheckPassesOnEveryTarget) {
   const Result r = Simdattn("bench --check --targets all --threads 1,2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("checks passed"), std::string::npos) << r.output;
-  for (const char* op : {"matmul", "softmax", "dropout", "mha"}) {
+  for (const char* op :
+       {"matmul", "softmax", "dropout", "mha", "attention", "decode"}) {
     EXPECT_NE(r.output.find(op), std::string::npos) << op;
   }
 }
@@ -150,7 +159,9 @@ TEST_F(CliTest, BenchCheckPassesOnEveryTarget) {
 TEST_F(CliTest, BenchJsonRecordsHaveTheDocumentedKeys) {
   std::string flags =
       "bench --op all --shape matmul=32x32x32,softmax=1x2x16x16_causal "
-      "--shape dropout=1x2x16x16 --shape mha=1x8x16x2 --threads 1,2 "
+      "--shape dropout=1x2x16x16 --shape mha=1x8x16x2 "
+      "--shape attention=1x4x32x16_kv2_causal_dropout "
+      "--shape decode=2x4x100x16 --threads 1,2 "
       "--reps 2 --min-time 1 --format json --out " +
       Path("bench.json");
 #ifndef SIMDATTN_SANITIZED
@@ -182,7 +193,8 @@ TEST_F(CliTest, BenchJsonRecordsHaveTheDocumentedKeys) {
     EXPECT_GT(rate, 0.0);
     ops.push_back(rec["op"].get<std::string>());
   }
-  for (const char* op : {"matmul", "softmax", "dropout", "mha"}) {
+  for (const char* op :
+       {"matmul", "softmax", "dropout", "mha", "attention", "decode"}) {
     EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << op;
   }
 }
@@ -196,7 +208,9 @@ TEST_F(CliTest, BenchBadFlagsExitNonZeroWithOneLine) {
   }
   for (const char* bad :
        {"bench --targets NOPE", "bench --op matmul --shape 12x",
-        "bench --shape 8x8x8", "bench --op mha --shape 1x8x10x3"}) {
+        "bench --shape 8x8x8", "bench --op mha --shape 1x8x10x3",
+        "bench --op attention --shape 1x4x8x8_kv3",
+        "bench --op decode --shape 1x4x8x8_causal"}) {
     const Result r = Simdattn(bad);
     EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1)

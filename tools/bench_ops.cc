@@ -237,6 +237,58 @@ double CheckMha(const bench::MhaShape& s) {
   return worst;
 }
 
+// ScaledDotProductAttention on random data against float64, the queries
+// being the last positions (decode: one query seeing the whole cache).
+// Bound: 1e-5 of max |v| (each output is a convex combination of values).
+// Dropout is left to CheckDropout: the fused kernel draws the same bits.
+double CheckAttention(const bench::AttentionShape& s) {
+  const size_t tq = s.QueryTokens(), tk = s.tokens, d = s.head_dim;
+  const size_t group = s.heads / s.kv_heads;
+  const std::vector<float> q = Random(s.batch * s.heads * tq * d, 13, -1, 1);
+  const std::vector<float> k = Random(s.batch * s.kv_heads * tk * d, 14, -1, 1);
+  const std::vector<float> v = Random(k.size(), 15, -1, 1);
+  std::vector<float> out(q.size(), -1.0f);
+  AttentionOptions options;
+  options.mask.causal = s.causal || s.decode;
+  options.mask.causal_offset = tk - tq;
+  ScaledDotProductAttention(
+      ConstTensor4::Dense(q.data(), s.batch, s.heads, tq, d),
+      ConstTensor4::Dense(k.data(), s.batch, s.kv_heads, tk, d),
+      ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, tk, d),
+      Tensor4::Dense(out.data(), s.batch, s.heads, tq, d), options);
+  const double scale = 1.0 / std::sqrt(double(d));
+  double worst = 0;
+  std::vector<double> p(tk), acc(d);
+  for (size_t b = 0; b < s.batch; ++b) {
+    for (size_t h = 0; h < s.heads; ++h) {
+      const size_t kv = b * s.kv_heads + h / group;
+      const float* kh = k.data() + kv * tk * d;
+      const float* vh = v.data() + kv * tk * d;
+      for (size_t i = 0; i < tq; ++i) {
+        const float* qi = q.data() + ((b * s.heads + h) * tq + i) * d;
+        const size_t seen = options.mask.causal ? i + tk - tq + 1 : tk;
+        double max = -kInf, sum = 0;
+        for (size_t j = 0; j < seen; ++j) {
+          double dot = 0;
+          for (size_t c = 0; c < d; ++c) dot += double(qi[c]) * kh[j * d + c];
+          p[j] = scale * dot;
+          max = std::max(max, p[j]);
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (size_t j = 0; j < seen; ++j) {
+          sum += p[j] = std::exp(p[j] - max);
+          for (size_t c = 0; c < d; ++c) acc[c] += p[j] * vh[j * d + c];
+        }
+        const float* oi = out.data() + ((b * s.heads + h) * tq + i) * d;
+        for (size_t c = 0; c < d; ++c) {
+          worst = std::max(worst, Ratio(oi[c] - acc[c] / sum, 1e-5));
+        }
+      }
+    }
+  }
+  return worst;
+}
+
 template <typename Shape>
 std::vector<std::string> Names(const std::vector<Shape>& shapes) {
   std::vector<std::string> names;
@@ -282,6 +334,26 @@ OpCase MhaCase(const std::string& text) {
           [s] { return CheckMha(s); }};
 }
 
+OpCase AttentionCase(const std::string& text) {
+  const bench::AttentionShape s = bench::ParseAttentionShape(text, false);
+  return {s.Name(), s.Flops(),
+          [s](Library lib, int) -> std::unique_ptr<bench::Workload> {
+            if (lib != Library::kSimdattn) return nullptr;
+            return bench::MakeAttention(s);
+          },
+          [s] { return CheckAttention(s); }};
+}
+
+OpCase DecodeCase(const std::string& text) {
+  const bench::AttentionShape s = bench::ParseAttentionShape(text, true);
+  return {s.Name(), s.Bytes(),
+          [s](Library lib, int) -> std::unique_ptr<bench::Workload> {
+            if (lib != Library::kSimdattn) return nullptr;
+            return bench::MakeAttention(s);
+          },
+          [s] { return CheckAttention(s); }};
+}
+
 }  // namespace
 
 const std::vector<OpSpec>& Ops() {
@@ -310,6 +382,20 @@ const std::vector<OpSpec>& Ops() {
        Names(bench::StandardMhaShapes()),
        {"2x6x3x2x2", "2x7x16x4", "1x33x24x12x3"},
        MhaCase},
+      {"attention",
+       Metric::kGflops,
+       "BxHxTxD[_kvG][_causal][_dropout]  fused softmax(Q K^T / sqrt(D)) V, "
+       "G key/value heads, dropout 0.1; useful FLOPs",
+       Names(bench::StandardAttentionShapes()),
+       {"1x2x5x8", "2x3x37x16_causal", "1x4x70x8_kv2_causal", "1x2x130x32"},
+       AttentionCase},
+      {"decode",
+       Metric::kGbPerSec,
+       "BxHxNxD[_kvG]  one query per sequence against N cached keys; bytes "
+       "of K and V read",
+       Names(bench::StandardDecodeShapes()),
+       {"1x2x5x8", "2x4x300x16_kv2", "1x3x1000x64"},
+       DecodeCase},
   };
   return ops;
 }

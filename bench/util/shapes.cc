@@ -16,6 +16,14 @@ std::string Join(const std::vector<size_t>& dims) {
   return out;
 }
 
+// A decimal count of at most 12 digits: stoul alone would accept "+3",
+// " 3" and "3abc".
+bool IsCount(const std::string& item) {
+  return !item.empty() && item.size() <= 12 &&
+         std::all_of(item.begin(), item.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // "64x64x64_Bt" -> dims {64, 64, 64}, flags {"Bt"}.
 struct Parsed {
   std::vector<size_t> dims;
@@ -40,12 +48,7 @@ Parsed Parse(const std::string& text, const char* expected) {
   while (true) {
     const size_t end = dims.find('x', start);
     const std::string item = dims.substr(start, end - start);
-    // Digits only: stoul would accept "+3", " 3" and "3abc".
-    if (item.empty() || item.size() > 12 ||
-        !std::all_of(item.begin(), item.end(),
-                     [](char c) { return c >= '0' && c <= '9'; })) {
-      Fail(text, expected);
-    }
+    if (!IsCount(item)) Fail(text, expected);
     const size_t value = std::stoul(item);
     if (value == 0) Fail(text, expected);
     p.dims.push_back(value);
@@ -100,6 +103,28 @@ double MhaShape::Flops() const {
   return 2.0 * (projections + attention);
 }
 
+std::string AttentionShape::Name() const {
+  std::string name = Join({batch, heads, tokens, head_dim});
+  if (kv_heads != heads) name += "_kv" + std::to_string(kv_heads);
+  if (causal) name += "_causal";
+  if (dropout) name += "_dropout";
+  return name;
+}
+
+double AttentionShape::Flops() const {
+  const double t = double(tokens);
+  double pairs = double(QueryTokens()) * t;
+  if (causal && !decode) pairs = t * (t + 1) / 2;
+  return 4.0 * double(batch) * double(heads) * pairs * double(head_dim);
+}
+
+double AttentionShape::Bytes() const {
+  const double kv = 2.0 * double(batch) * kv_heads * tokens * head_dim;
+  const double q_and_out =
+      2.0 * double(batch) * heads * QueryTokens() * head_dim;
+  return (kv + q_and_out) * sizeof(float);
+}
+
 const std::vector<MatMulShape>& StandardMatMulShapes() {
   static const std::vector<MatMulShape> shapes = {
       // Square.
@@ -149,6 +174,40 @@ const std::vector<MhaShape>& StandardMhaShapes() {
   return shapes;
 }
 
+const std::vector<AttentionShape>& StandardAttentionShapes() {
+  static const std::vector<AttentionShape> shapes = [] {
+    std::vector<AttentionShape> list;
+    const size_t prefill[][4] = {{1, 12, 1024, 64},
+                                 {8, 12, 256, 64},
+                                 {1, 12, 4096, 64},
+                                 {1, 25, 1024, 64}};
+    for (const auto& p : prefill) {
+      AttentionShape s{p[0], p[1], p[1], p[2], p[3], true};
+      list.push_back(s);
+      if (list.size() == 1) {
+        s.dropout = true;
+        list.push_back(s);
+        s.dropout = false;
+      }
+      s.causal = false;
+      list.push_back(s);
+    }
+    list.push_back({1, 32, 8, 2048, 128, true});
+    return list;
+  }();
+  return shapes;
+}
+
+const std::vector<AttentionShape>& StandardDecodeShapes() {
+  static const std::vector<AttentionShape> shapes = {
+      {1, 12, 12, 1024, 64, false, false, true},
+      {1, 12, 12, 4096, 64, false, false, true},
+      {8, 12, 12, 1024, 64, false, false, true},
+      {8, 12, 12, 4096, 64, false, false, true},
+  };
+  return shapes;
+}
+
 MatMulShape ParseMatMulShape(const std::string& text) {
   constexpr const char* kForm = "MxKxN or MxKxN_Bt (e.g. 1024x64x1024_Bt)";
   const Parsed p = Parse(text, kForm);
@@ -183,6 +242,30 @@ MhaShape ParseMhaShape(const std::string& text) {
   MhaShape s{p.dims[0], p.dims[1], p.dims[2], same ? p.dims[2] : p.dims[3],
              same ? p.dims[3] : p.dims[4]};
   if (s.d_out % s.heads != 0) Fail(text, kForm);
+  return s;
+}
+
+AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
+  const char* const form =
+      decode ? "BxHxNxD or BxHxNxD_kvG, G dividing H (e.g. 1x12x4096x64)"
+             : "BxHxTxD with optional _kvG (G dividing H), _causal, "
+               "_dropout (e.g. 1x32x2048x128_kv8_causal)";
+  const Parsed p = Parse(text, form);
+  if (p.dims.size() != 4) Fail(text, form);
+  AttentionShape s{p.dims[0], p.dims[1], p.dims[1], p.dims[2], p.dims[3]};
+  s.decode = decode;
+  for (const std::string& flag : p.flags) {
+    if (flag.compare(0, 2, "kv") == 0 && IsCount(flag.substr(2))) {
+      s.kv_heads = std::stoul(flag.substr(2));
+      if (s.kv_heads == 0 || s.heads % s.kv_heads != 0) Fail(text, form);
+    } else if (flag == "causal" && !decode && !s.causal) {
+      s.causal = true;
+    } else if (flag == "dropout" && !decode && !s.dropout) {
+      s.dropout = true;
+    } else {
+      Fail(text, form);
+    }
+  }
   return s;
 }
 

@@ -53,6 +53,27 @@ struct MhaShape {
   double Flops() const;
 };
 
+// Fused attention, ScaledDotProductAttention: `heads` query heads sharing
+// kv_heads key/value heads, head_dim for Q, K and V. Prefill: `tokens`
+// queries against as many keys. Decode: one new query per sequence against
+// a cache of `tokens` keys (causal, so it sees them all).
+struct AttentionShape {
+  size_t batch = 0, heads = 0, kv_heads = 0, tokens = 0, head_dim = 0;
+  bool causal = false;   // Prefill: query i sees keys j <= i.
+  bool dropout = false;  // Prefill: dropout 0.1 on the weights.
+  bool decode = false;
+
+  size_t QueryTokens() const { return decode ? 1 : tokens; }
+  // "BxHxTxD", then "_kvN" when kv_heads != heads, "_causal", "_dropout".
+  std::string Name() const;
+  // The useful FLOPs: 4 D per (query, key) pair a query sees (Q K^T and
+  // P V), so causal prefill counts about half of non-causal.
+  double Flops() const;
+  // Decode is memory-bound: bytes of K and V read plus Q read and out
+  // written.
+  double Bytes() const;
+};
+
 // The issues' shapes: square matmuls 64..2048, GPT-2-small projections,
 // one head of attention at T = 1024 and the seeds' 6x3x2 toy.
 const std::vector<MatMulShape>& StandardMatMulShapes();
@@ -65,11 +86,20 @@ const std::vector<ScoresShape>& StandardDropoutShapes();
 // model at 4 x 1024, and the seeds' toy (2 x 6 tokens, 3 -> 2, 2 heads).
 const std::vector<MhaShape>& StandardMhaShapes();
 
+// Prefill (B, H, T, D) causal and not at (1,12,1024,64), (8,12,256,64),
+// (1,12,4096,64), (1,25,1024,64), with dropout 0.1 at the first, and
+// Llama-style grouped-query (1, 32 q / 8 kv, 2048, 128).
+const std::vector<AttentionShape>& StandardAttentionShapes();
+// Decode with 12 heads of 64 against caches of 1024 and 4096, at b = 1, 8.
+const std::vector<AttentionShape>& StandardDecodeShapes();
+
 // Parse the Name() syntax; throw std::invalid_argument naming the text and
 // the expected form for anything else (zero extents included).
 MatMulShape ParseMatMulShape(const std::string& text);
 ScoresShape ParseScoresShape(const std::string& text, bool allow_causal);
 MhaShape ParseMhaShape(const std::string& text);
+// Decode shapes take only the _kvN flag.
+AttentionShape ParseAttentionShape(const std::string& text, bool decode);
 
 }  // namespace bench
 }  // namespace simdattn

@@ -1,5 +1,6 @@
 #include "bench/util/workloads.h"
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -126,6 +127,77 @@ class SimdattnMha : public Workload {
   std::vector<float> x_, y_;
   ConstTensor3 xv_;
   Tensor3 yv_;
+};
+
+// Q, K, V with values of a trained model's order (|x| < 1), and the output.
+// Dropout draws a new mask per call, as in training.
+class AttentionWorkload : public Workload {
+ public:
+  explicit AttentionWorkload(const AttentionShape& s)
+      : q_(Values(s.batch * s.heads * s.QueryTokens() * s.head_dim, 0.1f)),
+        k_(Values(s.batch * s.kv_heads * s.tokens * s.head_dim, 0.07f)),
+        v_(Values(k_.size(), 0.03f)),
+        out_(q_.size()),
+        q_view_(ConstTensor4::Dense(q_.data(), s.batch, s.heads,
+                                    s.QueryTokens(), s.head_dim)),
+        k_view_(ConstTensor4::Dense(k_.data(), s.batch, s.kv_heads, s.tokens,
+                                    s.head_dim)),
+        v_view_(ConstTensor4::Dense(v_.data(), s.batch, s.kv_heads, s.tokens,
+                                    s.head_dim)),
+        out_view_(Tensor4::Dense(out_.data(), s.batch, s.heads, s.QueryTokens(),
+                                 s.head_dim)) {
+    options_.mask.causal = s.causal || s.decode;
+    options_.mask.causal_offset = s.tokens - s.QueryTokens();
+    options_.dropout = s.dropout ? 0.1f : 0.0f;
+  }
+  std::string Impl() const override { return ActiveTarget(); }
+
+ protected:
+  static std::vector<float> Values(size_t n, float frequency) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = std::sin(frequency * float(i % 4096));
+    return x;
+  }
+
+  std::vector<float> q_, k_, v_, out_;
+  ConstTensor4 q_view_, k_view_, v_view_;
+  Tensor4 out_view_;
+  AttentionOptions options_;
+};
+
+class FusedAttention : public AttentionWorkload {
+ public:
+  using AttentionWorkload::AttentionWorkload;
+  void Run() override {
+    ScaledDotProductAttention(q_view_, k_view_, v_view_, out_view_, options_);
+    ++options_.dropout_key.offset;
+  }
+};
+
+class UnfusedAttention : public AttentionWorkload {
+ public:
+  explicit UnfusedAttention(const AttentionShape& s)
+      : AttentionWorkload(s),
+        weights_(s.batch * s.heads * s.QueryTokens() * s.tokens),
+        weights_view_(Tensor4::Dense(weights_.data(), s.batch, s.heads,
+                                     s.QueryTokens(), s.tokens)) {
+    scores_.transpose_b = Transpose::kYes;
+    scores_.alpha = 1.0f / std::sqrt(float(s.head_dim));
+  }
+  void Run() override {
+    BatchedMatMul(q_view_, k_view_, weights_view_, scores_);
+    Softmax(weights_view_, weights_view_, 1.0f, options_.mask);
+    if (options_.dropout > 0.0f) {
+      Dropout(weights_view_, options_.dropout, options_.dropout_key);
+      ++options_.dropout_key.offset;
+    }
+    BatchedMatMul(weights_view_, v_view_, out_view_);
+  }
+
+ private:
+  std::vector<float> weights_;
+  Tensor4 weights_view_;
+  MatMulOptions scores_;
 };
 
 #ifdef SIMDATTN_HAVE_ONEDNN
@@ -328,6 +400,14 @@ std::unique_ptr<Workload> MakeDropout(const ScoresShape& shape) {
 
 std::unique_ptr<Workload> MakeMha(const MhaShape& shape) {
   return std::make_unique<SimdattnMha>(shape);
+}
+
+std::unique_ptr<Workload> MakeAttention(const AttentionShape& shape) {
+  return std::make_unique<FusedAttention>(shape);
+}
+
+std::unique_ptr<Workload> MakeUnfusedAttention(const AttentionShape& shape) {
+  return std::make_unique<UnfusedAttention>(shape);
 }
 
 }  // namespace bench

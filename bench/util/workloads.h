@@ -50,6 +50,13 @@ std::unique_ptr<Workload> MakeSoftmax(const ScoresShape& shape,
 std::unique_ptr<Workload> MakeDropout(const ScoresShape& shape);
 // MultiHeadAttention::Forward, causal, eval.
 std::unique_ptr<Workload> MakeMha(const MhaShape& shape);
+// ScaledDotProductAttention over dense (b, h, T, D) tensors; the queries
+// are the last positions (a decode query sees the whole cache).
+std::unique_ptr<Workload> MakeAttention(const AttentionShape& shape);
+// The same through this library's unfused path, storing the (b, h, T, T)
+// weights: BatchedMatMul, Softmax, Dropout, BatchedMatMul. What the modules
+// do when the caller asks for the weights; the fused kernel's baseline.
+std::unique_ptr<Workload> MakeUnfusedAttention(const AttentionShape& shape);
 
 }  // namespace bench
 }  // namespace simdattn

@@ -2,10 +2,14 @@
  * Python's ctypes/cffi, ...). It wraps the C++ API one to one:
  *
  *   primitives  simdattn_matmul, simdattn_batched_matmul, simdattn_softmax,
- *               simdattn_dropout: plain functions over strided views of
- *               caller memory (see tensor.h and kernels.h for the semantics)
+ *               simdattn_dropout, simdattn_scaled_dot_product_attention:
+ *               plain functions over strided views of caller memory (see
+ *               tensor.h and kernels.h for the semantics)
+ *   KV cache    simdattn_kv_cache_*: an opaque handle on a layer's keys and
+ *               values during generation
  *   modules     simdattn_module_*: an opaque handle per attention module of
- *               attention.h; create, load a state_dict, forward, destroy
+ *               attention.h; create, load a state_dict, forward, forward one
+ *               generation step through a KV cache, destroy
  *   runtime     version, SIMD target, a bound on the number of threads
  *
  * Errors: every function that can fail returns a simdattn_status. On failure
@@ -17,8 +21,9 @@
  *
  * Threads: every function may be called from any thread.
  * simdattn_module_forward may run concurrently on one module; create, load and
- * destroy need exclusive access to their module. Views never own memory: the
- * caller keeps every buffer alive for the duration of the call. */
+ * destroy need exclusive access to their module, and every simdattn_kv_cache_*
+ * call and forward step exclusive access to its cache. Views never own memory:
+ * the caller keeps every buffer alive for the duration of the call. */
 #ifndef SIMDATTN_SIMDATTN_C_H_
 #define SIMDATTN_SIMDATTN_C_H_
 
@@ -183,8 +188,75 @@ SIMDATTN_API simdattn_status simdattn_softmax(simdattn_const_tensor4 x,
 SIMDATTN_API simdattn_status simdattn_dropout(simdattn_tensor4 x, float p,
                                               uint64_t seed, uint64_t offset);
 
-/* Fused scaled-dot-product attention and the KV cache (append, decode) will
- * be declared here once the C++ API has them (kernels.h, attention.h). */
+typedef struct simdattn_attention_options {
+  /* 0: scale = 1 / sqrt(head_dim) (PyTorch's default); 1: use `scale`. */
+  int32_t has_scale;
+  float scale;
+  /* Over the scores (batch, q_heads, q_tokens, k_tokens); with a KV cache of
+   * n keys and m new queries, causal_offset = n - m. */
+  simdattn_mask mask;
+  /* Dropout on the attention weights with the bits simdattn_dropout would
+   * draw for the (batch, q_heads, q_tokens, k_tokens) weights. */
+  float dropout;
+  uint64_t dropout_seed;
+  uint64_t dropout_offset;
+} simdattn_attention_options;
+
+/* Everything zero: PyTorch's scale, no mask, no dropout. */
+SIMDATTN_API simdattn_attention_options
+simdattn_attention_default_options(void);
+
+/* out = softmax(scale * Q K^T + mask) V, fused (the weights are never
+ * stored):
+ *   q   (batch, q_heads,  q_tokens, head_dim)
+ *   k   (batch, kv_heads, k_tokens, head_dim)
+ *   v   (batch, kv_heads, k_tokens, value_dim)
+ *   out (batch, q_heads,  q_tokens, value_dim), overlapping no input;
+ * kv_heads divides q_heads (grouped-query heads). options NULL: defaults. */
+SIMDATTN_API simdattn_status simdattn_scaled_dot_product_attention(
+    simdattn_const_tensor4 q, simdattn_const_tensor4 k,
+    simdattn_const_tensor4 v, simdattn_tensor4 out,
+    const simdattn_attention_options* options);
+
+/* ------------------------------------------------------------------------ */
+/* KV cache (attention.h)                                                    */
+
+/* The keys and values seen so far by one attention layer, (batch, kv_heads,
+ * capacity, head_dim) each. */
+typedef struct simdattn_kv_cache simdattn_kv_cache;
+
+/* A cache owning zeroed memory for `capacity` tokens; *cache is set on
+ * success and left alone on failure. */
+SIMDATTN_API simdattn_status
+simdattn_kv_cache_create(size_t batch, size_t kv_heads, size_t capacity,
+                         size_t head_dim, simdattn_kv_cache** cache);
+
+/* A cache over the caller's (batch, kv_heads, capacity, head_dim) buffers,
+ * which must have equal dims, not overlap, and outlive the cache. */
+SIMDATTN_API simdattn_status simdattn_kv_cache_create_in(
+    simdattn_tensor4 keys, simdattn_tensor4 values, simdattn_kv_cache** cache);
+
+/* Releases a cache (never the caller's buffers); NULL does nothing. */
+SIMDATTN_API void simdattn_kv_cache_destroy(simdattn_kv_cache* cache);
+
+/* Copies n more tokens, (batch, kv_heads, n, head_dim) each; an error if
+ * they do not fit. */
+SIMDATTN_API simdattn_status
+simdattn_kv_cache_append(simdattn_kv_cache* cache, simdattn_const_tensor4 keys,
+                         simdattn_const_tensor4 values);
+
+/* Forgets every token (a new sequence); the memory stays. */
+SIMDATTN_API simdattn_status simdattn_kv_cache_clear(simdattn_kv_cache* cache);
+
+/* The tokens held and the room; either pointer may be NULL. */
+SIMDATTN_API simdattn_status simdattn_kv_cache_size(
+    const simdattn_kv_cache* cache, size_t* size, size_t* capacity);
+
+/* Views (batch, kv_heads, size, head_dim) of what was appended, valid until
+ * the cache is destroyed; either pointer may be NULL. */
+SIMDATTN_API simdattn_status simdattn_kv_cache_view(
+    const simdattn_kv_cache* cache, simdattn_const_tensor4* keys,
+    simdattn_const_tensor4* values);
 
 /* ------------------------------------------------------------------------ */
 /* Attention modules (attention.h)                                           */
@@ -277,6 +349,18 @@ typedef struct simdattn_forward_options {
  * Allocates only the first time it sees a shape. */
 SIMDATTN_API simdattn_status simdattn_module_forward(
     const simdattn_module* module, simdattn_const_tensor3 x, simdattn_tensor3 y,
+    const simdattn_forward_options* options);
+
+/* Generation with a causal module that has projections (causal attention,
+ * the multi-head wrapper, multi-head attention), eval mode: x
+ * holds the next n tokens (batch, n, d_in) of sequences whose earlier
+ * tokens are in `cache` (batch, num_kv_heads, capacity, head_dim). Appends
+ * their keys and values and writes their outputs y (batch, n, d_out): the
+ * rows a forward over the whole sequence gives. options NULL or eval with
+ * no attention weights. */
+SIMDATTN_API simdattn_status simdattn_module_forward_step(
+    const simdattn_module* module, simdattn_const_tensor3 x,
+    simdattn_kv_cache* cache, simdattn_tensor3 y,
     const simdattn_forward_options* options);
 
 #ifdef __cplusplus

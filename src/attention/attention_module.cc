@@ -57,10 +57,10 @@ class AttentionEngine {
     // std::vector (else std::length_error, not an argument error).
     const size_t q = CheckedMul(name_, "num_heads * head_dim",
                                 config_.num_heads, config_.head_dim);
-    const size_t kv2 = CheckedMul(
-        name_, "2 * num_kv_heads * head_dim", 2,
-        CheckedMul(name_, "num_kv_heads * head_dim", config_.num_kv_heads,
-                   config_.head_dim));
+    const size_t kv2 =
+        CheckedMul(name_, "2 * num_kv_heads * head_dim", 2,
+                   CheckedMul(name_, "num_kv_heads * head_dim",
+                              config_.num_kv_heads, config_.head_dim));
     size_t qkv_rows = 0;
     SIMDATTN_REQUIRE(!__builtin_add_overflow(q, kv2, &qkv_rows), name_,
                      "the Q, K, V rows overflow size_t (", q, " + ", kv2, ")");
@@ -159,6 +159,40 @@ class AttentionEngine {
   size_t q_dim() const { return config_.num_heads * config_.head_dim; }
   size_t kv_dim() const { return config_.num_kv_heads * config_.head_dim; }
   size_t qkv_width() const { return q_dim() + 2 * kv_dim(); }
+  float ScoreScale() const {
+    return config_.scaled
+               ? 1.0f / std::sqrt(static_cast<float>(config_.head_dim))
+               : 1.0f;
+  }
+
+  // Checks x (batch, tokens, d_in) against y (batch, tokens, d_out): shapes,
+  // views, y's elements distinct (tokens and batch items are written
+  // concurrently) and not overlapping x. `total_tokens`, the sequence length
+  // including any cached tokens, is held to the context length. Returns the
+  // byte ranges of x and y.
+  std::pair<ByteRange, ByteRange> CheckInputOutput(ConstTensor3 x, Tensor3 y,
+                                                   size_t total_tokens) const;
+
+  // The scratch a forward over (batch, tokens) needs, in floats, computed
+  // with overflow checks before anything is allocated.
+  struct ScratchSizes {
+    size_t qkv, context;
+  };
+  ScratchSizes CheckedScratchSizes(size_t batch, size_t tokens) const;
+
+  // Where the attention context goes, as (batch, heads, tokens, head_dim):
+  // laid out (batch, tokens, heads * head_dim) like torch's
+  // transpose(1, 2).view(b, T, d_out), in `buffer` when out_proj follows,
+  // else in y itself.
+  Tensor4 ContextView(float* buffer, Tensor3 y) const {
+    const AttentionConfig& c = config_;
+    if (c.out_proj) {
+      return Tensor4::FromTokenMajor(buffer, y.batch, y.tokens, c.num_heads,
+                                     c.head_dim);
+    }
+    return Tensor4(y.data, y.batch, c.num_heads, y.tokens, c.head_dim,
+                   y.batch_stride, c.head_dim, y.token_stride);
+  }
 
   // qkv (batch * tokens, qkv_width()) = x W_qkv^T + b_qkv: Q, K and V of
   // every token in one product.
@@ -182,8 +216,8 @@ class AttentionEngine {
 
   // The (batch, heads, tokens, head_dim) views of Q, K and V in Project's
   // output: row t of batch item b holds [Q heads | K heads | V heads].
-  void HeadViews(const float* qkv, size_t batch, size_t tokens,
-                 ConstTensor4* q, ConstTensor4* k, ConstTensor4* v) const {
+  void HeadViews(const float* qkv, size_t batch, size_t tokens, ConstTensor4* q,
+                 ConstTensor4* k, ConstTensor4* v) const {
     const AttentionConfig& c = config_;
     const size_t width = qkv_width();
     *q = ConstTensor4(qkv, batch, c.num_heads, tokens, c.head_dim,
@@ -230,8 +264,8 @@ class AttentionEngine {
                      name_, "num_heads (", c.num_heads,
                      ") is not divisible by num_kv_heads (", c.num_kv_heads,
                      ")");
-    SIMDATTN_REQUIRE(c.dropout >= 0.0f && c.dropout <= 1.0f, name_,
-                     "dropout (", c.dropout, ") is outside [0, 1]");
+    SIMDATTN_REQUIRE(c.dropout >= 0.0f && c.dropout <= 1.0f, name_, "dropout (",
+                     c.dropout, ") is outside [0, 1]");
     SIMDATTN_REQUIRE(c.projections || c.head_dim == c.d_in, name_,
                      "without projections d_out must equal d_in");
   }
@@ -268,28 +302,46 @@ class AttentionEngine {
         break;
       case AttentionConfig::Naming::kParameter:
         for (int p = 0; p < 3; ++p) {
-          slots.push_back({kProjections[p], Slot::Kind::kTransposedWeight,
+          slots.push_back({kProjections[p],
+                           Slot::Kind::kTransposedWeight,
                            {c.d_in, rows[p]},
-                           &w_qkv_[first_row[p] * c.d_in], 0.0f, 1.0f});
+                           &w_qkv_[first_row[p] * c.d_in],
+                           0.0f,
+                           1.0f});
         }
         break;
       case AttentionConfig::Naming::kLinear:
         for (int p = 0; p < 3; ++p) {
           const std::string n = kProjections[p];
-          slots.push_back({n + ".weight", Slot::Kind::kWeight,
-                           {rows[p], c.d_in}, &w_qkv_[first_row[p] * c.d_in],
-                           -linear, linear});
+          slots.push_back({n + ".weight",
+                           Slot::Kind::kWeight,
+                           {rows[p], c.d_in},
+                           &w_qkv_[first_row[p] * c.d_in],
+                           -linear,
+                           linear});
           if (c.qkv_bias) {
-            slots.push_back({n + ".bias", Slot::Kind::kBias, {rows[p]},
-                             &b_qkv_[first_row[p]], -linear, linear});
+            slots.push_back({n + ".bias",
+                             Slot::Kind::kBias,
+                             {rows[p]},
+                             &b_qkv_[first_row[p]],
+                             -linear,
+                             linear});
           }
         }
         if (c.out_proj) {
           const float out = 1.0f / std::sqrt(static_cast<float>(q_dim()));
-          slots.push_back({"out_proj.weight", Slot::Kind::kWeight,
-                           {q_dim(), q_dim()}, w_out_.data(), -out, out});
-          slots.push_back({"out_proj.bias", Slot::Kind::kBias, {q_dim()},
-                           b_out_.data(), -out, out});
+          slots.push_back({"out_proj.weight",
+                           Slot::Kind::kWeight,
+                           {q_dim(), q_dim()},
+                           w_out_.data(),
+                           -out,
+                           out});
+          slots.push_back({"out_proj.bias",
+                           Slot::Kind::kBias,
+                           {q_dim()},
+                           b_out_.data(),
+                           -out,
+                           out});
         }
         if (c.causal) {
           slots.push_back({"mask", Slot::Kind::kCausalMask, mask_shape, nullptr,
@@ -305,16 +357,22 @@ class AttentionEngine {
           for (int p = 0; p < 3; ++p) {
             const size_t row = first_row[p] + h * c.head_dim;
             slots.push_back({prefix + kProjections[p] + ".weight",
-                             Slot::Kind::kWeight, {c.head_dim, c.d_in},
-                             &w_qkv_[row * c.d_in], -linear, linear});
+                             Slot::Kind::kWeight,
+                             {c.head_dim, c.d_in},
+                             &w_qkv_[row * c.d_in],
+                             -linear,
+                             linear});
             if (c.qkv_bias) {
               slots.push_back({prefix + kProjections[p] + ".bias",
-                               Slot::Kind::kBias, {c.head_dim}, &b_qkv_[row],
-                               -linear, linear});
+                               Slot::Kind::kBias,
+                               {c.head_dim},
+                               &b_qkv_[row],
+                               -linear,
+                               linear});
             }
           }
-          slots.push_back({prefix + "mask", Slot::Kind::kCausalMask,
-                           mask_shape, nullptr, 0.0f, 0.0f});
+          slots.push_back({prefix + "mask", Slot::Kind::kCausalMask, mask_shape,
+                           nullptr, 0.0f, 0.0f});
         }
         break;
     }
@@ -329,6 +387,44 @@ class AttentionEngine {
   std::vector<float> b_out_;
 };
 
+std::pair<ByteRange, ByteRange> AttentionEngine::CheckInputOutput(
+    ConstTensor3 x, Tensor3 y, size_t total_tokens) const {
+  const AttentionConfig& c = config_;
+  const size_t batch = x.batch, tokens = x.tokens;
+  SIMDATTN_REQUIRE(x.features == c.d_in, name_, "x has ", x.features,
+                   " features, expected d_in = ", c.d_in);
+  SIMDATTN_REQUIRE(c.context_length == 0 || total_tokens <= c.context_length,
+                   name_, "num_tokens (", total_tokens,
+                   ") exceeds context_length (", c.context_length, ")");
+  SIMDATTN_REQUIRE(
+      y.batch == batch && y.tokens == tokens && y.features == q_dim(), name_,
+      "y is (", y.batch, ", ", y.tokens, ", ", y.features, "), expected (",
+      batch, ", ", tokens, ", ", q_dim(), ")");
+  const ConstTensor4 x4(x.data, batch, 1, tokens, x.features, x.batch_stride, 0,
+                        x.token_stride);
+  const Tensor4 y4(y.data, batch, 1, tokens, y.features, y.batch_stride, 0,
+                   y.token_stride);
+  const ByteRange x_range = internal::CheckTensor4(name_, "x", x4);
+  const ByteRange y_range = internal::CheckTensor4(name_, "y", y4);
+  internal::CheckDistinctElements(name_, "y", y4.dims, y4.strides);
+  SIMDATTN_REQUIRE(!y_range.Overlaps(x_range), name_, "y overlaps x");
+  return {x_range, y_range};
+}
+
+AttentionEngine::ScratchSizes AttentionEngine::CheckedScratchSizes(
+    size_t batch, size_t tokens) const {
+  // Checked like the scores: y bounds batch * tokens * q_dim() in bytes, not
+  // the three projections' width.
+  const AttentionConfig& c = config_;
+  const size_t rows = CheckedMul(name_, "batch * tokens", batch, tokens);
+  const size_t width = c.projections ? qkv_width() : 0;
+  ScratchSizes sizes;
+  sizes.qkv = CheckedMul(name_, "the Q, K, V projections", rows, width);
+  sizes.context =
+      c.out_proj ? CheckedMul(name_, "the context", rows, q_dim()) : 1;
+  return sizes;
+}
+
 void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
                               const ForwardOptions& options) const {
   const AttentionConfig& c = config_;
@@ -336,24 +432,7 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
   const size_t heads = c.num_heads, head_dim = c.head_dim;
 
   // Validation, before any allocation.
-  SIMDATTN_REQUIRE(x.features == c.d_in, name_, "x has ", x.features,
-                   " features, expected d_in = ", c.d_in);
-  SIMDATTN_REQUIRE(c.context_length == 0 || tokens <= c.context_length, name_,
-                   "num_tokens (", tokens, ") exceeds context_length (",
-                   c.context_length, ")");
-  SIMDATTN_REQUIRE(y.batch == batch && y.tokens == tokens &&
-                       y.features == q_dim(),
-                   name_, "y is (", y.batch, ", ", y.tokens, ", ", y.features,
-                   "), expected (", batch, ", ", tokens, ", ", q_dim(), ")");
-  const ConstTensor4 x4(x.data, batch, 1, tokens, x.features, x.batch_stride, 0,
-                        x.token_stride);
-  const Tensor4 y4(y.data, batch, 1, tokens, y.features, y.batch_stride, 0,
-                   y.token_stride);
-  const ByteRange x_range = internal::CheckTensor4(name_, "x", x4);
-  const ByteRange y_range = internal::CheckTensor4(name_, "y", y4);
-  // Tokens and batch items of y are written concurrently.
-  internal::CheckDistinctElements(name_, "y", y4.dims, y4.strides);
-  SIMDATTN_REQUIRE(!y_range.Overlaps(x_range), name_, "y overlaps x");
+  const auto [x_range, y_range] = CheckInputOutput(x, y, tokens);
   const bool training_dropout = options.training && c.dropout > 0.0f;
   Tensor4 weights = options.attention_weights;
   if (weights.data != nullptr) {
@@ -369,40 +448,25 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
     SIMDATTN_REQUIRE(!w_range.Overlaps(x_range) && !w_range.Overlaps(y_range),
                      name_, "attention_weights overlaps x or y");
   }
-  // The scratch sizes, checked like the scores: y bounds batch * tokens *
-  // q_dim() in bytes, not the three projections' width.
-  const size_t rows = CheckedMul(name_, "batch * tokens", batch, tokens);
-  const size_t width = c.projections ? q_dim() + 2 * kv_dim() : 0;
-  const size_t qkv_size = CheckedMul(name_, "the Q, K, V projections", rows,
-                                     width);
-  const size_t context_size =
-      c.out_proj ? CheckedMul(name_, "the context", rows, q_dim()) : 1;
+  const ScratchSizes sizes = CheckedScratchSizes(batch, tokens);
   if (x.empty()) return;
 
   // 1. Q, K and V for every token in one product: (batch * tokens, width).
-  ScratchBuffer qkv_buffer(c.projections ? qkv_size : 1);
+  ScratchBuffer qkv_buffer(c.projections ? sizes.qkv : 1);
   ConstTensor4 q, k, v;
   if (c.projections) {
     Project(x, qkv_buffer.data());
     HeadViews(qkv_buffer.data(), batch, tokens, &q, &k, &v);
   } else {
-    q = k = v = ConstTensor4(x.data, batch, 1, tokens, head_dim,
-                             x.batch_stride, 0, x.token_stride);
+    q = k = v = ConstTensor4(x.data, batch, 1, tokens, head_dim, x.batch_stride,
+                             0, x.token_stride);
   }
 
   // 2-5. Context, laid out (batch, tokens, heads * head_dim) like torch's
   //      transpose(1, 2).view(b, T, d_out): into y unless out_proj follows.
-  ScratchBuffer context_buffer(context_size);
-  Tensor4 context;
-  if (c.out_proj) {
-    context = Tensor4::FromTokenMajor(context_buffer.data(), batch, tokens,
-                                      heads, head_dim);
-  } else {
-    context = Tensor4(y.data, batch, heads, tokens, head_dim, y.batch_stride,
-                      head_dim, y.token_stride);
-  }
-  const float scale =
-      c.scaled ? 1.0f / std::sqrt(static_cast<float>(head_dim)) : 1.0f;
+  ScratchBuffer context_buffer(sizes.context);
+  const Tensor4 context = ContextView(context_buffer.data(), y);
+  const float scale = ScoreScale();
   if (weights.data == nullptr) {
     // Fused: the (tokens x tokens) weights are never stored. Dropout draws
     // the bits the unfused path would, so both give the same result.
@@ -443,60 +507,34 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
                    c.dropout, " in training)");
   SIMDATTN_REQUIRE(options.attention_weights.data == nullptr, name_,
                    "ForwardStep does not return attention weights");
-  SIMDATTN_REQUIRE(x.features == c.d_in, name_, "x has ", x.features,
-                   " features, expected d_in = ", c.d_in);
-  SIMDATTN_REQUIRE(y.batch == batch && y.tokens == tokens &&
-                       y.features == q_dim(),
-                   name_, "y is (", y.batch, ", ", y.tokens, ", ", y.features,
-                   "), expected (", batch, ", ", tokens, ", ", q_dim(), ")");
-  SIMDATTN_REQUIRE(cache.batch() == batch && cache.kv_heads() == c.num_kv_heads &&
-                       cache.head_dim() == c.head_dim,
-                   name_, "the cache holds (batch ", cache.batch(), ", kv_heads ",
-                   cache.kv_heads(), ", head_dim ", cache.head_dim(),
-                   "), expected (", batch, ", ", c.num_kv_heads, ", ",
-                   c.head_dim, ")");
-  const size_t total = cache.size() + tokens;
-  SIMDATTN_REQUIRE(total <= cache.capacity(), name_, "the cache holds ",
-                   cache.size(), " of ", cache.capacity(),
+  SIMDATTN_REQUIRE(
+      cache.batch() == batch && cache.kv_heads() == c.num_kv_heads &&
+          cache.head_dim() == c.head_dim,
+      name_, "the cache holds (batch ", cache.batch(), ", kv_heads ",
+      cache.kv_heads(), ", head_dim ", cache.head_dim(), "), expected (", batch,
+      ", ", c.num_kv_heads, ", ", c.head_dim, ")");
+  // Compared as a difference: size() + tokens could wrap.
+  SIMDATTN_REQUIRE(tokens <= cache.capacity() - cache.size(), name_,
+                   "the cache holds ", cache.size(), " of ", cache.capacity(),
                    " tokens: no room for ", tokens, " more");
-  SIMDATTN_REQUIRE(c.context_length == 0 || total <= c.context_length, name_,
-                   "num_tokens (", total, ") exceeds context_length (",
-                   c.context_length, ")");
-  const ConstTensor4 x4(x.data, batch, 1, tokens, x.features, x.batch_stride, 0,
-                        x.token_stride);
-  const Tensor4 y4(y.data, batch, 1, tokens, y.features, y.batch_stride, 0,
-                   y.token_stride);
-  const ByteRange x_range = internal::CheckTensor4(name_, "x", x4);
-  const ByteRange y_range = internal::CheckTensor4(name_, "y", y4);
-  internal::CheckDistinctElements(name_, "y", y4.dims, y4.strides);
-  SIMDATTN_REQUIRE(!y_range.Overlaps(x_range), name_, "y overlaps x");
-  const size_t rows = CheckedMul(name_, "batch * tokens", batch, tokens);
-  const size_t qkv_size =
-      CheckedMul(name_, "the Q, K, V projections", rows, qkv_width());
-  const size_t context_size =
-      c.out_proj ? CheckedMul(name_, "the context", rows, q_dim()) : 1;
+  CheckInputOutput(x, y, cache.size() + tokens);
+  const ScratchSizes sizes = CheckedScratchSizes(batch, tokens);
   if (x.empty()) return;
 
-  ScratchBuffer qkv_buffer(qkv_size);
+  ScratchBuffer qkv_buffer(sizes.qkv);
   Project(x, qkv_buffer.data());
   ConstTensor4 q, k, v;
   HeadViews(qkv_buffer.data(), batch, tokens, &q, &k, &v);
   cache.Append(k, v);
 
   // The new tokens are the last of the cache's: causal offset size - n.
-  ScratchBuffer context_buffer(context_size);
-  const Tensor4 context =
-      c.out_proj ? Tensor4::FromTokenMajor(context_buffer.data(), batch,
-                                           tokens, c.num_heads, c.head_dim)
-                 : Tensor4(y.data, batch, c.num_heads, tokens, c.head_dim,
-                           y.batch_stride, c.head_dim, y.token_stride);
+  ScratchBuffer context_buffer(sizes.context);
   AttentionOptions attention;
-  attention.scale =
-      c.scaled ? 1.0f / std::sqrt(static_cast<float>(c.head_dim)) : 1.0f;
+  attention.scale = ScoreScale();
   attention.mask.causal = true;
   attention.mask.causal_offset = cache.size() - tokens;
-  ScaledDotProductAttention(q, cache.keys(), cache.values(), context,
-                            attention);
+  ScaledDotProductAttention(q, cache.keys(), cache.values(),
+                            ContextView(context_buffer.data(), y), attention);
   if (c.out_proj) ProjectOut(context_buffer.data(), y);
 }
 

@@ -36,6 +36,10 @@ struct simdattn_module {
   std::vector<std::vector<size_t>> weight_shapes;
 };
 
+struct simdattn_kv_cache {
+  simdattn::KVCache cache;
+};
+
 namespace simdattn {
 namespace internal {
 namespace {
@@ -90,9 +94,36 @@ ConstTensor3 View(simdattn_const_tensor3 t) {
   return ConstTensor3(t.data, t.batch, t.tokens, t.features, t.batch_stride,
                       t.token_stride);
 }
+simdattn_const_tensor4 CView(ConstTensor4 t) {
+  simdattn_const_tensor4 c;
+  c.data = t.data;
+  for (int i = 0; i < 4; ++i) c.dims[i] = t.dims[i];
+  for (int i = 0; i < 3; ++i) c.strides[i] = t.strides[i];
+  return c;
+}
 Tensor3 View(simdattn_tensor3 t) {
   return Tensor3(t.data, t.batch, t.tokens, t.features, t.batch_stride,
                  t.token_stride);
+}
+
+AttentionMask ToMask(const simdattn_mask& mask, const char* function) {
+  AttentionMask m;
+  m.causal = Flag(mask.causal, function, "mask->causal");
+  m.causal_offset = mask.causal_offset;
+  m.boolean = View4<const uint8_t>(mask.boolean_mask);
+  m.additive = View4<const float>(mask.additive_mask);
+  m.key_lengths = mask.key_lengths;
+  return m;
+}
+
+ForwardOptions ToOptions(const simdattn_forward_options* options,
+                         const char* function) {
+  ForwardOptions o;
+  if (options == nullptr) return o;
+  o.training = Flag(options->training, function, "options->training");
+  o.dropout_key = {options->dropout_seed, options->dropout_offset};
+  o.attention_weights = View4<float>(options->attention_weights);
+  return o;
 }
 
 MatMulOptions ToOptions(const simdattn_matmul_options* options,
@@ -233,16 +264,10 @@ simdattn_status simdattn_softmax(simdattn_const_tensor4 x, simdattn_tensor4 y,
                                  float scale, const simdattn_mask* mask) {
   constexpr const char* kFn = "simdattn_softmax";
   return CallGuarded(kFn, [&] {
-    simdattn::AttentionMask m;
-    if (mask != nullptr) {
-      m.causal = simdattn::Flag(mask->causal, kFn, "mask->causal");
-      m.causal_offset = mask->causal_offset;
-      m.boolean = simdattn::View4<const uint8_t>(mask->boolean_mask);
-      m.additive = simdattn::View4<const float>(mask->additive_mask);
-      m.key_lengths = mask->key_lengths;
-    }
     simdattn::Softmax(simdattn::View4<const float>(x),
-                      simdattn::View4<float>(y), scale, m);
+                      simdattn::View4<float>(y), scale,
+                      mask == nullptr ? simdattn::AttentionMask()
+                                      : simdattn::ToMask(*mask, kFn));
   });
 }
 
@@ -250,6 +275,97 @@ simdattn_status simdattn_dropout(simdattn_tensor4 x, float p, uint64_t seed,
                                  uint64_t offset) {
   return CallGuarded("simdattn_dropout", [&] {
     simdattn::Dropout(simdattn::View4<float>(x), p, {seed, offset});
+  });
+}
+
+simdattn_attention_options simdattn_attention_default_options(void) {
+  simdattn_attention_options options;
+  std::memset(&options, 0, sizeof(options));
+  return options;
+}
+
+simdattn_status simdattn_scaled_dot_product_attention(
+    simdattn_const_tensor4 q, simdattn_const_tensor4 k,
+    simdattn_const_tensor4 v, simdattn_tensor4 out,
+    const simdattn_attention_options* options) {
+  constexpr const char* kFn = "simdattn_scaled_dot_product_attention";
+  return CallGuarded(kFn, [&] {
+    simdattn::AttentionOptions o;
+    if (options != nullptr) {
+      if (simdattn::Flag(options->has_scale, kFn, "options->has_scale")) {
+        o.scale = options->scale;
+      }
+      o.mask = simdattn::ToMask(options->mask, kFn);
+      o.dropout = options->dropout;
+      o.dropout_key = {options->dropout_seed, options->dropout_offset};
+    }
+    simdattn::ScaledDotProductAttention(
+        simdattn::View4<const float>(q), simdattn::View4<const float>(k),
+        simdattn::View4<const float>(v), simdattn::View4<float>(out), o);
+  });
+}
+
+simdattn_status simdattn_kv_cache_create(size_t batch, size_t kv_heads,
+                                         size_t capacity, size_t head_dim,
+                                         simdattn_kv_cache** cache) {
+  constexpr const char* kFn = "simdattn_kv_cache_create";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    *cache = new simdattn_kv_cache{
+        simdattn::KVCache(batch, kv_heads, capacity, head_dim)};
+  });
+}
+
+simdattn_status simdattn_kv_cache_create_in(simdattn_tensor4 keys,
+                                            simdattn_tensor4 values,
+                                            simdattn_kv_cache** cache) {
+  constexpr const char* kFn = "simdattn_kv_cache_create_in";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    *cache = new simdattn_kv_cache{simdattn::KVCache(
+        simdattn::View4<float>(keys), simdattn::View4<float>(values))};
+  });
+}
+
+void simdattn_kv_cache_destroy(simdattn_kv_cache* cache) { delete cache; }
+
+simdattn_status simdattn_kv_cache_append(simdattn_kv_cache* cache,
+                                         simdattn_const_tensor4 keys,
+                                         simdattn_const_tensor4 values) {
+  constexpr const char* kFn = "simdattn_kv_cache_append";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    cache->cache.Append(simdattn::View4<const float>(keys),
+                        simdattn::View4<const float>(values));
+  });
+}
+
+simdattn_status simdattn_kv_cache_clear(simdattn_kv_cache* cache) {
+  constexpr const char* kFn = "simdattn_kv_cache_clear";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    cache->cache.Clear();
+  });
+}
+
+simdattn_status simdattn_kv_cache_size(const simdattn_kv_cache* cache,
+                                       size_t* size, size_t* capacity) {
+  constexpr const char* kFn = "simdattn_kv_cache_size";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    if (size != nullptr) *size = cache->cache.size();
+    if (capacity != nullptr) *capacity = cache->cache.capacity();
+  });
+}
+
+simdattn_status simdattn_kv_cache_view(const simdattn_kv_cache* cache,
+                                       simdattn_const_tensor4* keys,
+                                       simdattn_const_tensor4* values) {
+  constexpr const char* kFn = "simdattn_kv_cache_view";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    if (keys != nullptr) *keys = simdattn::CView(cache->cache.keys());
+    if (values != nullptr) *values = simdattn::CView(cache->cache.values());
   });
 }
 
@@ -342,13 +458,22 @@ simdattn_status simdattn_module_forward(
   constexpr const char* kFn = "simdattn_module_forward";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(module, kFn, "module");
-    simdattn::ForwardOptions o;
-    if (options != nullptr) {
-      o.training = simdattn::Flag(options->training, kFn, "options->training");
-      o.dropout_key = {options->dropout_seed, options->dropout_offset};
-      o.attention_weights = simdattn::View4<float>(options->attention_weights);
-    }
-    module->module.Forward(simdattn::View(x), simdattn::View(y), o);
+    module->module.Forward(simdattn::View(x), simdattn::View(y),
+                           simdattn::ToOptions(options, kFn));
+  });
+}
+
+simdattn_status simdattn_module_forward_step(
+    const simdattn_module* module, simdattn_const_tensor3 x,
+    simdattn_kv_cache* cache, simdattn_tensor3 y,
+    const simdattn_forward_options* options) {
+  constexpr const char* kFn = "simdattn_module_forward_step";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(module, kFn, "module");
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    module->module.ForwardStep(simdattn::View(x), cache->cache,
+                               simdattn::View(y),
+                               simdattn::ToOptions(options, kFn));
   });
 }
 

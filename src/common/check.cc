@@ -143,5 +143,22 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
   }
 }
 
+void CheckDropout(const char* function, const char* p_name, float p,
+                  const char* const (&dim_names)[4], const size_t (&dims)[4]) {
+  SIMDATTN_REQUIRE(p >= 0.0f && p <= 1.0f, function, p_name, " (", p,
+                   ") is not a probability in [0, 1]");
+  constexpr uint64_t kMaxIndexDim = uint64_t{1} << 32;
+  constexpr uint64_t kMaxRowLength = uint64_t{1} << 34;
+  for (int k = 0; k < 3; ++k) {
+    SIMDATTN_REQUIRE(static_cast<uint64_t>(dims[k]) <= kMaxIndexDim, function,
+                     dim_names[k], " (", dims[k],
+                     ") exceeds 2^32, the range of its dropout counter word");
+  }
+  SIMDATTN_REQUIRE(static_cast<uint64_t>(dims[3]) <= kMaxRowLength, function,
+                   dim_names[3], " (", dims[3],
+                   ") exceeds 2^34, the range of the dropout counter's "
+                   "column word");
+}
+
 }  // namespace internal
 }  // namespace simdattn

@@ -1,21 +1,23 @@
 // Per-target fused attention, softmax(scale * Q K^T + mask) V, included once
 // per SIMD target by attention.cc.
 //
-// Schedule (FlashAttention-2 on a CPU): a task owns a block of query rows of
-// one (batch, head) and walks the keys in tiles of kKeyBlock. Per tile:
-//   1. S = scale * Q_block K_tile^T with the matmul micro-kernel (K packed
-//      into panels, as MatMul packs op(B));
+// Schedule (FlashAttention-2 on a CPU): a task owns up to kTaskRows query
+// rows of one (batch, head) and walks the keys in tiles of kKeyBlock,
+// packing each tile of K (transposed) and V into panels once, as MatMul
+// packs op(B). Then per block of kQueryBlock query rows that sees the tile:
+//   1. S = scale * Q_block K_tile^T with the matmul micro-kernel;
 //   2. per row: masks applied in registers (columns past the row's causal or
 //      key-length limit, boolean, additive), the running max updated, the
 //      accumulator's correction exp(old_max - new_max) and P = exp(S - max)
 //      computed, their sum added to the running sum, then dropout on P with
 //      the bits Dropout() draws for the same (b, h, i, j);
 //   3. acc = corr * acc + P V_tile, the micro-kernel again.
-// Tiles past the last row's limit are never computed, so causal attention
-// does about half the work. The output row is acc / sum (zeros when every
-// key is masked, NaN when a score was NaN).
+// Tiles past a block's last row's limit are never computed, nor, within a
+// tile, columns past a micro-kernel tile's last row's limit, so causal
+// attention does half the work to within a few percent. The output row is acc /
+// sum (zeros when every key is masked, NaN when a score was NaN).
 //
-// Decode (few query rows, long caches): when batch x heads x query blocks
+// Decode (few query rows, long caches): when batch x heads x row blocks
 // gives fewer than kMinTasks tasks, the keys are also split into chunks that
 // run as separate tasks, and their (max, sum, acc) partials are merged. The
 // split depends only on the shapes, so results do not depend on the number
@@ -52,9 +54,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 namespace attention_detail {
 
-// Query rows per task: whole micro-kernel tiles, and few enough that a
-// causal (1, 12, 1024, 64) problem still has ~250 tasks to balance.
+// Query rows per tile of scores: whole micro-kernel tiles.
 constexpr size_t kQueryBlock = 8 * matmul_detail::kRows;
+// Query rows per task: each packed tile of K and V serves this many rows
+// (packing K^T is a scalar transpose), few enough that a causal
+// (1, 12, 1024, 64) problem still has ~70 tasks to balance.
+constexpr size_t kTaskRows = 4 * kQueryBlock;
 // Keys per tile, a multiple of kDropoutGroup so that a tile draws whole
 // column groups of the dropout bits. 64 keeps S, the K and V panels and the
 // accumulator (~64 KiB at head_dim 64) in L2 next to the next tile.
@@ -167,7 +172,16 @@ HWY_INLINE float MaskRow(D d, const Problem& pr, Workspace& ws, float* srow,
   const auto vlimit = hn::Set(di, static_cast<int32_t>(limit));
   V vmax = hn::Set(d, -kInf);
   auto any_nan = hn::FirstN(d, 0);
-  for (size_t j = 0; j < limit; j += N) {
+  size_t j = 0;
+  if (additive == nullptr && masked == nullptr) {
+    // Nothing to mask in whole vectors below the limit: read only.
+    for (; j + N <= limit; j += N) {
+      const V s = hn::LoadU(d, srow + j);
+      any_nan = hn::Or(any_nan, hn::IsNaN(s));
+      vmax = hn::Max(vmax, s);
+    }
+  }
+  for (; j < limit; j += N) {
     V s = hn::LoadU(d, srow + j);
     // Lanes past the limit are masked (past cols, S was never written).
     auto keep = hn::RebindMask(
@@ -203,122 +217,186 @@ HWY_INLINE float ExpRow(D d, float* srow, size_t limit, float row_max) {
   return hn::GetLane(hn::SumOfLanes(d, sum));
 }
 
-// Attends query rows [i0, i1) of (b, h) to keys [j_begin, j_end) (j_begin a
-// multiple of kKeyBlock): leaves the unnormalised outputs in acc (rows of
-// value_dim floats, acc_stride apart) and the rows' softmax states in st.
-inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
-                        size_t i1, size_t j_begin, size_t j_end, float* acc,
-                        size_t acc_stride, const RowStates& st, Workspace& ws) {
-  using namespace matmul_detail;
+// Online softmax and dropout over the tile's scores S (rows x cols, rows
+// kKeyBlock apart) of query rows i0.. of (b, h), keys j0..: S becomes P, the
+// row states are updated and ws.corr[r] gets the factor that rescales row
+// r's accumulator.
+inline void SoftmaxTile(const Problem& pr, size_t b, size_t h, size_t i0,
+                        size_t rows, size_t j0, size_t cols,
+                        const RowStates& st, Workspace& ws) {
   const hn::ScalableTag<float> d;
-  const size_t nr = kVectors * hn::Lanes(d);
+  for (size_t r = 0; r < rows; ++r) {
+    const size_t i = i0 + r;
+    float* srow = ws.scores + r * kKeyBlock;
+    const size_t row_limit = RowLimit(pr, b, i);
+    const size_t limit = row_limit <= j0 ? 0 : std::min(cols, row_limit - j0);
+    ws.corr[r] = 1.0f;
+    bool nan = false;
+    const float tile_max =
+        limit == 0 ? -kInf
+                   : MaskRow(d, pr, ws, srow, b, h, i, j0, cols, limit, &nan);
+    if (nan) st.nan[r] = 1.0f;
+    const float new_max = std::max(st.max[r], tile_max);
+    if (new_max == -kInf) {  // Nothing unmasked yet: P = 0.
+      std::fill(srow, srow + cols, 0.0f);
+      continue;
+    }
+    if (new_max == kInf) st.nan[r] = 1.0f;  // inf - inf: as PyTorch.
+    const float sum = ExpRow(d, srow, limit, new_max);
+    std::fill(srow + limit, srow + cols, 0.0f);
+    ws.corr[r] = std::exp(st.max[r] - new_max);  // 0 for the first max.
+    st.sum[r] = st.sum[r] * ws.corr[r] + sum;
+    st.max[r] = new_max;
+    if (pr.dropout) {
+      dropout_detail::DropoutRow(
+          pr.dropout_params, srow, cols, static_cast<uint32_t>(b),
+          static_cast<uint32_t>(h), static_cast<uint32_t>(i), j0);
+    }
+  }
+}
+
+// acc = corr * acc for the rows whose max moved (not on their first tile:
+// acc is not yet written then).
+inline void RescaleRows(const float* corr, size_t rows, float* acc,
+                        size_t acc_stride, size_t value_dim) {
+  for (size_t r = 0; r < rows; ++r) {
+    if (corr[r] == 1.0f) continue;
+    float* row = acc + r * acc_stride;
+    for (size_t c = 0; c < value_dim; ++c) row[c] *= corr[r];
+  }
+}
+
+// Attends a few query rows [i0, i1) (decode) to keys [j_begin, j_end):
+// packing tiles of K and V would not pay for itself, so K and V rows are
+// read where they lie, as MatMul's skinny path does. Leaves the
+// unnormalised outputs in acc (rows acc_stride apart) and the rows' softmax
+// states in st.
+inline void AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
+                          size_t i1, size_t j_begin, size_t j_end, float* acc,
+                          size_t acc_stride, const RowStates& st,
+                          Workspace& ws) {
+  using namespace matmul_detail;
   const size_t rows = i1 - i0;
   const size_t head_dim = pr.q.dims[3], value_dim = pr.v.dims[3];
   const ConstMatrix q = pr.q.Slice(b, h);
   const ConstMatrix k = pr.k.Slice(b, h / pr.group);
   const ConstMatrix v = pr.v.Slice(b, h / pr.group);
+  MatMulOptions scores_options;
+  scores_options.transpose_b = Transpose::kYes;
+  scores_options.alpha = pr.scale;
+  const size_t j_stop = std::min(j_end, RowLimit(pr, b, i1 - 1));
+  for (size_t j0 = j_begin; j0 < j_stop; j0 += kKeyBlock) {
+    const size_t cols = std::min(kKeyBlock, j_stop - j0);
+    DirectColumns(ConstMatrix(q.Row(i0), rows, head_dim, q.stride),
+                  ConstMatrix(k.Row(j0), cols, head_dim, k.stride),
+                  Matrix(ws.scores, rows, cols, kKeyBlock), scores_options, 0,
+                  cols);
+    SoftmaxTile(pr, b, h, i0, rows, j0, cols, st, ws);
+    const bool first = j0 == j_begin;
+    if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);
+    MatMulOptions accumulate;
+    accumulate.beta = first ? 0.0f : 1.0f;
+    DirectColumns(ConstMatrix(ws.scores, rows, cols, kKeyBlock),
+                  ConstMatrix(v.Row(j0), cols, value_dim, v.stride),
+                  Matrix(acc, rows, value_dim, acc_stride), accumulate, 0,
+                  value_dim);
+  }
+}
+
+// Attends query rows [i0, i1) of (b, h) (up to kTaskRows) to keys
+// [j_begin, j_end) (j_begin a multiple of kKeyBlock), key tile by key tile:
+// each tile of K and V is packed once for all the task's query blocks that
+// see it. Leaves the unnormalised outputs in acc (rows of value_dim floats,
+// acc_stride apart) and the rows' softmax states in st.
+inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
+                        size_t i1, size_t j_begin, size_t j_end, float* acc,
+                        size_t acc_stride, const RowStates& st, Workspace& ws) {
+  using namespace matmul_detail;
+  const size_t rows = i1 - i0;
+  const size_t value_dim = pr.v.dims[3];
   for (size_t r = 0; r < rows; ++r) {
     st.max[r] = -kInf;
     st.sum[r] = 0.0f;
     st.nan[r] = 0.0f;
   }
-  // Limits grow with the row, so the last row's bounds the block's keys.
-  const size_t j_stop = std::min(j_end, RowLimit(pr, b, i1 - 1));
-  const Epilogue scores_epilogue{pr.scale, 0.0f, true, nullptr};
-  MatMulOptions scores_options;
-  scores_options.transpose_b = Transpose::kYes;
-  scores_options.alpha = pr.scale;
-  // A few rows (decode) would not amortise packing a tile of K and V: they
-  // read K and V rows where they lie, as MatMul's skinny path does.
-  const bool direct = rows <= kSkinnyRows;
-  bool first = true;
-  for (size_t j0 = j_begin; j0 < j_stop; j0 += kKeyBlock) {
-    const size_t cols = std::min(kKeyBlock, j_stop - j0);
-    // 1. S = scale * Q K^T.
-    const Matrix scores(ws.scores, rows, cols, kKeyBlock);
-    if (direct) {
-      DirectColumns(ConstMatrix(q.Row(i0), rows, head_dim, q.stride),
-                    ConstMatrix(k.Row(j0), cols, head_dim, k.stride), scores,
-                    scores_options, 0, cols);
-    } else {
-      for (size_t n0 = 0; n0 < cols; n0 += nr) {
+  // Limits grow with the row, so a block's last row bounds its keys.
+  const auto stop = [&](size_t last_row) {
+    return std::min(j_end, RowLimit(pr, b, last_row));
+  };
+  if (rows <= kSkinnyRows) {
+    AttendFewRows(pr, b, h, i0, i1, j_begin, j_end, acc, acc_stride, st, ws);
+  } else {
+    const hn::ScalableTag<float> d;
+    const size_t nr = kVectors * hn::Lanes(d);
+    const size_t head_dim = pr.q.dims[3];
+    const ConstMatrix q = pr.q.Slice(b, h);
+    const ConstMatrix k = pr.k.Slice(b, h / pr.group);
+    const ConstMatrix v = pr.v.Slice(b, h / pr.group);
+    const Epilogue scores_epilogue{pr.scale, 0.0f, true, nullptr};
+    const size_t task_stop = stop(i1 - 1);
+    for (size_t j0 = j_begin; j0 < task_stop; j0 += kKeyBlock) {
+      // Pack K^T and V for the keys the task's last row sees.
+      const size_t tile_cols = std::min(kKeyBlock, task_stop - j0);
+      for (size_t n0 = 0; n0 < tile_cols; n0 += nr) {
         PackPanel(k, /*transposed=*/true, 0, head_dim, j0 + n0,
-                  std::min(nr, cols - n0), nr, ws.k_panels + n0 * head_dim);
+                  std::min(nr, tile_cols - n0), nr,
+                  ws.k_panels + n0 * head_dim);
       }
-      for (size_t m = 0; m < rows; m += kRows) {
-        for (size_t n0 = 0; n0 < cols; n0 += nr) {
-          MicroKernelRows(d, std::min(kRows, rows - m), q.Row(i0 + m),
-                          q.stride, ws.k_panels + n0 * head_dim, head_dim,
-                          ws.scores + m * kKeyBlock + n0, kKeyBlock,
-                          std::min(nr, cols - n0), scores_epilogue);
-        }
-      }
-    }
-    // 2. Online softmax and dropout, row by row.
-    for (size_t r = 0; r < rows; ++r) {
-      const size_t i = i0 + r;
-      float* srow = ws.scores + r * kKeyBlock;
-      const size_t row_limit = RowLimit(pr, b, i);
-      const size_t limit = row_limit <= j0 ? 0 : std::min(cols, row_limit - j0);
-      ws.corr[r] = 1.0f;
-      bool nan = false;
-      const float tile_max =
-          limit == 0 ? -kInf
-                     : MaskRow(d, pr, ws, srow, b, h, i, j0, cols, limit, &nan);
-      if (nan) st.nan[r] = 1.0f;
-      const float new_max = std::max(st.max[r], tile_max);
-      if (new_max == -kInf) {  // Nothing unmasked yet: P = 0.
-        std::fill(srow, srow + cols, 0.0f);
-        continue;
-      }
-      if (new_max == kInf) st.nan[r] = 1.0f;  // inf - inf: as PyTorch.
-      const float sum = ExpRow(d, srow, limit, new_max);
-      std::fill(srow + limit, srow + cols, 0.0f);
-      ws.corr[r] = std::exp(st.max[r] - new_max);  // 0 for the first max.
-      st.sum[r] = st.sum[r] * ws.corr[r] + sum;
-      st.max[r] = new_max;
-      if (pr.dropout) {
-        dropout_detail::DropoutRow(
-            pr.dropout_params, srow, cols, static_cast<uint32_t>(b),
-            static_cast<uint32_t>(h), static_cast<uint32_t>(i), j0);
-      }
-    }
-    // 3. acc = corr * acc + P V.
-    if (!first) {
-      for (size_t r = 0; r < rows; ++r) {
-        if (ws.corr[r] == 1.0f) continue;
-        float* row = acc + r * acc_stride;
-        for (size_t c = 0; c < value_dim; ++c) row[c] *= ws.corr[r];
-      }
-    }
-    if (direct) {
-      MatMulOptions accumulate;
-      accumulate.beta = first ? 0.0f : 1.0f;
-      DirectColumns(ConstMatrix(ws.scores, rows, cols, kKeyBlock),
-                    ConstMatrix(v.Row(j0), cols, value_dim, v.stride),
-                    Matrix(acc, rows, value_dim, acc_stride), accumulate, 0,
-                    value_dim);
-    } else {
       for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
-        PackPanel(v, /*transposed=*/false, j0, cols, n0,
+        PackPanel(v, /*transposed=*/false, j0, tile_cols, n0,
                   std::min(nr, value_dim - n0), nr,
                   ws.v_panels + n0 * kKeyBlock);
       }
-      const Epilogue accumulate{1.0f, 0.0f, first, nullptr};
-      for (size_t m = 0; m < rows; m += kRows) {
-        for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
-          MicroKernelRows(d, std::min(kRows, rows - m),
-                          ws.scores + m * kKeyBlock, kKeyBlock,
-                          ws.v_panels + n0 * kKeyBlock, cols,
-                          acc + m * acc_stride + n0, acc_stride,
-                          std::min(nr, value_dim - n0), accumulate);
+      for (size_t qb = i0; qb < i1; qb += kQueryBlock) {
+        const size_t qb_end = std::min(i1, qb + kQueryBlock);
+        const size_t qb_stop = stop(qb_end - 1);
+        if (qb_stop <= j0) continue;  // This block saw its last key.
+        const size_t cols = std::min(kKeyBlock, qb_stop - j0);
+        const size_t qb_rows = qb_end - qb;
+        // Each micro-tile of rows stops at the keys its last row may see:
+        // on the causal diagonal that skips the masked half of the tile.
+        const auto micro_cols = [&](size_t m) {
+          const size_t last = stop(qb + std::min(qb_rows, m + kRows) - 1);
+          return last <= j0 ? 0 : std::min(cols, last - j0);
+        };
+        // 1. S = scale * Q K^T.
+        for (size_t m = 0; m < qb_rows; m += kRows) {
+          const size_t m_cols = micro_cols(m);
+          for (size_t n0 = 0; n0 < m_cols; n0 += nr) {
+            MicroKernelRows(d, std::min(kRows, qb_rows - m), q.Row(qb + m),
+                            q.stride, ws.k_panels + n0 * head_dim, head_dim,
+                            ws.scores + m * kKeyBlock + n0, kKeyBlock,
+                            std::min(nr, cols - n0), scores_epilogue);
+          }
+        }
+        // 2. Online softmax and dropout.
+        const RowStates qb_states{st.max + (qb - i0), st.sum + (qb - i0),
+                                  st.nan + (qb - i0)};
+        SoftmaxTile(pr, b, h, qb, qb_rows, j0, cols, qb_states, ws);
+        // 3. acc = corr * acc + P V; P is 0 past a micro-tile's keys.
+        const bool first = j0 == j_begin;
+        float* qb_acc = acc + (qb - i0) * acc_stride;
+        if (!first)
+          RescaleRows(ws.corr, qb_rows, qb_acc, acc_stride, value_dim);
+        const Epilogue accumulate{1.0f, 0.0f, first, nullptr};
+        for (size_t m = 0; m < qb_rows; m += kRows) {
+          const size_t m_cols = micro_cols(m);
+          for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
+            MicroKernelRows(d, std::min(kRows, qb_rows - m),
+                            ws.scores + m * kKeyBlock, kKeyBlock,
+                            ws.v_panels + n0 * kKeyBlock, m_cols,
+                            qb_acc + m * acc_stride + n0, acc_stride,
+                            std::min(nr, value_dim - n0), accumulate);
+          }
         }
       }
     }
-    first = false;
   }
-  if (first) {  // No key in range: nothing accumulated.
-    for (size_t r = 0; r < rows; ++r) {
+  // Rows of blocks that saw no key accumulated nothing: zeros.
+  for (size_t qb = i0; qb < i1; qb += kQueryBlock) {
+    const size_t qb_end = std::min(i1, qb + kQueryBlock);
+    if (stop(qb_end - 1) > j_begin) continue;
+    for (size_t r = qb - i0; r < qb_end - i0; ++r) {
       std::fill(acc + r * acc_stride, acc + r * acc_stride + value_dim, 0.0f);
     }
   }
@@ -364,7 +442,7 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);
-  const size_t query_blocks = hwy::DivCeil(q_tokens, kQueryBlock);
+  const size_t query_blocks = hwy::DivCeil(q_tokens, kTaskRows);
   const size_t tasks = batch * heads * query_blocks;
   size_t splits = 1;
   if (tasks < kMinTasks && k_tokens >= 2 * kMinSplitKeys) {
@@ -377,7 +455,7 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
 
   // With splits, every (task, split) leaves its partial accumulator and
   // states here; without, the accumulator is the output itself.
-  const size_t block_rows = std::min(kQueryBlock, q_tokens);
+  const size_t block_rows = std::min(kTaskRows, q_tokens);
   const size_t partial_rows = splits > 1 ? tasks * splits * block_rows : 0;
   internal::ScratchBuffer partials(partial_rows * (value_dim + 3) + 1);
   float* partial_acc = partials.data();
@@ -396,15 +474,15 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
     *b = task / query_blocks / heads;
   };
   internal::ParallelFor(0, tasks * splits, 1, [&](size_t first, size_t last) {
-    internal::ScratchBuffer scratch(workspace_floats + 3 * kQueryBlock);
+    internal::ScratchBuffer scratch(workspace_floats + 3 * kTaskRows);
     Workspace ws(scratch.data(), nr, q.dims[3], value_dim);
     float* own = scratch.data() + workspace_floats;
-    const RowStates own_states{own, own + kQueryBlock, own + 2 * kQueryBlock};
+    const RowStates own_states{own, own + kTaskRows, own + 2 * kTaskRows};
     for (size_t index = first; index != last; ++index) {
       size_t b, h, qb, split;
       locate(index, &b, &h, &qb, &split);
-      const size_t i0 = qb * kQueryBlock;
-      const size_t i1 = std::min(q_tokens, i0 + kQueryBlock);
+      const size_t i0 = qb * kTaskRows;
+      const size_t i1 = std::min(q_tokens, i0 + kTaskRows);
       const Matrix o = out.Slice(b, h);
       if (splits == 1) {
         AttendBlock(pr, b, h, i0, i1, 0, k_tokens, o.Row(i0), o.stride,
@@ -431,8 +509,8 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
   for (size_t task = 0; task < tasks; ++task) {
     size_t b, h, qb, split;
     locate(task * splits, &b, &h, &qb, &split);
-    const size_t i0 = qb * kQueryBlock;
-    const size_t i1 = std::min(q_tokens, i0 + kQueryBlock);
+    const size_t i0 = qb * kTaskRows;
+    const size_t i1 = std::min(q_tokens, i0 + kTaskRows);
     for (size_t r = 0; r < i1 - i0; ++r) {
       float row_max = -kInf;
       bool nan = false;

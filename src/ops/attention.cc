@@ -17,16 +17,8 @@
 namespace simdattn {
 HWY_EXPORT(AttentionImpl);
 
-namespace {
-
 using internal::ByteRange;
 using internal::ShapeString;
-
-// The dropout counter (16 * (j / 64) + j % 16, i, h, b) has 32-bit words.
-constexpr uint64_t kMaxIndexDim = uint64_t{1} << 32;
-constexpr uint64_t kMaxKeys = uint64_t{1} << 34;
-
-}  // namespace
 
 void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
                                Tensor4 out, const AttentionOptions& options) {
@@ -48,18 +40,13 @@ void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
                    "out has shape ", ShapeString(out.dims), ", expected ",
                    ShapeString(expected_out));
   const float dropout = options.dropout;
-  SIMDATTN_REQUIRE(dropout >= 0.0f && dropout <= 1.0f, kFn, "dropout (",
-                   dropout, ") is not a probability in [0, 1]");
+  // The weights (batch, q_heads, q_tokens, k_tokens) are dropped with
+  // Dropout()'s counters.
+  internal::CheckDropout(kFn, "dropout", dropout,
+                         {"q.dims[0]", "q.dims[1]", "q.dims[2]", "k.dims[2]"},
+                         {q.dims[0], q.dims[1], q.dims[2], k.dims[2]});
   SIMDATTN_REQUIRE(!options.scale || std::isfinite(*options.scale), kFn,
                    "scale (", options.scale.value_or(0.0f), ") is not finite");
-  for (int dim = 0; dim < 3; ++dim) {
-    SIMDATTN_REQUIRE(q.dims[dim] <= kMaxIndexDim, kFn, "q.dims[", dim, "] (",
-                     q.dims[dim],
-                     ") exceeds 2^32, the range of its dropout "
-                     "counter word");
-  }
-  SIMDATTN_REQUIRE(k.dims[2] <= kMaxKeys, kFn, "k.dims[2] (", k.dims[2],
-                   ") exceeds 2^34, the range of the dropout column counter");
   const ByteRange rq = internal::CheckTensor4(kFn, "q", q);
   const ByteRange rk = internal::CheckTensor4(kFn, "k", k);
   const ByteRange rv = internal::CheckTensor4(kFn, "v", v);
