@@ -726,8 +726,20 @@ static void TestOverflowingWeights(void) {
 /* Fused attention with grouped-query heads (2 query heads share 1 key/value
  * head), a causal offset and an explicit scale, against a reference written
  * here; then the errors. */
+enum { kQHeads = 2, kQ = 3, kK = 5, kD = 4, kDv = 3 };
+
+/* q (1, kQHeads, kQ, kD) and k (1, 1, kK, k_dim), v (1, 1, kK, kDv) into out
+ * (1, kQHeads, kQ, kDv). */
+static simdattn_status Attend(float* q, float* k, size_t k_dim, float* v,
+                              float* out,
+                              const simdattn_attention_options* options) {
+  return simdattn_scaled_dot_product_attention(
+      Const4(Dense4(q, 1, kQHeads, kQ, kD)), Const4(Dense4(k, 1, 1, kK, k_dim)),
+      Const4(Dense4(v, 1, 1, kK, kDv)), Dense4(out, 1, kQHeads, kQ, kDv),
+      options);
+}
+
 static void TestAttention(void) {
-  enum { kQHeads = 2, kQ = 3, kK = 5, kD = 4, kDv = 3 };
   float q[kQHeads * kQ * kD], k[kK * kD], v[kK * kDv];
   float out[kQHeads * kQ * kDv], before[kQHeads * kQ * kDv];
   const float scale = 0.7f;
@@ -742,10 +754,7 @@ static void TestAttention(void) {
   options.scale = scale;
   options.mask.causal = 1;
   options.mask.causal_offset = kK - kQ; /* The queries are the last 3 keys. */
-  CHECK_OK(simdattn_scaled_dot_product_attention(
-      Const4(Dense4(q, 1, kQHeads, kQ, kD)), Const4(Dense4(k, 1, 1, kK, kD)),
-      Const4(Dense4(v, 1, 1, kK, kDv)), Dense4(out, 1, kQHeads, kQ, kDv),
-      &options));
+  CHECK_OK(Attend(q, k, kD, v, out, &options));
   for (h = 0; h < kQHeads; ++h) {
     for (i = 0; i < kQ; ++i) {
       const size_t last = i + kK - kQ;
@@ -767,48 +776,25 @@ static void TestAttention(void) {
   }
   /* The default scale is 1 / sqrt(head_dim) = 0.5 here. */
   options.has_scale = 0;
-  CHECK_OK(simdattn_scaled_dot_product_attention(
-      Const4(Dense4(q, 1, kQHeads, kQ, kD)), Const4(Dense4(k, 1, 1, kK, kD)),
-      Const4(Dense4(v, 1, 1, kK, kDv)), Dense4(before, 1, kQHeads, kQ, kDv),
-      &options));
+  CHECK_OK(Attend(q, k, kD, v, before, &options));
   options.has_scale = 1;
   options.scale = 0.5f;
-  CHECK_OK(simdattn_scaled_dot_product_attention(
-      Const4(Dense4(q, 1, kQHeads, kQ, kD)), Const4(Dense4(k, 1, 1, kK, kD)),
-      Const4(Dense4(v, 1, 1, kK, kDv)), Dense4(out, 1, kQHeads, kQ, kDv),
-      &options));
+  CHECK_OK(Attend(q, k, kD, v, out, &options));
   CHECK(memcmp(out, before, sizeof(out)) == 0);
 
   /* Errors: the output is left as it was. */
   memcpy(before, out, sizeof(out));
   options.has_scale = 2;
-  CHECK_ERROR(
-      simdattn_scaled_dot_product_attention(
-          Const4(Dense4(q, 1, kQHeads, kQ, kD)),
-          Const4(Dense4(k, 1, 1, kK, kD)), Const4(Dense4(v, 1, 1, kK, kDv)),
-          Dense4(out, 1, kQHeads, kQ, kDv), &options),
-      INVALID, "options->has_scale (2) is neither 0 nor 1");
+  CHECK_ERROR(Attend(q, k, kD, v, out, &options), INVALID,
+              "options->has_scale (2) is neither 0 nor 1");
   options.has_scale = 0;
   options.dropout = 1.5f;
-  CHECK_ERROR(
-      simdattn_scaled_dot_product_attention(
-          Const4(Dense4(q, 1, kQHeads, kQ, kD)),
-          Const4(Dense4(k, 1, 1, kK, kD)), Const4(Dense4(v, 1, 1, kK, kDv)),
-          Dense4(out, 1, kQHeads, kQ, kDv), &options),
-      INVALID, "ScaledDotProductAttention: dropout (1.5) is not a probability");
+  CHECK_ERROR(Attend(q, k, kD, v, out, &options), INVALID,
+              "ScaledDotProductAttention: dropout (1.5) is not a probability");
   options.dropout = 0.0f;
-  CHECK_ERROR(
-      simdattn_scaled_dot_product_attention(
-          Const4(Dense4(q, 1, kQHeads, kQ, kD)),
-          Const4(Dense4(k, 1, 1, kK, kD)), Const4(Dense4(v, 1, 1, kK, kDv)),
-          Dense4(q, 1, kQHeads, kQ, kDv), &options),
-      INVALID, "out overlaps q");
-  CHECK_ERROR(
-      simdattn_scaled_dot_product_attention(
-          Const4(Dense4(q, 1, kQHeads, kQ, kD)),
-          Const4(Dense4(k, 1, 1, kK, kD - 1)), Const4(Dense4(v, 1, 1, kK, kDv)),
-          Dense4(out, 1, kQHeads, kQ, kDv), NULL),
-      INVALID, "k's head_dim (3) differs from q's (4)");
+  CHECK_ERROR(Attend(q, k, kD, v, q, &options), INVALID, "out overlaps q");
+  CHECK_ERROR(Attend(q, k, kD - 1, v, out, NULL), INVALID,
+              "k's head_dim (3) differs from q's (4)");
   CHECK(memcmp(out, before, sizeof(out)) == 0);
 }
 

@@ -334,19 +334,10 @@ OpCase MhaCase(const std::string& text) {
           [s] { return CheckMha(s); }};
 }
 
-OpCase AttentionCase(const std::string& text) {
-  const bench::AttentionShape s = bench::ParseAttentionShape(text, false);
-  return {s.Name(), s.Flops(),
-          [s](Library lib, int) -> std::unique_ptr<bench::Workload> {
-            if (lib != Library::kSimdattn) return nullptr;
-            return bench::MakeAttention(s);
-          },
-          [s] { return CheckAttention(s); }};
-}
-
-OpCase DecodeCase(const std::string& text) {
-  const bench::AttentionShape s = bench::ParseAttentionShape(text, true);
-  return {s.Name(), s.Bytes(),
+// Prefill is counted in FLOPs, decode (memory-bound) in bytes.
+OpCase AttentionCase(const std::string& text, bool decode) {
+  const bench::AttentionShape s = bench::ParseAttentionShape(text, decode);
+  return {s.Name(), decode ? s.Bytes() : s.Flops(),
           [s](Library lib, int) -> std::unique_ptr<bench::Workload> {
             if (lib != Library::kSimdattn) return nullptr;
             return bench::MakeAttention(s);
@@ -388,14 +379,14 @@ const std::vector<OpSpec>& Ops() {
        "G key/value heads, dropout 0.1; useful FLOPs",
        Names(bench::StandardAttentionShapes()),
        {"1x2x5x8", "2x3x37x16_causal", "1x4x70x8_kv2_causal", "1x2x130x32"},
-       AttentionCase},
+       [](const std::string& text) { return AttentionCase(text, false); }},
       {"decode",
        Metric::kGbPerSec,
        "BxHxNxD[_kvG]  one query per sequence against N cached keys; bytes "
        "of K and V read",
        Names(bench::StandardDecodeShapes()),
        {"1x2x5x8", "2x4x300x16_kv2", "1x3x1000x64"},
-       DecodeCase},
+       [](const std::string& text) { return AttentionCase(text, true); }},
   };
   return ops;
 }
