@@ -49,6 +49,12 @@ void KVCache::Append(ConstTensor4 keys, ConstTensor4 values) {
                    size_, " exceeds the capacity (", capacity(), ")");
   internal::CheckTensor4(kFn, "keys", keys);
   internal::CheckTensor4(kFn, "values", values);
+  // Nothing to copy (head_dim 0, no batch or heads): the views may be null,
+  // and the loops below could be long for nothing.
+  if (keys.empty()) {
+    size_ += n;
+    return;
+  }
   const size_t row_bytes = head_dim() * sizeof(float);
   for (size_t b = 0; b < batch(); ++b) {
     for (size_t h = 0; h < kv_heads(); ++h) {

@@ -272,6 +272,25 @@ void FuzzBatchedMatMul(Input& in) {
   CheckStatus(simdattn_batched_matmul(a, b, c, &options), call.must_fail);
 }
 
+// A mask over scores shaped like `scores`, its views backed in `masks`.
+template <typename Like>
+simdattn_mask Mask(Input& in, const Like& scores, Call& masks) {
+  simdattn_mask mask;
+  std::memset(&mask, 0, sizeof(mask));
+  mask.causal = in.Flag();
+  mask.causal_offset = in.Dim();
+  if (in.Byte() % 2) {
+    Shape4Like(in, scores, &mask.boolean_mask);
+    masks.Back4(in, &mask.boolean_mask, /*null_is_absent=*/true);
+  }
+  if (in.Byte() % 2) {
+    Shape4Like(in, scores, &mask.additive_mask);
+    masks.Back4(in, &mask.additive_mask, /*null_is_absent=*/true);
+  }
+  mask.key_lengths = masks.Array<size_t>(in, scores.dims[0]);
+  return mask;
+}
+
 void FuzzSoftmax(Input& in) {
   Call call;
   simdattn_const_tensor4 x;
@@ -295,19 +314,7 @@ void FuzzSoftmax(Input& in) {
   }
   // The mask's views count only when the mask is passed at all.
   Call masks;
-  simdattn_mask mask;
-  std::memset(&mask, 0, sizeof(mask));
-  mask.causal = in.Flag();
-  mask.causal_offset = in.Dim();
-  if (in.Byte() % 2) {
-    Shape4Like(in, x, &mask.boolean_mask);
-    masks.Back4(in, &mask.boolean_mask, /*null_is_absent=*/true);
-  }
-  if (in.Byte() % 2) {
-    Shape4Like(in, x, &mask.additive_mask);
-    masks.Back4(in, &mask.additive_mask, /*null_is_absent=*/true);
-  }
-  mask.key_lengths = masks.Array<size_t>(in, x.dims[0]);
+  const simdattn_mask mask = Mask(in, x, masks);
   const float scale = in.Float();
   const bool with_mask = in.Byte() % 8 != 0;
   if (call.skip || masks.skip) return;
@@ -324,6 +331,106 @@ void FuzzDropout(Input& in) {
   const uint64_t seed = in.U64(), offset = in.U64();
   if (call.skip) return;
   CheckStatus(simdattn_dropout(x, p, seed, offset), call.must_fail);
+}
+
+// Fused attention: q, k, v and out usually consistent (k like q, v like k,
+// out like q), sometimes not; out sometimes on q's memory.
+void FuzzAttention(Input& in) {
+  Call call;
+  simdattn_const_tensor4 q, k, v;
+  simdattn_tensor4 out;
+  Shape4(in, &q);
+  Shape4Like(in, q, &k);
+  Shape4Like(in, k, &v);
+  Shape4Like(in, q, &out);
+  call.Back4(in, &q);
+  call.Back4(in, &k);
+  call.Back4(in, &v);
+  if (in.Byte() % 8 == 0) {
+    out.data = const_cast<float*>(q.data);
+  } else {
+    call.Back4(in, &out);
+  }
+  Call masks;
+  simdattn_attention_options options = simdattn_attention_default_options();
+  simdattn_const_tensor4 scores = q;
+  scores.dims[3] = k.dims[2];
+  options.mask = Mask(in, scores, masks);
+  options.has_scale = in.Flag();
+  options.scale = in.Float();
+  options.dropout = in.Byte() % 2 ? in.Float() : 0.0f;
+  options.dropout_seed = in.U64();
+  options.dropout_offset = in.U64();
+  const bool with_options = in.Byte() % 8 != 0;
+  if (call.skip || masks.skip) return;
+  CheckStatus(simdattn_scaled_dot_product_attention(
+                  q, k, v, out, with_options ? &options : nullptr),
+              call.must_fail || (with_options && masks.must_fail));
+}
+
+// (batch, heads, n, head_dim) keys or values to append to `cache_like`,
+// usually of its shape with n tokens.
+template <typename View, typename Like>
+void AppendShape(Input& in, const Like& cache_like, View* v) {
+  Shape4Like(in, cache_like, v);
+  if (in.Byte() % 4 != 0) v->dims[2] = in.Dim();
+}
+
+// A KV cache over fuzzed caller views (sometimes overlapping), a few
+// appends, and views of what it holds, read in full.
+void FuzzKVCache(Input& in) {
+  Call call;
+  simdattn_tensor4 keys, values;
+  Shape4(in, &keys);
+  Shape4Like(in, keys, &values);
+  call.Back4(in, &keys);
+  if (in.Byte() % 8 == 0) {
+    values.data = keys.data;
+  } else {
+    call.Back4(in, &values);
+  }
+  if (call.skip) return;
+  simdattn_kv_cache* cache = nullptr;
+  const simdattn_status created =
+      simdattn_kv_cache_create_in(keys, values, &cache);
+  CheckStatus(created, call.must_fail);
+  if (created != SIMDATTN_STATUS_OK) {
+    Expect(cache == nullptr);
+    return;
+  }
+  for (int step = 0; step < 3; ++step) {
+    Call add;
+    simdattn_const_tensor4 new_keys, new_values;
+    AppendShape(in, keys, &new_keys);
+    AppendShape(in, new_keys, &new_values);
+    add.Back4(in, &new_keys);
+    add.Back4(in, &new_values);
+    if (!add.skip) {
+      CheckStatus(simdattn_kv_cache_append(cache, new_keys, new_values),
+                  add.must_fail);
+    }
+    size_t size = 0, capacity = 0;
+    CheckStatus(simdattn_kv_cache_size(cache, &size, &capacity), false);
+    Expect(size <= capacity && capacity == keys.dims[2]);
+    simdattn_const_tensor4 held;
+    CheckStatus(simdattn_kv_cache_view(cache, &held, nullptr), false);
+    Expect(held.dims[2] == size);
+    // Every element the view claims must lie in the caller's buffer. (With
+    // an extent of 0 there is none, however large the others.)
+    size_t span = 0;
+    Span(held.dims, held.strides, 4, &span);
+    if (span == 0) continue;
+    float sum = 0.0f;
+    for (size_t b = 0; b < held.dims[0]; ++b)
+      for (size_t h = 0; h < held.dims[1]; ++h)
+        for (size_t t = 0; t < held.dims[2]; ++t)
+          for (size_t c = 0; c < held.dims[3]; ++c)
+            sum += held.data[b * held.strides[0] + h * held.strides[1] +
+                             t * held.strides[2] + c];
+    Expect(sum == sum);
+  }
+  if (in.Byte() % 2) CheckStatus(simdattn_kv_cache_clear(cache), false);
+  simdattn_kv_cache_destroy(cache);
 }
 
 void FuzzModule(Input& in) {
@@ -398,7 +505,9 @@ void FuzzModule(Input& in) {
         false);
   }
 
-  Call forward;
+  // x and y; the attention weights apart, since a step without options
+  // never sees them.
+  Call forward, weights_view;
   simdattn_const_tensor3 x;
   simdattn_tensor3 y;
   x.batch = in.Dim();
@@ -435,11 +544,39 @@ void FuzzModule(Input& in) {
       w.strides[1] = in.Stride(w.dims[2] * w.dims[3]);
       w.strides[0] = in.Stride(w.dims[1] * w.dims[2] * w.dims[3]);
     }
-    forward.Back4(in, &options.attention_weights, /*null_is_absent=*/true);
+    weights_view.Back4(in, &options.attention_weights, /*null_is_absent=*/true);
   }
-  if (!forward.skip) {
+  if (!forward.skip && !weights_view.skip) {
     CheckStatus(simdattn_module_forward(module, x, y, &options),
-                forward.must_fail);
+                forward.must_fail || weights_view.must_fail);
+    // A generation step on the same views through a small owned cache,
+    // usually shaped for the module.
+    simdattn_kv_cache* cache = nullptr;
+    const size_t kv_heads =
+        config.num_kv_heads > 0 ? config.num_kv_heads : heads;
+    const size_t head_dim = heads > 0 ? d_out / heads : 0;
+    const size_t cache_dims[4] = {in.Byte() % 4 ? x.batch : in.Byte() % 7u,
+                                  in.Byte() % 4 ? kv_heads : in.Byte() % 7u,
+                                  static_cast<size_t>(in.Byte() % 9),
+                                  in.Byte() % 4 ? head_dim : in.Byte() % 7u};
+    size_t floats = 1;
+    for (size_t dim : cache_dims) {
+      if (__builtin_mul_overflow(floats, dim, &floats)) floats = SIZE_MAX;
+    }
+    if (in.Byte() % 2 && floats <= kMaxFloats) {
+      CheckStatus(
+          simdattn_kv_cache_create(cache_dims[0], cache_dims[1], cache_dims[2],
+                                   cache_dims[3], &cache),
+          false);
+      if (cache != nullptr) {
+        const bool with_options = in.Byte() % 2;
+        CheckStatus(
+            simdattn_module_forward_step(module, x, cache, y,
+                                         with_options ? &options : nullptr),
+            forward.must_fail || (with_options && weights_view.must_fail));
+        simdattn_kv_cache_destroy(cache);
+      }
+    }
   }
   simdattn_module_destroy(module);
 }
@@ -448,7 +585,7 @@ void FuzzModule(Input& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
-  switch (in.Byte() % 5) {
+  switch (in.Byte() % 7) {
     case 0:
       FuzzMatMul(in);
       break;
@@ -461,7 +598,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 3:
       FuzzDropout(in);
       break;
-    default:
+    case 5:
+      FuzzAttention(in);
+      break;
+    case 6:
+      FuzzKVCache(in);
+      break;
+    default:  // 4: the seed corpus's first byte for a module.
       FuzzModule(in);
       break;
   }

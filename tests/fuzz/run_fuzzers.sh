@@ -44,7 +44,7 @@ for target in "${targets[@]}"; do
     status=1
     continue
   fi
-  grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units)' \
+  grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units)' \
     "$findings/log.txt" || true
 done
 exit $status
