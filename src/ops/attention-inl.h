@@ -442,8 +442,8 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);
-  const size_t query_blocks = hwy::DivCeil(q_tokens, kTaskRows);
-  const size_t tasks = batch * heads * query_blocks;
+  const size_t row_blocks = hwy::DivCeil(q_tokens, kTaskRows);
+  const size_t tasks = batch * heads * row_blocks;
   size_t splits = 1;
   if (tasks < kMinTasks && k_tokens >= 2 * kMinSplitKeys) {
     splits = std::min(hwy::DivCeil(kMinTasks, tasks), k_tokens / kMinSplitKeys);
@@ -464,14 +464,14 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
                                  partial_acc + partial_rows * (value_dim + 2)};
   const size_t workspace_floats = Workspace::Floats(nr, q.dims[3], value_dim);
 
-  // Heavy tasks first: with a causal mask, later query blocks see more keys.
-  const auto locate = [&](size_t index, size_t* b, size_t* h, size_t* qb,
+  // Heavy tasks first: with a causal mask, later row blocks see more keys.
+  const auto locate = [&](size_t index, size_t* b, size_t* h, size_t* block,
                           size_t* split) {
     *split = index % splits;
     const size_t task = index / splits;
-    *qb = query_blocks - 1 - task % query_blocks;
-    *h = task / query_blocks % heads;
-    *b = task / query_blocks / heads;
+    *block = row_blocks - 1 - task % row_blocks;
+    *h = task / row_blocks % heads;
+    *b = task / row_blocks / heads;
   };
   internal::ParallelFor(0, tasks * splits, 1, [&](size_t first, size_t last) {
     internal::ScratchBuffer scratch(workspace_floats + 3 * kTaskRows);
@@ -479,9 +479,9 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
     float* own = scratch.data() + workspace_floats;
     const RowStates own_states{own, own + kTaskRows, own + 2 * kTaskRows};
     for (size_t index = first; index != last; ++index) {
-      size_t b, h, qb, split;
-      locate(index, &b, &h, &qb, &split);
-      const size_t i0 = qb * kTaskRows;
+      size_t b, h, block, split;
+      locate(index, &b, &h, &block, &split);
+      const size_t i0 = block * kTaskRows;
       const size_t i1 = std::min(q_tokens, i0 + kTaskRows);
       const Matrix o = out.Slice(b, h);
       if (splits == 1) {
@@ -507,9 +507,9 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
   // Merge the splits: weights exp(max_s - max) bring every partial to the
   // common max. A few rows per task: not worth spawning for.
   for (size_t task = 0; task < tasks; ++task) {
-    size_t b, h, qb, split;
-    locate(task * splits, &b, &h, &qb, &split);
-    const size_t i0 = qb * kTaskRows;
+    size_t b, h, block, split;
+    locate(task * splits, &b, &h, &block, &split);
+    const size_t i0 = block * kTaskRows;
     const size_t i1 = std::min(q_tokens, i0 + kTaskRows);
     for (size_t r = 0; r < i1 - i0; ++r) {
       float row_max = -kInf;
