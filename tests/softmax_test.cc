@@ -403,6 +403,20 @@ TEST_P(SoftmaxTest, ExtremeValues) {
   }
 }
 
+// Rows [0, x] for x swept over exp's whole domain, down to where it
+// underflows: the second column is about exp(x), so this checks the kernel's
+// exp (exp-inl.h) against the float64 one at 2^17 arguments, denormal
+// outputs included.
+TEST_P(SoftmaxTest, ExpOverItsWholeRange) {
+  constexpr size_t kRows = size_t{1} << 17;
+  Buffer<float> x({1, 1, kRows, 2}, 0, 0, 0.0f);
+  for (size_t i = 0; i < kRows; ++i) {
+    x(0, 0, i, 0) = 0.0f;
+    x(0, 0, i, 1) = -110.0f * static_cast<float>(i) / kRows;
+  }
+  RunCase(x, 1.0f, {}, "exp sweep");
+}
+
 TEST_P(SoftmaxTest, ExactSpecialRows) {
   const size_t n = 21;
   Buffer<float> x({1, 1, 5, n}, 0, 0, 0.0f);

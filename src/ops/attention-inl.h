@@ -37,13 +37,13 @@
 #include <cstring>
 #include <limits>
 
-#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
 #include "simdattn/random.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
 #include "src/ops/dropout-inl.h"
+#include "src/ops/exp-inl.h"
 #include "src/ops/matmul-inl.h"
 #include "src/ops/softmax-inl.h"  // MaskedLanes
 
@@ -71,9 +71,6 @@ constexpr size_t kMinTasks = 16;
 constexpr size_t kMinSplitKeys = 4 * kKeyBlock;
 // Largest vector, for tail copies.
 constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
-// hn::Exp returns 0 below -104; clamping there keeps -inf arguments in its
-// domain (as in softmax-inl.h).
-constexpr float kExpFloor = -105.0f;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Everything constant over one call.
@@ -205,12 +202,10 @@ template <class D>
 HWY_INLINE float ExpRow(D d, float* srow, size_t limit, float row_max) {
   const size_t N = hn::Lanes(d);
   const auto vmax = hn::Set(d, row_max);
-  const auto floor = hn::Set(d, kExpFloor);
   auto sum = hn::Zero(d);
   for (size_t j = 0; j < limit; j += N) {
-    // Masked lanes hold -inf: their argument clamps to the floor, exp = 0.
-    const auto e =
-        hn::Exp(d, hn::Max(hn::Sub(hn::LoadU(d, srow + j), vmax), floor));
+    // Masked lanes hold -inf: exp gives 0.
+    const auto e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, srow + j), vmax));
     hn::StoreU(e, d, srow + j);
     sum = hn::Add(sum, e);
   }

@@ -20,7 +20,7 @@
 //     |arg| u   rounding of exp's argument, a float (without an additive
 //               mask one fused multiply-add, scale * x - max)
 //   + |v| u     with an additive mask only (scale * x + additive is rounded)
-//   + 2 u       hn::Exp (1 ULP)
+//   + 2 u       ExpNonPositive (exp-inl.h)
 //   + 11 u      (kSumBlock - 1 + log2(16 lanes)) u: float partial sums over
 //               at most kSumBlock vectors per lane, then a double total
 //   + 2 u       reciprocal (double, rounded to float) and final product.
@@ -44,10 +44,10 @@
 #include <limits>
 
 #include "hwy/cache_control.h"
-#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
 #include "src/common/parallel.h"
+#include "src/ops/exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace simdattn {
@@ -67,10 +67,9 @@ constexpr size_t kSumBlock = 8;
 constexpr size_t kGrainElements = size_t{1} << 14;
 // Room for one vector of the widest target.
 constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
-// hn::Exp is specified on [-FLT_MAX, 104] and returns 0 below -104; clamping
-// its argument here keeps -inf (masked columns, or v - max overflowing for
-// |v| near FLT_MAX) inside that range and still yields exactly 0.
-constexpr float kExpFloor = -105.0f;
+// An exp argument whose exp is exactly 0 (as is -inf's: exp-inl.h), for
+// masked columns and lanes past the row.
+constexpr float kExpFloor = exp_detail::kFloor;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -112,8 +111,9 @@ HWY_INLINE V Scores(D d, V scale, const float* x, const float* additive,
   return v;
 }
 
-// exp's argument v - max, clamped to kExpFloor. Without an additive mask it
-// is one fused multiply-add of the inputs (one rounding, see the bound).
+// exp's argument v - max (kExpFloor where masked). Without an additive mask
+// it is one fused multiply-add of the inputs (one rounding, see the bound);
+// ExpNonPositive clamps -inf and overflowed differences itself.
 template <bool kAdditive, bool kBoolean, class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpArg(D d, V scale, V row_max, const float* x,
                     const float* additive, const uint8_t* masked, size_t j) {
@@ -129,7 +129,45 @@ HWY_INLINE V ExpArg(D d, V scale, V row_max, const float* x,
     arg =
         hn::IfThenElse(MaskedLanes(d, masked + j), hn::Set(d, kExpFloor), arg);
   }
-  return hn::Max(arg, hn::Set(d, kExpFloor));
+  return arg;
+}
+
+// Where pass 2 puts the exps and how pass 3 writes y.
+struct Output {
+  // kStageFloats floats in L1 (the task's stack): a row that fits computes
+  // its exps there, so y is written once, by pass 3.
+  float* stage;
+  // Pass 3 writes y with non-temporal stores (only for staged rows). Set
+  // when y is too large to stay in cache for its reader anyway: the stores
+  // then skip reading y's lines from memory before writing them, a third of
+  // an out-of-place softmax's memory traffic.
+  bool stream;
+};
+constexpr size_t kStageFloats = 4096 + kMaxLanes;
+// Outputs larger than this are streamed (see Output::stream): about an L3
+// share, beyond which the reader finds y in memory whatever the stores do.
+constexpr size_t kStreamBytes = size_t{8} << 20;
+
+// y[j] = src[j] * scale for j < end, 0 for end <= j < cols, written with
+// non-temporal stores where y is vector-aligned.
+template <class D>
+HWY_INLINE void StreamScaled(D d, const float* HWY_RESTRICT src, size_t end,
+                             float scale, float* HWY_RESTRICT y, size_t cols) {
+  const size_t N = hn::Lanes(d);
+  const auto aligned = [&](size_t j) {
+    return reinterpret_cast<uintptr_t>(y + j) % (N * sizeof(float)) == 0;
+  };
+  size_t j = 0;
+  for (; j < cols && !aligned(j); ++j) y[j] = j < end ? src[j] * scale : 0.0f;
+  const auto vscale = hn::Set(d, scale);
+  for (; j + N <= end; j += N) {
+    hn::Stream(hn::Mul(hn::LoadU(d, src + j), vscale), d, y + j);
+  }
+  for (; j < cols && (j < end || !aligned(j)); ++j) {
+    y[j] = j < end ? src[j] * scale : 0.0f;
+  }
+  for (; j + N <= cols; j += N) hn::Stream(hn::Zero(d), d, y + j);
+  for (; j < cols; ++j) y[j] = 0.0f;
 }
 
 // Softmax of one row. Reads x[0, limit) (and the masks' same columns), plus
@@ -138,7 +176,7 @@ HWY_INLINE V ExpArg(D d, V scale, V row_max, const float* x,
 // stack copies: a full load or store there could reach unmapped memory or
 // another task's row.
 template <bool kAdditive, bool kBoolean>
-HWY_NOINLINE void SoftmaxRow(const Row& r, float scale) {
+HWY_NOINLINE void SoftmaxRow(const Row& r, float scale, const Output& out) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
@@ -208,17 +246,19 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, float scale) {
     return;
   }
 
-  // Pass 2: e = exp(v - max) into y, summed in blocks.
+  // Pass 2: e = exp(v - max) into the stage (or y), summed in blocks.
   const V vrow_max = hn::Set(d, row_max);
+  const bool staged = limit + N <= kStageFloats;
+  float* e_out = staged ? out.stage : y;
   double total = 0.0;
   for (size_t j = 0; j < full;) {
     const size_t block_end = std::min(full, j + kSumBlock * N);
     V sum = hn::Zero(d);
     for (; j < block_end; j += N) {
-      const V e =
-          hn::Exp(d, ExpArg<kAdditive, kBoolean>(d, vscale, vrow_max, r.x,
-                                                 r.additive, r.masked, j));
-      hn::StoreU(e, d, y + j);
+      const V e = ExpNonPositive(
+          d, ExpArg<kAdditive, kBoolean>(d, vscale, vrow_max, r.x, r.additive,
+                                         r.masked, j));
+      hn::StoreU(e, d, e_out + j);
       sum = hn::Add(sum, e);
     }
     total += hn::GetLane(hn::SumOfLanes(d, sum));
@@ -231,11 +271,11 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, float scale) {
         ExpArg<kAdditive, kBoolean>(d, vscale, vrow_max, tail_x, tail_additive,
                                     tail_masked, tail_j),
         hn::Set(d, kExpFloor));
-    const V e = hn::Exp(d, arg);  // 0 in the lanes past the limit.
+    const V e = ExpNonPositive(d, arg);  // 0 in the lanes past the limit.
     total += hn::GetLane(hn::SumOfLanes(d, e));
-    if (tail_in_row) {
-      hn::StoreU(e, d, y + full);
-      end = full + N;
+    if (staged || tail_in_row) {
+      hn::StoreU(e, d, e_out + full);
+      end = staged ? limit : full + N;
     } else {
       HWY_ALIGN float e_copy[kMaxLanes];
       hn::Store(e, d, e_copy);
@@ -246,12 +286,16 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, float scale) {
 
   // Pass 3: normalise. total >= 1 (the max column contributes exp(~0)).
   const float inv = static_cast<float>(1.0 / total);
+  if (staged && out.stream) {
+    StreamScaled(d, e_out, end, inv, y, r.cols);
+    return;
+  }
   const V vinv = hn::Set(d, inv);
   size_t j = 0;
   for (; j + N <= end; j += N) {
-    hn::StoreU(hn::Mul(hn::LoadU(d, y + j), vinv), d, y + j);
+    hn::StoreU(hn::Mul(hn::LoadU(d, e_out + j), vinv), d, y + j);
   }
-  for (; j < end; ++j) y[j] *= inv;
+  for (; j < end; ++j) y[j] = e_out[j] * inv;
   std::fill(y + end, y + r.cols, 0.0f);
 }
 
@@ -319,7 +363,10 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
     return r;
   };
   const size_t grain = std::max<size_t>(1, kGrainElements / cols);
+  const bool stream = total_rows * cols * sizeof(float) > kStreamBytes;
   internal::ParallelFor(0, total_rows, grain, [&](size_t first, size_t last) {
+    HWY_ALIGN float stage[kStageFloats];
+    const Output out{stage, stream};
     Row next = make_row(first);
     for (size_t row = first; row != last; ++row) {
       const Row r = next;
@@ -329,16 +376,17 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
       }
       if (has_additive) {
         if (has_boolean) {
-          SoftmaxRow<true, true>(r, scale);
+          SoftmaxRow<true, true>(r, scale, out);
         } else {
-          SoftmaxRow<true, false>(r, scale);
+          SoftmaxRow<true, false>(r, scale, out);
         }
       } else if (has_boolean) {
-        SoftmaxRow<false, true>(r, scale);
+        SoftmaxRow<false, true>(r, scale, out);
       } else {
-        SoftmaxRow<false, false>(r, scale);
+        SoftmaxRow<false, false>(r, scale, out);
       }
     }
+    if (stream) hwy::FlushStream();
   });
 }
 
