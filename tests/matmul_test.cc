@@ -20,7 +20,7 @@ struct Case {
   float alpha = 1.0f;
   float beta = 0.0f;
   bool bias = false;
-  size_t pad = 0;     // Extra elements per row of every operand (stride > cols).
+  size_t pad = 0;  // Extra elements per row of every operand (stride > cols).
   size_t offset = 0;  // Misaligns every base pointer by this many floats.
 };
 
@@ -93,7 +93,8 @@ void RunCase(const Case& t, uint64_t seed) {
   for (size_t r = 0; r < t.m; ++r) {
     for (size_t j = t.n; j < t.n + t.pad; ++j) {
       const size_t index = t.offset + r * (t.n + t.pad) + j;
-      ASSERT_EQ(std::memcmp(&c.store[index], &c_before[index], sizeof(float)), 0);
+      ASSERT_EQ(std::memcmp(&c.store[index], &c_before[index], sizeof(float)),
+                0);
     }
   }
   ASSERT_EQ(c.store.back(), c_before.back());
@@ -142,6 +143,8 @@ TEST_P(MatMulTest, StridedAndMisaligned) {
   for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
     for (size_t offset : {1, 3}) {
       RunCase({50, 70, 90, t, 1.0f, 0.5f, true, 5, offset}, offset);
+      // Several row and depth blocks: B^T is packed once for all of them.
+      RunCase({200, 300, 150, t, 1.0f, 0.5f, true, 5, offset}, offset);
       RunCase({1, 70, 90, t, 1.0f, 0.0f, false, 3, offset}, offset);
     }
   }
@@ -163,8 +166,8 @@ TEST_P(MatMulTest, BatchedHeadsInTokenMajorLayout) {
     const std::vector<float> k =
         test::RandomVector(batch * tokens * kv_heads * head_dim, 2);
     std::vector<float> scores(batch * heads * tokens * tokens);
-    const auto qv = ConstTensor4::FromTokenMajor(q.data(), batch, tokens, heads,
-                                                 head_dim);
+    const auto qv =
+        ConstTensor4::FromTokenMajor(q.data(), batch, tokens, heads, head_dim);
     const auto kv = ConstTensor4::FromTokenMajor(k.data(), batch, tokens,
                                                  kv_heads, head_dim);
     const auto sv = Tensor4::Dense(scores.data(), batch, heads, tokens, tokens);
@@ -205,7 +208,8 @@ TEST_P(MatMulTest, BitIdenticalForAnyThreadCount) {
     if (reference.empty()) {
       reference = c;
     } else {
-      ASSERT_EQ(std::memcmp(c.data(), reference.data(), c.size() * sizeof(float)), 0)
+      ASSERT_EQ(
+          std::memcmp(c.data(), reference.data(), c.size() * sizeof(float)), 0)
           << threads << " threads";
     }
   }
@@ -228,18 +232,36 @@ void ExpectInvalid(F&& f, std::vector<std::string> fragments) {
 TEST(MatMulErrors, NamesTheArgumentAndValues) {
   std::vector<float> buf(64);
   float* p = buf.data();
-  ExpectInvalid([&] { MatMul({nullptr, 2, 3}, {p, 3, 4}, {p + 20, 2, 4}); },
-                {"MatMul", "A is null", "2 x 3"});
-  ExpectInvalid([&] { MatMul({p, 2, 3}, {p + 8, 4, 4}, {p + 30, 2, 4}); },
-                {"MatMul", "inner dimensions", "2 x 3", "4 x 4"});
-  ExpectInvalid([&] { MatMul({p, 2, 3}, {p + 8, 3, 4}, {p + 30, 2, 5}); },
-                {"C is 2 x 5"});
-  ExpectInvalid([&] { MatMul({p, 2, 3, 2}, {p + 8, 3, 4}, {p + 30, 2, 4}); },
-                {"A.stride (2)", "A.cols (3)"});
-  ExpectInvalid([&] { MatMul({p, 2, 3}, {p + 8, 3, 4}, {p + 4, 2, 4}); },
-                {"C overlaps A"});
-  ExpectInvalid([&] { MatMul({p, 2, 3}, {p + 8, 3, 4}, {p + 16, 2, 4}); },
-                {"C overlaps B"});
+  ExpectInvalid(
+      [&] {
+        MatMul({nullptr, 2, 3}, {p, 3, 4}, {p + 20, 2, 4});
+      },
+      {"MatMul", "A is null", "2 x 3"});
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 3}, {p + 8, 4, 4}, {p + 30, 2, 4});
+      },
+      {"MatMul", "inner dimensions", "2 x 3", "4 x 4"});
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 3}, {p + 8, 3, 4}, {p + 30, 2, 5});
+      },
+      {"C is 2 x 5"});
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 3, 2}, {p + 8, 3, 4}, {p + 30, 2, 4});
+      },
+      {"A.stride (2)", "A.cols (3)"});
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 3}, {p + 8, 3, 4}, {p + 4, 2, 4});
+      },
+      {"C overlaps A"});
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 3}, {p + 8, 3, 4}, {p + 16, 2, 4});
+      },
+      {"C overlaps B"});
   ExpectInvalid(
       [&] {
         MatMul({p, 2, 3}, {p + 8, 3, 4},

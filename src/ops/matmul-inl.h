@@ -19,7 +19,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
@@ -74,7 +76,8 @@ HWY_INLINE V Combine(D d, V acc, const float* HWY_RESTRICT c,
   const V alpha = hn::Set(d, e.alpha);
   if (!e.first_block) return hn::MulAdd(alpha, acc, hn::LoadU(d, c));
   V addend = e.bias ? hn::Load(d, bias) : hn::Zero(d);
-  if (e.beta != 0.0f) addend = hn::MulAdd(hn::Set(d, e.beta), hn::LoadU(d, c), addend);
+  if (e.beta != 0.0f)
+    addend = hn::MulAdd(hn::Set(d, e.beta), hn::LoadU(d, c), addend);
   return hn::MulAdd(alpha, acc, addend);
 }
 
@@ -120,10 +123,10 @@ HWY_NOINLINE void MicroKernel(D d, const float* HWY_RESTRICT a, size_t lda,
     const V b1 = kVectors > 1 ? hn::Load(d, panel + 1 * N) : b0;
     const V b2 = kVectors > 2 ? hn::Load(d, panel + 2 * N) : b0;
     const V b3 = kVectors > 3 ? hn::Load(d, panel + 3 * N) : b0;
-#define SIMDATTN_ROW(r)                                   \
-  if (R > r) {                                            \
-    const V ar = hn::Set(d, a[r * lda + k]);              \
-    c##r##0 = hn::MulAdd(ar, b0, c##r##0);                \
+#define SIMDATTN_ROW(r)                                      \
+  if (R > r) {                                               \
+    const V ar = hn::Set(d, a[r * lda + k]);                 \
+    c##r##0 = hn::MulAdd(ar, b0, c##r##0);                   \
     if (kVectors > 1) c##r##1 = hn::MulAdd(ar, b1, c##r##1); \
     if (kVectors > 2) c##r##2 = hn::MulAdd(ar, b2, c##r##2); \
     if (kVectors > 3) c##r##3 = hn::MulAdd(ar, b3, c##r##3); \
@@ -137,16 +140,16 @@ HWY_NOINLINE void MicroKernel(D d, const float* HWY_RESTRICT a, size_t lda,
 #undef SIMDATTN_ROW
   }
   const float* bias = e.bias;
-#define SIMDATTN_STORE_ROW(r)                                                  \
-  if (R > r) {                                                                 \
-    float* row = c + r * ldc;                                                  \
-    StoreTile(d, c##r##0, row, bias, cols, e);                                 \
-    if (kVectors > 1 && cols > N)                                              \
-      StoreTile(d, c##r##1, row + N, bias + N, cols - N, e);                   \
-    if (kVectors > 2 && cols > 2 * N)                                          \
-      StoreTile(d, c##r##2, row + 2 * N, bias + 2 * N, cols - 2 * N, e);       \
-    if (kVectors > 3 && cols > 3 * N)                                          \
-      StoreTile(d, c##r##3, row + 3 * N, bias + 3 * N, cols - 3 * N, e);       \
+#define SIMDATTN_STORE_ROW(r)                                            \
+  if (R > r) {                                                           \
+    float* row = c + r * ldc;                                            \
+    StoreTile(d, c##r##0, row, bias, cols, e);                           \
+    if (kVectors > 1 && cols > N)                                        \
+      StoreTile(d, c##r##1, row + N, bias + N, cols - N, e);             \
+    if (kVectors > 2 && cols > 2 * N)                                    \
+      StoreTile(d, c##r##2, row + 2 * N, bias + 2 * N, cols - 2 * N, e); \
+    if (kVectors > 3 && cols > 3 * N)                                    \
+      StoreTile(d, c##r##3, row + 3 * N, bias + 3 * N, cols - 3 * N, e); \
   }
   SIMDATTN_STORE_ROW(0)
   SIMDATTN_STORE_ROW(1)
@@ -162,12 +165,46 @@ HWY_INLINE void MicroKernelRows(D d, size_t rows, const float* a, size_t lda,
                                 const float* panel, size_t kc, float* c,
                                 size_t ldc, size_t cols, const Epilogue& e) {
   switch (rows) {
-    case 6: return MicroKernel<6>(d, a, lda, panel, kc, c, ldc, cols, e);
-    case 5: return MicroKernel<5>(d, a, lda, panel, kc, c, ldc, cols, e);
-    case 4: return MicroKernel<4>(d, a, lda, panel, kc, c, ldc, cols, e);
-    case 3: return MicroKernel<3>(d, a, lda, panel, kc, c, ldc, cols, e);
-    case 2: return MicroKernel<2>(d, a, lda, panel, kc, c, ldc, cols, e);
-    default: return MicroKernel<1>(d, a, lda, panel, kc, c, ldc, cols, e);
+    case 6:
+      return MicroKernel<6>(d, a, lda, panel, kc, c, ldc, cols, e);
+    case 5:
+      return MicroKernel<5>(d, a, lda, panel, kc, c, ldc, cols, e);
+    case 4:
+      return MicroKernel<4>(d, a, lda, panel, kc, c, ldc, cols, e);
+    case 3:
+      return MicroKernel<3>(d, a, lda, panel, kc, c, ldc, cols, e);
+    case 2:
+      return MicroKernel<2>(d, a, lda, panel, kc, c, ldc, cols, e);
+    default:
+      return MicroKernel<1>(d, a, lda, panel, kc, c, ldc, cols, e);
+  }
+}
+
+// PackPanel for op(B) = B^T: panel row k gathers column k0 + k of rows
+// n0.. of B, one vector of rows at a time where the offsets fit the gather's
+// int32 indices.
+inline void PackTransposedPanel(ConstMatrix b, size_t k0, size_t kc, size_t n0,
+                                size_t cols, size_t nr, float* panel) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const size_t N = hn::Lanes(d);
+  size_t vector_cols = 0;
+  if (b.stride * N <= size_t{INT32_MAX}) {
+    vector_cols = cols / N * N;
+    const auto offsets =
+        hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(b.stride)));
+    for (size_t n = 0; n < vector_cols; n += N) {
+      const float* column = b.Row(n0 + n) + k0;
+      for (size_t k = 0; k < kc; ++k) {
+        hn::Store(hn::GatherIndex(d, column + k, offsets), d,
+                  panel + k * nr + n);
+      }
+    }
+  }
+  for (size_t k = 0; k < kc; ++k) {
+    float* dst = panel + k * nr;
+    for (size_t n = vector_cols; n < cols; ++n) dst[n] = b(n0 + n, k0 + k);
+    std::fill(dst + cols, dst + nr, 0.0f);
   }
 }
 
@@ -175,16 +212,43 @@ HWY_INLINE void MicroKernelRows(D d, size_t rows, const float* a, size_t lda,
 // zero-filling columns cols..nr.
 inline void PackPanel(ConstMatrix b, bool transposed, size_t k0, size_t kc,
                       size_t n0, size_t cols, size_t nr, float* panel) {
+  if (transposed) return PackTransposedPanel(b, k0, kc, n0, cols, nr, panel);
   for (size_t k = 0; k < kc; ++k) {
     float* dst = panel + k * nr;
-    if (transposed) {
-      for (size_t n = 0; n < cols; ++n) dst[n] = b(n0 + n, k0 + k);
-    } else {
-      std::memcpy(dst, b.Row(k0 + k) + n0, cols * sizeof(float));
-    }
+    std::memcpy(dst, b.Row(k0 + k) + n0, cols * sizeof(float));
     std::fill(dst + cols, dst + nr, 0.0f);
   }
 }
+
+// The panels of op(B) = B^T for every column block, packed once by all
+// threads before the row blocks use them (packing B^T is a transpose, too
+// slow to redo for each row block as PackPanel does for B). Panel p's K
+// rows of nr floats start at Panel(p); depth block k0 at Panel(p) + k0 * nr.
+class PackedTransposedB {
+ public:
+  PackedTransposedB(ConstMatrix b, size_t nr)
+      : depth_(b.cols),
+        nr_(nr),
+        scratch_(hwy::DivCeil(b.rows, nr) * nr * depth_) {
+    const size_t panels = hwy::DivCeil(b.rows, nr);
+    const size_t depth_blocks = hwy::DivCeil(depth_, kDepthBlock);
+    internal::ParallelFor(
+        0, panels * depth_blocks, 1, [&](size_t first, size_t last) {
+          for (size_t task = first; task != last; ++task) {
+            const size_t n0 = task / depth_blocks * nr;
+            const size_t k0 = task % depth_blocks * kDepthBlock;
+            PackTransposedPanel(b, k0, std::min(kDepthBlock, depth_ - k0), n0,
+                                std::min(nr, b.rows - n0), nr,
+                                Panel(n0 / nr) + k0 * nr);
+          }
+        });
+  }
+  float* Panel(size_t p) const { return scratch_.data() + p * depth_ * nr_; }
+
+ private:
+  size_t depth_, nr_;
+  internal::ScratchBuffer scratch_;
+};
 
 // The tiled path: tasks of kRowBlock rows x one NR panel.
 inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
@@ -196,13 +260,15 @@ inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
   const size_t panels = hwy::DivCeil(N, nr);
   const bool transposed = opt.transpose_b == Transpose::kYes;
   const size_t kc_max = std::min(K, kDepthBlock);
+  // With one row block, each panel is packed once anyway.
+  std::optional<PackedTransposedB> packed_bt;
+  if (transposed && row_blocks > 1 && K > 0) packed_bt.emplace(b, nr);
 
   internal::ParallelFor(
       0, row_blocks * panels, 1, [&](size_t first_task, size_t last_task) {
         // Panel plus the packed bias row.
         internal::ScratchBuffer scratch((kc_max + 1) * nr);
-        float* panel = scratch.data();
-        float* bias = panel + kc_max * nr;
+        float* bias = scratch.data() + kc_max * nr;
         for (size_t task = first_task; task != last_task; ++task) {
           // Consecutive tasks share a panel column, so neighbouring threads
           // read the same B from the shared cache.
@@ -216,7 +282,12 @@ inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
           }
           for (size_t k0 = 0; k0 < K || k0 == 0; k0 += kDepthBlock) {
             const size_t kc = std::min(kDepthBlock, K - k0);
-            PackPanel(b, transposed, k0, kc, n0, cols, nr, panel);
+            float* panel = scratch.data();
+            if (packed_bt) {
+              panel = packed_bt->Panel(n0 / nr) + k0 * nr;
+            } else {
+              PackPanel(b, transposed, k0, kc, n0, cols, nr, panel);
+            }
             const Epilogue e{opt.alpha, opt.beta, k0 == 0,
                              opt.bias ? bias : nullptr};
             for (size_t m = m0; m < m_end; m += kRows) {
@@ -257,12 +328,14 @@ inline void DirectColumns(ConstMatrix a, ConstMatrix b, Matrix c,
         auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
         size_t k = 0;
         for (; k + 2 * N <= K; k += 2 * N) {
-          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), hn::LoadU(d, b_row + k), sum0);
+          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), hn::LoadU(d, b_row + k),
+                            sum0);
           sum1 = hn::MulAdd(hn::LoadU(d, a_row + k + N),
                             hn::LoadU(d, b_row + k + N), sum1);
         }
         for (; k + N <= K; k += N) {
-          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), hn::LoadU(d, b_row + k), sum0);
+          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), hn::LoadU(d, b_row + k),
+                            sum0);
         }
         float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
         for (; k < K; ++k) dot += a_row[k] * b_row[k];
@@ -321,7 +394,8 @@ inline void MatMulImpl(ConstMatrix a, ConstMatrix b, Matrix c,
   if (M > kSkinnyRows && work > kSmallWork) {
     TiledMatMul(a, b, c, opt);
   } else if (work > kParallelSkinnyWork) {
-    const size_t grain = std::max<size_t>(64, kParallelSkinnyWork / (M * K + 1));
+    const size_t grain =
+        std::max<size_t>(64, kParallelSkinnyWork / (M * K + 1));
     internal::ParallelFor(0, N, grain, [&](size_t first, size_t last) {
       DirectColumns(a, b, c, opt, first, last);
     });
