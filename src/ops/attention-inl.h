@@ -57,7 +57,7 @@ namespace attention_detail {
 // Query rows per tile of scores: whole micro-kernel tiles.
 constexpr size_t kQueryBlock = 8 * matmul_detail::kRows;
 // Query rows per task: each packed tile of K and V serves this many rows
-// (packing K^T is a scalar transpose), few enough that a causal
+// (packing K^T is a gathered transpose), few enough that a causal
 // (1, 12, 1024, 64) problem still has ~70 tasks to balance.
 constexpr size_t kTaskRows = 4 * kQueryBlock;
 // Keys per tile, a multiple of kDropoutGroup so that a tile draws whole
