@@ -229,6 +229,20 @@ TEST_P(SoftmaxTest, LongRows) {
           "wide range");
 }
 
+// Outputs over 8 MiB are written with non-temporal stores in whole cache
+// lines (softmax-inl.h): rows of odd length at every misalignment, cut by
+// causality and key lengths mid-line, all land where they should.
+TEST_P(SoftmaxTest, LargeOutputsAreStreamed) {
+  const Buffer<float> x = RandomScores({2, 1, 1024, 1031}, 3, 1, 21);
+  RunCase(x, 0.125f, {}, "streamed");
+  AttentionMask m;
+  m.causal = true;
+  m.causal_offset = 5;
+  const size_t lengths[] = {1031, 700};
+  m.key_lengths = lengths;
+  RunCase(x, 0.125f, m, "streamed causal");
+}
+
 // Operands that end exactly where their allocation ends, so that a load past
 // a row's end shows under AddressSanitizer.
 TEST_P(SoftmaxTest, ReadsNothingPastTheRows) {

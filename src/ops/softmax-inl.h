@@ -148,26 +148,35 @@ constexpr size_t kStageFloats = 4096 + kMaxLanes;
 // share, beyond which the reader finds y in memory whatever the stores do.
 constexpr size_t kStreamBytes = size_t{8} << 20;
 
-// y[j] = src[j] * scale for j < end, 0 for end <= j < cols, written with
-// non-temporal stores where y is vector-aligned.
+// y[j] = src[j] * scale for j < end, 0 for end <= j < cols. Whole cache
+// lines of y get non-temporal stores; the partial lines at either end get
+// ordinary ones. (Streaming only whole vectors was slower for AVX2's 32-byte
+// vectors: a line half streamed and half stored normally costs a partial
+// write-combining flush, and causal rows end mid-line: AVX2 causal
+// 8x12x256x256 took 1.6x as long as unmasked.) src has room for a vector
+// past end; lanes read there are discarded.
 template <class D>
 HWY_INLINE void StreamScaled(D d, const float* HWY_RESTRICT src, size_t end,
                              float scale, float* HWY_RESTRICT y, size_t cols) {
   const size_t N = hn::Lanes(d);
-  const auto aligned = [&](size_t j) {
-    return reinterpret_cast<uintptr_t>(y + j) % (N * sizeof(float)) == 0;
-  };
-  size_t j = 0;
-  for (; j < cols && !aligned(j); ++j) y[j] = j < end ? src[j] * scale : 0.0f;
+  const size_t align_floats = std::max<size_t>(64 / sizeof(float), N);
+  const size_t misalignment =
+      reinterpret_cast<uintptr_t>(y) / sizeof(float) % align_floats;
+  const size_t head =
+      std::min(cols, misalignment == 0 ? 0 : align_floats - misalignment);
+  const size_t body_end = head + (cols - head) / align_floats * align_floats;
+  const auto value = [&](size_t j) { return j < end ? src[j] * scale : 0.0f; };
+  for (size_t j = 0; j < head; ++j) y[j] = value(j);
   const auto vscale = hn::Set(d, scale);
-  for (; j + N <= end; j += N) {
-    hn::Stream(hn::Mul(hn::LoadU(d, src + j), vscale), d, y + j);
+  for (size_t j = head; j < body_end; j += N) {
+    auto v = hn::Zero(d);
+    if (j < end) {
+      v = hn::Mul(hn::LoadU(d, src + j), vscale);
+      if (j + N > end) v = hn::IfThenElseZero(hn::FirstN(d, end - j), v);
+    }
+    hn::Stream(v, d, y + j);
   }
-  for (; j < cols && (j < end || !aligned(j)); ++j) {
-    y[j] = j < end ? src[j] * scale : 0.0f;
-  }
-  for (; j + N <= cols; j += N) hn::Stream(hn::Zero(d), d, y + j);
-  for (; j < cols; ++j) y[j] = 0.0f;
+  for (size_t j = body_end; j < cols; ++j) y[j] = value(j);
 }
 
 // Softmax of one row. Reads x[0, limit) (and the masks' same columns), plus
