@@ -155,6 +155,43 @@ TEST_P(MatMulTest, Large) {
   RunCase({1001, 64, 130, Transpose::kYes}, 12);
 }
 
+// K = 0: C = beta * C + bias, with A and B allowed to be null (their size
+// is 0), on the skinny, direct and tiled sizes and through the batched form.
+TEST_P(MatMulTest, ZeroDepthWithNullOperands) {
+  for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
+    for (size_t m : {1, 7, 300}) {
+      const size_t n = 70;
+      std::vector<float> c(m * n, 2.0f);
+      std::vector<float> bias(n);
+      for (size_t j = 0; j < n; ++j) bias[j] = static_cast<float>(j);
+      MatMulOptions opt;
+      opt.transpose_b = t;
+      opt.beta = 0.5f;
+      opt.bias = bias.data();
+      const ConstMatrix a(nullptr, m, 0, 0);
+      const ConstMatrix b = t == Transpose::kYes
+                                ? ConstMatrix(nullptr, n, 0, 0)
+                                : ConstMatrix(nullptr, 0, n, n);
+      MatMul(a, b, Matrix(c.data(), m, n, n), opt);
+      for (size_t i = 0; i < m * n; ++i) {
+        ASSERT_EQ(c[i], 1.0f + bias[i % n]) << "m=" << m << " at " << i;
+      }
+      // Two heads with strides over the empty operands: slicing them must
+      // not offset their null pointers either.
+      std::vector<float> c2(2 * m * n, 2.0f);
+      const ConstTensor4 a4(nullptr, 1, 2, m, 0, 64, 32, 0);
+      const ConstTensor4 b4 =
+          t == Transpose::kYes ? ConstTensor4(nullptr, 1, 2, n, 0, 64, 32, 0)
+                               : ConstTensor4(nullptr, 1, 2, 0, n, 64, 32, n);
+      BatchedMatMul(a4, b4, Tensor4::Dense(c2.data(), 1, 2, m, n), opt);
+      for (size_t i = 0; i < 2 * m * n; ++i) {
+        ASSERT_EQ(c2[i], 1.0f + bias[i % n])
+            << "batched m=" << m << " at " << i;
+      }
+    }
+  }
+}
+
 TEST_P(MatMulTest, SeedsToyShape) { RunCase({6, 3, 2, Transpose::kNo}, 13); }
 
 // Heads of (B, T, H, D) projections multiplied in place: Q K^T per head.

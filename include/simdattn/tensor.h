@@ -134,9 +134,12 @@ struct Tensor4View {
     return dims[0] == 0 || dims[1] == 0 || dims[2] == 0 || dims[3] == 0;
   }
   // The (dims[2], dims[3]) matrix at (i0, i1).
+  // An empty tensor's data may be null: its slices are then null too
+  // (offsetting a null pointer is undefined even when nothing is read).
   constexpr MatrixView<T> Slice(size_t i0, size_t i1) const {
-    return MatrixView<T>(data + i0 * strides[0] + i1 * strides[1], dims[2],
-                         dims[3], strides[2]);
+    return MatrixView<T>(
+        data == nullptr ? nullptr : data + i0 * strides[0] + i1 * strides[1],
+        dims[2], dims[3], strides[2]);
   }
 };
 

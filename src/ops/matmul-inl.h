@@ -250,7 +250,7 @@ class PackedTransposedB {
   internal::ScratchBuffer scratch_;
 };
 
-// The tiled path: tasks of kRowBlock rows x one NR panel.
+// The tiled path: tasks of kRowBlock rows x one NR panel; K > 0.
 inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
                         const MatMulOptions& opt) {
   const hn::ScalableTag<float> d;
@@ -262,7 +262,7 @@ inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
   const size_t kc_max = std::min(K, kDepthBlock);
   // With one row block, each panel is packed once anyway.
   std::optional<PackedTransposedB> packed_bt;
-  if (transposed && row_blocks > 1 && K > 0) packed_bt.emplace(b, nr);
+  if (transposed && row_blocks > 1) packed_bt.emplace(b, nr);
 
   internal::ParallelFor(
       0, row_blocks * panels, 1, [&](size_t first_task, size_t last_task) {
@@ -280,7 +280,7 @@ inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
             std::memcpy(bias, opt.bias + n0, cols * sizeof(float));
             std::fill(bias + cols, bias + nr, 0.0f);
           }
-          for (size_t k0 = 0; k0 < K || k0 == 0; k0 += kDepthBlock) {
+          for (size_t k0 = 0; k0 < K; k0 += kDepthBlock) {
             const size_t kc = std::min(kDepthBlock, K - k0);
             float* panel = scratch.data();
             if (packed_bt) {
@@ -295,7 +295,6 @@ inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
                               a.stride, panel, kc, c.Row(m) + n0, c.stride,
                               cols, e);
             }
-            if (K == 0) break;
           }
         }
       });
@@ -390,6 +389,14 @@ inline void MatMulImpl(ConstMatrix a, ConstMatrix b, Matrix c,
   using namespace matmul_detail;
   const size_t M = c.rows, N = c.cols, K = a.cols;
   if (M == 0 || N == 0) return;
+  if (K == 0) {
+    // No product: C = beta * C + bias. A and B may be null here, so no row
+    // pointer into them is formed (null + offset is undefined behaviour).
+    for (size_t m = 0; m < M; ++m) {
+      for (size_t n = 0; n < N; ++n) ScalarEpilogue(0.0f, c.Row(m) + n, n, opt);
+    }
+    return;
+  }
   const size_t work = M * N * K;
   if (M > kSkinnyRows && work > kSmallWork) {
     TiledMatMul(a, b, c, opt);
