@@ -9,8 +9,10 @@
 // the exps of an unmasked one. Over [0, limit):
 //   pass 1: v = scale * x (+ additive), -inf where the boolean mask is set;
 //           max(v) and whether any v is NaN.
-//   pass 2: e = exp(v - max), stored into y and summed.
-//   pass 3: y *= 1 / sum.
+//   pass 2: e = exp(v - max), summed and stored into an L1 stage (rows of
+//           up to 4096 columns; longer rows use y itself).
+//   pass 3: y = e / sum, with non-temporal stores when y exceeds 8 MiB
+//           (Output, StreamScaled).
 // Special rows: max = -inf (every column masked, or every v = -inf) gives
 // zeros; a NaN v or max = +inf (inf - inf is undefined; PyTorch gives NaN
 // too) gives a row of NaN, masked columns included.
