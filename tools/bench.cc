@@ -14,7 +14,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -436,8 +435,7 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
 
   size_t steps = 2 * peak_targets.size() * threads.size();
   for (const Selected& s : ops) {
-    steps +=
-        s.cases.size() * threads.size() * (targets.size() + compared.size());
+    steps += s.cases.size() * threads.size();
   }
   Progress progress(steps);
 
@@ -465,57 +463,80 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
     const Metric metric = s.op->metric;
     for (const OpCase& c : s.cases) {
       for (int t : threads) {
-        const size_t first = records.size();
-        const auto label = [&](const std::string& who) {
-          return s.op->name + " " + c.shape + " " + who + " " +
-                 std::to_string(t) + " threads";
+        progress.Step(s.op->name + " " + c.shape + " " + std::to_string(t) +
+                      " threads");
+        // Every implementation of the cell runs in one arena of t threads:
+        // simdattn's kernels on it (a TBB build of oneDNN would too);
+        // OpenMP's and OpenBLAS's thread counts are set by the workload on
+        // this thread, which joins the arena in execute.
+        tbb::task_arena arena(t);
+        struct Entry {
+          Library library;
+          std::string target;  // simdattn's; empty for the libraries.
+          std::unique_ptr<bench::Workload> workload;
         };
-        // One measurement in an arena of t threads: simdattn runs on it, a
-        // TBB build of oneDNN would too; OpenMP's and OpenBLAS's thread
-        // counts are set by the workload on this thread (execute runs the
-        // functor on the calling thread, which joins the arena).
-        const auto measure = [&](Library lib) {
-          std::optional<Record> r;
-          tbb::task_arena(t).execute([&] {
-            std::unique_ptr<bench::Workload> w = c.make(lib, t);
-            if (!w) return;
-            r.emplace();
-            r->timing = bench::Measure([&] { w->Run(); }, timing);
-            r->target = w->Impl();
-          });
-          if (r) {
-            r->op = s.op->name;
-            r->shape = c.shape;
-            r->library = bench::LibraryName(lib);
-            r->threads = t;
-            r->metric = metric;
-            r->rate = c.work / r->timing.median_s * 1e-9;
-          }
-          return r;
-        };
+        std::vector<Entry> entries;
         for (const std::string& target : targets) {
-          progress.Step(label(target));
           UseTarget(target);
-          std::optional<Record> r = measure(Library::kSimdattn);
-          r->peak = peak_of(target, t, metric);
-          records.push_back(*r);
+          entries.push_back({Library::kSimdattn, target, nullptr});
+          arena.execute(
+              [&] { entries.back().workload = c.make(Library::kSimdattn, t); });
         }
         UseTarget("");
         for (Library lib : compared) {
-          progress.Step(label(bench::LibraryName(lib)));
-          std::optional<Record> r = measure(lib);
-          if (!r) continue;
-          r->peak = peak_of(best, t, metric);
-          for (size_t i = first; i < records.size(); ++i) {
-            if (records[i].library == "simdattn") {
-              records[i].versus[r->library] = records[i].rate / r->rate;
-            }
+          std::unique_ptr<bench::Workload> w;
+          arena.execute([&] { w = c.make(lib, t); });
+          if (w) entries.push_back({lib, "", std::move(w)});
+        }
+        std::vector<bench::Contender> contenders;
+        for (const Entry& e : entries) {
+          bench::Contender contender;
+          bench::Workload* w = e.workload.get();
+          contender.run = [&arena, w](int64_t calls) {
+            arena.execute([&] {
+              for (int64_t i = 0; i < calls; ++i) w->Run();
+            });
+          };
+          if (e.library == Library::kSimdattn) {
+            contender.before = [target = e.target] { UseTarget(target); };
+            contender.after = [] { UseTarget(""); };
+          } else {
+            // OpenBLAS's idle workers spin for tens of milliseconds after a
+            // call (OpenMP's for less); on a 2-core machine they would
+            // steal a core from the next contender.
+            contender.after = [] {
+              std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            };
           }
-          records.push_back(*r);
-          // OpenMP's and OpenBLAS's idle workers spin for a while after a
-          // call; on a 2-core machine they would steal a core from the next
-          // measurement.
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          contenders.push_back(std::move(contender));
+        }
+        const std::vector<bench::Timing> timings =
+            bench::MeasureInterleaved(contenders, timing);
+
+        const size_t first = records.size();
+        for (size_t i = 0; i < entries.size(); ++i) {
+          Record r;
+          r.op = s.op->name;
+          r.shape = c.shape;
+          r.library = bench::LibraryName(entries[i].library);
+          r.threads = t;
+          r.metric = metric;
+          r.timing = timings[i];
+          r.rate = c.work / r.timing.median_s * 1e-9;
+          const bool ours = entries[i].library == Library::kSimdattn;
+          if (ours) UseTarget(entries[i].target);
+          r.target = entries[i].workload->Impl();
+          UseTarget("");
+          r.peak = peak_of(ours ? entries[i].target : best, t, metric);
+          records.push_back(r);
+        }
+        for (size_t i = first; i < records.size(); ++i) {
+          if (records[i].library != "simdattn") continue;
+          for (size_t j = first; j < records.size(); ++j) {
+            if (records[j].library == "simdattn") continue;
+            records[i].versus[records[j].library] =
+                records[i].rate / records[j].rate;
+          }
         }
       }
     }

@@ -1,13 +1,13 @@
 // Wall-clock measurement for `simdattn bench` and the peak loops: warm-up,
 // then repetitions of a batch of calls long enough to time reliably, reduced
-// to the median, min and spread per call. (The Google Benchmark binaries use
+// to the median, min and spread per call; several implementations of one op
+// are timed in interleaved rounds. (The Google Benchmark binaries use
 // Google Benchmark's own loop; they share the shapes and workloads instead.)
 #ifndef SIMDATTN_BENCH_UTIL_TIMING_H_
 #define SIMDATTN_BENCH_UTIL_TIMING_H_
 
-#include <chrono>
 #include <cstdint>
-#include <utility>
+#include <functional>
 #include <vector>
 
 namespace simdattn {
@@ -37,37 +37,32 @@ struct Timing {
 // Reduces per-call times of the repetitions.
 Timing Summarize(std::vector<double> per_call_s, int64_t calls_per_rep);
 
+// One of several implementations timed side by side.
+struct Contender {
+  // Runs the op `calls` times back to back: the timed part.
+  std::function<void(int64_t calls)> run;
+  // Untimed, before and after each batch: e.g. select a SIMD target, or let
+  // a library's idle workers, which spin for a while after a call, fall
+  // asleep before the next contender runs on their cores. May be empty.
+  std::function<void()> before, after;
+};
+
+// Times the contenders in rounds, repetition r of each in an order that
+// rotates every round, so that a slow phase of a shared machine (a
+// neighbour on one of the cores for a second or two) falls on all of them
+// alike and the ratios of their medians stay meaningful. Timings in the
+// contenders' order.
+std::vector<Timing> MeasureInterleaved(const std::vector<Contender>& contenders,
+                                       const TimingOptions& options);
+
+// One implementation alone.
 template <typename Call>
 Timing Measure(const Call& call, const TimingOptions& options) {
-  using Clock = std::chrono::steady_clock;
-  const auto seconds = [](Clock::duration d) {
-    return std::chrono::duration<double>(d).count();
-  };
-  // Warm-up: at least two calls, since the first is cold (page faults,
-  // thread start) and would be a poor estimate; the last estimates a call.
-  const Clock::time_point warmup_start = Clock::now();
-  double last = 0;
-  int warmup_calls = 0;
-  do {
-    const Clock::time_point start = Clock::now();
-    call();
-    last = seconds(Clock::now() - start);
-  } while (++warmup_calls < 2 ||
-           seconds(Clock::now() - warmup_start) < options.warmup_seconds);
-  int64_t calls = 1;
-  if (last < options.min_seconds) {
-    calls = static_cast<int64_t>(options.min_seconds /
-                                 (last > 1e-9 ? last : 1e-9)) +
-            1;
-  }
-  std::vector<double> per_call;
-  const int reps = options.repetitions > 0 ? options.repetitions : 1;
-  for (int r = 0; r < reps; ++r) {
-    const Clock::time_point start = Clock::now();
+  Contender only;
+  only.run = [&](int64_t calls) {
     for (int64_t i = 0; i < calls; ++i) call();
-    per_call.push_back(seconds(Clock::now() - start) / double(calls));
-  }
-  return Summarize(std::move(per_call), calls);
+  };
+  return MeasureInterleaved({only}, options).front();
 }
 
 }  // namespace bench

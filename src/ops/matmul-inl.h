@@ -3,9 +3,10 @@
 // it from the same target without another dispatch).
 //
 // Design (Goto/BLIS): the output is cut into tasks of kRowBlock rows x one
-// panel of NR = kVectors * Lanes columns. A task packs its KC x NR slice of
-// op(B) into a contiguous, zero-padded panel (so the transpose costs nothing
-// in the inner loop), then runs an MR x NR register-tiled micro-kernel over
+// panel of NR = kVectors * Lanes columns. op(B) is packed into contiguous,
+// zero-padded KC x NR panels (so the transpose costs nothing in the inner
+// loop): once per call by all threads when several row blocks share them,
+// else by the task itself. A task then runs an MR x NR register-tiled micro-kernel over
 // each MR rows of A, which it reads in place. K is blocked by KC but never
 // split across threads: each output is reduced in a fixed order, so results
 // do not depend on the thread count.
@@ -209,37 +210,47 @@ inline void PackTransposedPanel(ConstMatrix b, size_t k0, size_t kc, size_t n0,
 }
 
 // Copies op(B)[k0..k0+kc, n0..n0+cols) into panel (kc rows of nr floats),
-// zero-filling columns cols..nr.
+// zero-filling columns cols..nr. Rows of B go by vectors: a panel row is a
+// few vectors, too short for memcpy's call to pay off.
 inline void PackPanel(ConstMatrix b, bool transposed, size_t k0, size_t kc,
                       size_t n0, size_t cols, size_t nr, float* panel) {
   if (transposed) return PackTransposedPanel(b, k0, kc, n0, cols, nr, panel);
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const size_t vector_cols = cols / N * N;
   for (size_t k = 0; k < kc; ++k) {
-    float* dst = panel + k * nr;
-    std::memcpy(dst, b.Row(k0 + k) + n0, cols * sizeof(float));
+    const float* HWY_RESTRICT src = b.Row(k0 + k) + n0;
+    float* HWY_RESTRICT dst = panel + k * nr;
+    for (size_t n = 0; n < vector_cols; n += N) {
+      hn::Store(hn::LoadU(d, src + n), d, dst + n);
+    }
+    std::copy(src + vector_cols, src + cols, dst + vector_cols);
     std::fill(dst + cols, dst + nr, 0.0f);
   }
 }
 
-// The panels of op(B) = B^T for every column block, packed once by all
-// threads before the row blocks use them (packing B^T is a transpose, too
-// slow to redo for each row block as PackPanel does for B). Panel p's K
-// rows of nr floats start at Panel(p); depth block k0 at Panel(p) + k0 * nr.
-class PackedTransposedB {
+// The panels of op(B) for every column block, packed once by all threads
+// before the row blocks use them, rather than by each row block (whose
+// tasks would pack the same panels row_blocks times). Panel p's K rows of
+// nr floats start at Panel(p); depth block k0 at Panel(p) + k0 * nr.
+class PackedB {
  public:
-  PackedTransposedB(ConstMatrix b, size_t nr)
-      : depth_(b.cols),
+  PackedB(ConstMatrix b, bool transposed, size_t nr)
+      : depth_(transposed ? b.cols : b.rows),
         nr_(nr),
-        scratch_(hwy::DivCeil(b.rows, nr) * nr * depth_) {
-    const size_t panels = hwy::DivCeil(b.rows, nr);
+        scratch_(hwy::DivCeil(transposed ? b.rows : b.cols, nr) * nr *
+                 depth_) {
+    const size_t columns = transposed ? b.rows : b.cols;
+    const size_t panels = hwy::DivCeil(columns, nr);
     const size_t depth_blocks = hwy::DivCeil(depth_, kDepthBlock);
     internal::ParallelFor(
         0, panels * depth_blocks, 1, [&](size_t first, size_t last) {
           for (size_t task = first; task != last; ++task) {
             const size_t n0 = task / depth_blocks * nr;
             const size_t k0 = task % depth_blocks * kDepthBlock;
-            PackTransposedPanel(b, k0, std::min(kDepthBlock, depth_ - k0), n0,
-                                std::min(nr, b.rows - n0), nr,
-                                Panel(n0 / nr) + k0 * nr);
+            PackPanel(b, transposed, k0, std::min(kDepthBlock, depth_ - k0),
+                      n0, std::min(nr, columns - n0), nr,
+                      Panel(n0 / nr) + k0 * nr);
           }
         });
   }
@@ -261,8 +272,8 @@ inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
   const bool transposed = opt.transpose_b == Transpose::kYes;
   const size_t kc_max = std::min(K, kDepthBlock);
   // With one row block, each panel is packed once anyway.
-  std::optional<PackedTransposedB> packed_bt;
-  if (transposed && row_blocks > 1) packed_bt.emplace(b, nr);
+  std::optional<PackedB> packed_b;
+  if (row_blocks > 1) packed_b.emplace(b, transposed, nr);
 
   internal::ParallelFor(
       0, row_blocks * panels, 1, [&](size_t first_task, size_t last_task) {
@@ -283,8 +294,8 @@ inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
           for (size_t k0 = 0; k0 < K; k0 += kDepthBlock) {
             const size_t kc = std::min(kDepthBlock, K - k0);
             float* panel = scratch.data();
-            if (packed_bt) {
-              panel = packed_bt->Panel(n0 / nr) + k0 * nr;
+            if (packed_b) {
+              panel = packed_b->Panel(n0 / nr) + k0 * nr;
             } else {
               PackPanel(b, transposed, k0, kc, n0, cols, nr, panel);
             }
