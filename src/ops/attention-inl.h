@@ -13,8 +13,8 @@
 //      the bits Dropout() draws for the same (b, h, i, j);
 //   3. acc = corr * acc + P V_tile, the micro-kernel again.
 // Tiles past a block's last row's limit are never computed, nor, within a
-// tile, columns past a micro-kernel tile's last row's limit, so causal
-// attention does half the work to within a few percent. The output row is acc /
+// tile, vectors of columns past a micro-kernel tile's last row's limit, so
+// causal attention does half the work to within a few percent. The output row is acc /
 // sum (zeros when every key is masked, NaN when a score was NaN).
 //
 // Decode (few query rows, long caches): when batch x heads x row blocks
@@ -361,7 +361,7 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
             MicroKernelRows(d, std::min(kRows, qb_rows - m), q.Row(qb + m),
                             q.stride, ws.k_panels + n0 * head_dim, head_dim,
                             ws.scores + m * kKeyBlock + n0, kKeyBlock,
-                            std::min(nr, cols - n0), scores_epilogue);
+                            std::min(nr, m_cols - n0), scores_epilogue);
           }
         }
         // 2. Online softmax and dropout.

@@ -6,10 +6,10 @@
 // panel of NR = kVectors * Lanes columns. op(B) is packed into contiguous,
 // zero-padded KC x NR panels (so the transpose costs nothing in the inner
 // loop): once per call by all threads when several row blocks share them,
-// else by the task itself. A task then runs an MR x NR register-tiled micro-kernel over
-// each MR rows of A, which it reads in place. K is blocked by KC but never
-// split across threads: each output is reduced in a fixed order, so results
-// do not depend on the thread count.
+// else by the task itself. A task then runs an MR x NR register-tiled
+// micro-kernel over each MR rows of A, which it reads in place. K is blocked by
+// KC but never split across threads: each output is reduced in a fixed order,
+// so results do not depend on the thread count.
 
 #if defined(SIMDATTN_SRC_OPS_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SIMDATTN_SRC_OPS_MATMUL_INL_H_
@@ -102,35 +102,37 @@ HWY_INLINE void StoreTile(D d, V acc, float* HWY_RESTRICT c,
 }
 
 // C[0..R, 0..cols) (+)= A[0..R, 0..kc) * panel, where the panel holds kc rows
-// of NR floats. R <= kRows; accumulators beyond R or kVectors are never used
-// and the compiler drops them (Highway vectors may be sizeless, so no arrays).
-template <size_t R, class D>
+// of NR floats, of which the first V vectors are read (cols <= V * Lanes).
+// R <= kRows, V <= kVectors; accumulators beyond R or V are never used and
+// the compiler drops them (Highway vectors may be sizeless, so no arrays).
+template <size_t R, size_t V, class D>
 HWY_NOINLINE void MicroKernel(D d, const float* HWY_RESTRICT a, size_t lda,
                               const float* HWY_RESTRICT panel, size_t kc,
                               float* HWY_RESTRICT c, size_t ldc, size_t cols,
                               const Epilogue& e) {
-  static_assert(R >= 1 && R <= 6 && kVectors <= 4, "tile too large");
+  static_assert(R >= 1 && R <= 6 && V >= 1 && V <= kVectors && kVectors <= 4,
+                "tile too large");
   const size_t N = hn::Lanes(d);
   const size_t nr = kVectors * N;
-  using V = hn::Vec<D>;
-  V c00 = hn::Zero(d), c01 = c00, c02 = c00, c03 = c00;
-  V c10 = c00, c11 = c00, c12 = c00, c13 = c00;
-  V c20 = c00, c21 = c00, c22 = c00, c23 = c00;
-  V c30 = c00, c31 = c00, c32 = c00, c33 = c00;
-  V c40 = c00, c41 = c00, c42 = c00, c43 = c00;
-  V c50 = c00, c51 = c00, c52 = c00, c53 = c00;
+  using Vec = hn::Vec<D>;
+  Vec c00 = hn::Zero(d), c01 = c00, c02 = c00, c03 = c00;
+  Vec c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+  Vec c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+  Vec c30 = c00, c31 = c00, c32 = c00, c33 = c00;
+  Vec c40 = c00, c41 = c00, c42 = c00, c43 = c00;
+  Vec c50 = c00, c51 = c00, c52 = c00, c53 = c00;
   for (size_t k = 0; k < kc; ++k, panel += nr) {
-    const V b0 = hn::Load(d, panel);
-    const V b1 = kVectors > 1 ? hn::Load(d, panel + 1 * N) : b0;
-    const V b2 = kVectors > 2 ? hn::Load(d, panel + 2 * N) : b0;
-    const V b3 = kVectors > 3 ? hn::Load(d, panel + 3 * N) : b0;
-#define SIMDATTN_ROW(r)                                      \
-  if (R > r) {                                               \
-    const V ar = hn::Set(d, a[r * lda + k]);                 \
-    c##r##0 = hn::MulAdd(ar, b0, c##r##0);                   \
-    if (kVectors > 1) c##r##1 = hn::MulAdd(ar, b1, c##r##1); \
-    if (kVectors > 2) c##r##2 = hn::MulAdd(ar, b2, c##r##2); \
-    if (kVectors > 3) c##r##3 = hn::MulAdd(ar, b3, c##r##3); \
+    const Vec b0 = hn::Load(d, panel);
+    const Vec b1 = V > 1 ? hn::Load(d, panel + 1 * N) : b0;
+    const Vec b2 = V > 2 ? hn::Load(d, panel + 2 * N) : b0;
+    const Vec b3 = V > 3 ? hn::Load(d, panel + 3 * N) : b0;
+#define SIMDATTN_ROW(r)                               \
+  if (R > r) {                                        \
+    const Vec ar = hn::Set(d, a[r * lda + k]);        \
+    c##r##0 = hn::MulAdd(ar, b0, c##r##0);            \
+    if (V > 1) c##r##1 = hn::MulAdd(ar, b1, c##r##1); \
+    if (V > 2) c##r##2 = hn::MulAdd(ar, b2, c##r##2); \
+    if (V > 3) c##r##3 = hn::MulAdd(ar, b3, c##r##3); \
   }
     SIMDATTN_ROW(0)
     SIMDATTN_ROW(1)
@@ -145,11 +147,11 @@ HWY_NOINLINE void MicroKernel(D d, const float* HWY_RESTRICT a, size_t lda,
   if (R > r) {                                                           \
     float* row = c + r * ldc;                                            \
     StoreTile(d, c##r##0, row, bias, cols, e);                           \
-    if (kVectors > 1 && cols > N)                                        \
+    if (V > 1 && cols > N)                                               \
       StoreTile(d, c##r##1, row + N, bias + N, cols - N, e);             \
-    if (kVectors > 2 && cols > 2 * N)                                    \
+    if (V > 2 && cols > 2 * N)                                           \
       StoreTile(d, c##r##2, row + 2 * N, bias + 2 * N, cols - 2 * N, e); \
-    if (kVectors > 3 && cols > 3 * N)                                    \
+    if (V > 3 && cols > 3 * N)                                           \
       StoreTile(d, c##r##3, row + 3 * N, bias + 3 * N, cols - 3 * N, e); \
   }
   SIMDATTN_STORE_ROW(0)
@@ -161,51 +163,60 @@ HWY_NOINLINE void MicroKernel(D d, const float* HWY_RESTRICT a, size_t lda,
 #undef SIMDATTN_STORE_ROW
 }
 
+// MicroKernel with as few vectors as the columns need (narrow panels at
+// the right edge of C, and the causal diagonal of fused attention).
+template <size_t R, class D>
+HWY_INLINE void MicroKernelCols(D d, const float* a, size_t lda,
+                                const float* panel, size_t kc, float* c,
+                                size_t ldc, size_t cols, const Epilogue& e) {
+  const size_t vectors = hwy::DivCeil(cols, hn::Lanes(d));
+  if constexpr (kVectors >= 4) {
+    if (vectors >= 4)
+      return MicroKernel<R, 4>(d, a, lda, panel, kc, c, ldc, cols, e);
+    if (vectors == 3)
+      return MicroKernel<R, 3>(d, a, lda, panel, kc, c, ldc, cols, e);
+  }
+  if constexpr (kVectors >= 2) {
+    if (vectors >= 2)
+      return MicroKernel<R, 2>(d, a, lda, panel, kc, c, ldc, cols, e);
+  }
+  return MicroKernel<R, 1>(d, a, lda, panel, kc, c, ldc, cols, e);
+}
+
 template <class D>
 HWY_INLINE void MicroKernelRows(D d, size_t rows, const float* a, size_t lda,
                                 const float* panel, size_t kc, float* c,
                                 size_t ldc, size_t cols, const Epilogue& e) {
   switch (rows) {
     case 6:
-      return MicroKernel<6>(d, a, lda, panel, kc, c, ldc, cols, e);
+      return MicroKernelCols<6>(d, a, lda, panel, kc, c, ldc, cols, e);
     case 5:
-      return MicroKernel<5>(d, a, lda, panel, kc, c, ldc, cols, e);
+      return MicroKernelCols<5>(d, a, lda, panel, kc, c, ldc, cols, e);
     case 4:
-      return MicroKernel<4>(d, a, lda, panel, kc, c, ldc, cols, e);
+      return MicroKernelCols<4>(d, a, lda, panel, kc, c, ldc, cols, e);
     case 3:
-      return MicroKernel<3>(d, a, lda, panel, kc, c, ldc, cols, e);
+      return MicroKernelCols<3>(d, a, lda, panel, kc, c, ldc, cols, e);
     case 2:
-      return MicroKernel<2>(d, a, lda, panel, kc, c, ldc, cols, e);
+      return MicroKernelCols<2>(d, a, lda, panel, kc, c, ldc, cols, e);
     default:
-      return MicroKernel<1>(d, a, lda, panel, kc, c, ldc, cols, e);
+      return MicroKernelCols<1>(d, a, lda, panel, kc, c, ldc, cols, e);
   }
 }
 
-// PackPanel for op(B) = B^T: panel row k gathers column k0 + k of rows
-// n0.. of B, one vector of rows at a time where the offsets fit the gather's
-// int32 indices.
+// PackPanel for op(B) = B^T, a transpose: rows of B are read in order and
+// written down the panel's columns with scalar stores. (Gathering a vector
+// of rows per instruction was 5x slower: an AVX-512 gather costs ~45 cycles
+// on Zen 5, perf says, where 16 stores cost ~8.)
 inline void PackTransposedPanel(ConstMatrix b, size_t k0, size_t kc, size_t n0,
                                 size_t cols, size_t nr, float* panel) {
-  const hn::ScalableTag<float> d;
-  const hn::RebindToSigned<decltype(d)> di;
-  const size_t N = hn::Lanes(d);
-  size_t vector_cols = 0;
-  if (b.stride * N <= size_t{INT32_MAX}) {
-    vector_cols = cols / N * N;
-    const auto offsets =
-        hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(b.stride)));
-    for (size_t n = 0; n < vector_cols; n += N) {
-      const float* column = b.Row(n0 + n) + k0;
-      for (size_t k = 0; k < kc; ++k) {
-        hn::Store(hn::GatherIndex(d, column + k, offsets), d,
-                  panel + k * nr + n);
-      }
-    }
+  for (size_t n = 0; n < cols; ++n) {
+    const float* HWY_RESTRICT row = b.Row(n0 + n) + k0;
+    float* HWY_RESTRICT column = panel + n;
+    for (size_t k = 0; k < kc; ++k) column[k * nr] = row[k];
   }
+  if (cols == nr) return;
   for (size_t k = 0; k < kc; ++k) {
-    float* dst = panel + k * nr;
-    for (size_t n = vector_cols; n < cols; ++n) dst[n] = b(n0 + n, k0 + k);
-    std::fill(dst + cols, dst + nr, 0.0f);
+    std::fill(panel + k * nr + cols, panel + (k + 1) * nr, 0.0f);
   }
 }
 
@@ -238,8 +249,7 @@ class PackedB {
   PackedB(ConstMatrix b, bool transposed, size_t nr)
       : depth_(transposed ? b.cols : b.rows),
         nr_(nr),
-        scratch_(hwy::DivCeil(transposed ? b.rows : b.cols, nr) * nr *
-                 depth_) {
+        scratch_(hwy::DivCeil(transposed ? b.rows : b.cols, nr) * nr * depth_) {
     const size_t columns = transposed ? b.rows : b.cols;
     const size_t panels = hwy::DivCeil(columns, nr);
     const size_t depth_blocks = hwy::DivCeil(depth_, kDepthBlock);
@@ -248,9 +258,8 @@ class PackedB {
           for (size_t task = first; task != last; ++task) {
             const size_t n0 = task / depth_blocks * nr;
             const size_t k0 = task % depth_blocks * kDepthBlock;
-            PackPanel(b, transposed, k0, std::min(kDepthBlock, depth_ - k0),
-                      n0, std::min(nr, columns - n0), nr,
-                      Panel(n0 / nr) + k0 * nr);
+            PackPanel(b, transposed, k0, std::min(kDepthBlock, depth_ - k0), n0,
+                      std::min(nr, columns - n0), nr, Panel(n0 / nr) + k0 * nr);
           }
         });
   }
