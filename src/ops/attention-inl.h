@@ -57,18 +57,21 @@ namespace attention_detail {
 // Query rows per tile of scores: whole micro-kernel tiles.
 constexpr size_t kQueryBlock = 8 * matmul_detail::kRows;
 // Query rows per task: each packed tile of K and V serves this many rows
-// (packing K^T is a gathered transpose), few enough that a causal
-// (1, 12, 1024, 64) problem still has ~70 tasks to balance.
+// (packing K^T is a transpose), few enough that a causal (1, 12, 1024, 64)
+// problem still has ~70 tasks to balance.
 constexpr size_t kTaskRows = 4 * kQueryBlock;
 // Keys per tile, a multiple of kDropoutGroup so that a tile draws whole
-// column groups of the dropout bits. 64 keeps S, the K and V panels and the
-// accumulator (~64 KiB at head_dim 64) in L2 next to the next tile.
-constexpr size_t kKeyBlock = 64;
+// column groups of the dropout bits. S, the K and V panels and the
+// accumulator take ~200 KiB at head_dim 64, in L2. Longer tiles amortise
+// each block's fixed costs (P V's accumulator loads and stores, the
+// rescaling, the per-row softmax bookkeeping): 256 keys ran 5-10% faster
+// than 64 here (bench/RESULTS.md).
+constexpr size_t kKeyBlock = 256;
 static_assert(kKeyBlock % kDropoutGroup == 0, "tiles must align to groups");
 // Fewer tasks than this (e.g. decode with small batch x heads) split the
 // keys, in chunks of at least kMinSplitKeys, so every thread gets work.
 constexpr size_t kMinTasks = 16;
-constexpr size_t kMinSplitKeys = 4 * kKeyBlock;
+constexpr size_t kMinSplitKeys = kKeyBlock;
 // Largest vector, for tail copies.
 constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 constexpr float kInf = std::numeric_limits<float>::infinity();
