@@ -245,9 +245,9 @@ inline void SoftmaxTile(const Problem& pr, size_t b, size_t h, size_t i0,
     ws.corr[r] = std::exp(st.max[r] - new_max);  // 0 for the first max.
     st.sum[r] = st.sum[r] * ws.corr[r] + sum;
     st.max[r] = new_max;
-    if (pr.dropout) {
+    if (pr.dropout) {  // P is 0 past the limit: nothing to drop there.
       dropout_detail::DropoutRow(
-          pr.dropout_params, srow, cols, static_cast<uint32_t>(b),
+          pr.dropout_params, srow, limit, static_cast<uint32_t>(b),
           static_cast<uint32_t>(h), static_cast<uint32_t>(i), j0);
     }
   }
