@@ -14,8 +14,9 @@
 //   3. acc = corr * acc + P V_tile, the micro-kernel again.
 // Tiles past a block's last row's limit are never computed, nor, within a
 // tile, vectors of columns past a micro-kernel tile's last row's limit, so
-// causal attention does half the work to within a few percent. The output row is acc /
-// sum (zeros when every key is masked, NaN when a score was NaN).
+// causal attention does half the work to within a few percent. The output
+// row is acc / sum (zeros when every key is masked, NaN when a score was
+// NaN).
 //
 // Decode (few query rows, long caches): when batch x heads x row blocks
 // gives fewer than kMinTasks tasks, the keys are also split into chunks that
