@@ -53,10 +53,14 @@ TEST(Philox4x32, DropoutBitsFollowTheDocumentedLayout) {
   const PhiloxKey key = DropoutStreamKey(5, 9);
   EXPECT_EQ(key, (PhiloxKey{Philox4x32({9, 0, 0, 0}, {5, 0})[0],
                             Philox4x32({9, 0, 0, 0}, {5, 0})[1]}));
-  for (uint64_t j : {0, 1, 15, 16, 17, 47, 63, 64, 65, 130, 1000}) {
+  for (uint64_t j : {0, 1, 15, 16, 17, 31, 32, 47, 63, 64, 65, 127, 128, 130,
+                     1000}) {
     const PhiloxCounter out = Philox4x32(
-        {static_cast<uint32_t>(16 * (j / 64) + j % 16), 3, 2, 1}, key);
-    EXPECT_EQ(DropoutBits(key, 1, 2, 3, j), out[(j % 64) / 16]) << j;
+        {static_cast<uint32_t>(16 * (j / 128) + j % 16), 3, 2, 1}, key);
+    const uint32_t word = out[(j % 128) / 32];
+    EXPECT_EQ(DropoutBits(key, 1, 2, 3, j),
+              (j % 32) < 16 ? word & 0xFFFF : word >> 16)
+        << j;
   }
 }
 
@@ -110,7 +114,7 @@ void ExpectMatchesReference(const Buffer& in, float p, DropoutKey key,
   const float scale = 1.0f / (1.0f - p);
   in.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
     const bool drop =
-        p >= 1.0f || (DropoutBits(stream, b, h, i, j) >> 1) < threshold;
+        p >= 1.0f || DropoutBits(stream, b, h, i, j) < threshold;
     expected(b, h, i, j) = drop ? 0.0f : in(b, h, i, j) * scale;
   });
   for (size_t k = 0; k < out.store.size(); ++k) {
@@ -124,7 +128,7 @@ class DropoutTest : public test::PerTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(DropoutTest);
 
 TEST_P(DropoutTest, EqualsScalarReferenceForEveryRowLength) {
-  for (size_t n = 0; n <= 2 * 64 + 1; ++n) {
+  for (size_t n = 0; n <= 2 * kDropoutGroup + 1; ++n) {
     ExpectMatchesReference(Buffer(2, 3, 2, n, 3, n % 3, n), 0.3f, {n, 7},
                            "n=" + std::to_string(n));
   }
@@ -145,13 +149,13 @@ TEST_P(DropoutTest, EqualsScalarReferenceForEveryP) {
 // Rows that end exactly where the allocation ends, so that an access past a
 // row's end shows under AddressSanitizer.
 TEST_P(DropoutTest, TouchesNothingPastTheRows) {
-  for (size_t n = 1; n <= 2 * 64 + 1; ++n) {
+  for (size_t n = 1; n <= 2 * kDropoutGroup + 1; ++n) {
     std::vector<float> x(2 * n, 1.0f);
     Dropout(Tensor4::Dense(x.data(), 1, 1, 2, n), 0.5f, {n, 0});
     const PhiloxKey stream = DropoutStreamKey(n, 0);
     for (size_t k = 0; k < x.size(); ++k) {
-      const bool drop = (DropoutBits(stream, 0, 0, k / n, k % n) >> 1) <
-                        DropoutThreshold(0.5f);
+      const bool drop =
+          DropoutBits(stream, 0, 0, k / n, k % n) < DropoutThreshold(0.5f);
       ASSERT_EQ(x[k], drop ? 0.0f : 2.0f) << "n=" << n << " k=" << k;
     }
   }
@@ -338,9 +342,9 @@ TEST(DropoutErrors, NamesTheArgumentAndValues) {
         {"x.dims[0] (4294967297)", "2^32"});
     ExpectInvalid(
         [&] {
-          Dropout(Tensor4(buf.data(), 1, 1, 1, 4 * big + 1, 0, 0, 0), 0.5f, {});
+          Dropout(Tensor4(buf.data(), 1, 1, 1, 8 * big + 1, 0, 0, 0), 0.5f, {});
         },
-        {"x.dims[3] (17179869185)", "2^34"});
+        {"x.dims[3] (34359738369)", "2^35"});
   }
   for (float v : buf) ASSERT_EQ(v, 1.0f);  // Nothing was written.
   // Empty shapes are valid.

@@ -144,7 +144,7 @@ double CheckDropout(const bench::ScoresShape& s) {
     for (size_t h = 0; h < s.heads; ++h) {
       for (size_t i = 0; i < s.rows; ++i) {
         for (size_t j = 0; j < s.cols; ++j, ++e) {
-          const bool drop = (DropoutBits(stream, b, h, i, j) >> 1) < threshold;
+          const bool drop = DropoutBits(stream, b, h, i, j) < threshold;
           const float expected = drop ? 0.0f : x[e] * scale;
           worst = std::max(worst, Ratio(double(y[e]) - expected, 0));
         }

@@ -76,7 +76,9 @@ struct DropoutKey {
 };
 
 // In place: keeps each element with probability 1 - p, scaled by 1 / (1 - p),
-// else zeroes it. p = 0 leaves x untouched; p = 1 zeroes it.
+// else zeroes it. p = 0 leaves x untouched; p = 1 zeroes it. Each decision
+// takes 16 random bits, so the drop probability is p rounded to a multiple
+// of 2^-16 (DropoutThreshold in simdattn/random.h).
 // Throws for p < 0, p > 1 or NaN.
 SIMDATTN_API void Dropout(Tensor4 x, float p, DropoutKey key);
 

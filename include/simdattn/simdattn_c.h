@@ -182,9 +182,10 @@ SIMDATTN_API simdattn_status simdattn_softmax(simdattn_const_tensor4 x,
                                               simdattn_tensor4 y, float scale,
                                               const simdattn_mask* mask);
 
-/* In place: keeps each element with probability 1 - p, scaled by 1 / (1 - p).
- * The mask is a pure function of (seed, offset, element index); advance
- * offset every training step. p outside [0, 1] or NaN is an error. */
+/* In place: keeps each element with probability 1 - p (p rounded to a
+ * multiple of 2^-16), scaled by 1 / (1 - p). The mask is a pure function of
+ * (seed, offset, element index); advance offset every training step. p
+ * outside [0, 1] or NaN is an error. */
 SIMDATTN_API simdattn_status simdattn_dropout(simdattn_tensor4 x, float p,
                                               uint64_t seed, uint64_t offset);
 

@@ -148,7 +148,7 @@ void CheckDropout(const char* function, const char* p_name, float p,
   SIMDATTN_REQUIRE(p >= 0.0f && p <= 1.0f, function, p_name, " (", p,
                    ") is not a probability in [0, 1]");
   constexpr uint64_t kMaxIndexDim = uint64_t{1} << 32;
-  constexpr uint64_t kMaxRowLength = uint64_t{1} << 34;
+  constexpr uint64_t kMaxRowLength = uint64_t{1} << 35;
   for (int k = 0; k < 3; ++k) {
     SIMDATTN_REQUIRE(static_cast<uint64_t>(dims[k]) <= kMaxIndexDim, function,
                      dim_names[k], " (", dims[k],
@@ -156,7 +156,7 @@ void CheckDropout(const char* function, const char* p_name, float p,
   }
   SIMDATTN_REQUIRE(static_cast<uint64_t>(dims[3]) <= kMaxRowLength, function,
                    dim_names[3], " (", dims[3],
-                   ") exceeds 2^34, the range of the dropout counter's "
+                   ") exceeds 2^35, the range of the dropout counter's "
                    "column word");
 }
 

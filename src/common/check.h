@@ -79,8 +79,8 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
 
 // Validates a dropout probability `p` (named p_name; NaN fails) over a
 // weights tensor of shape `dims`, whose dims are named dim_names in messages.
-// The Philox counter of element (b, h, i, j) is (16 * (j / 64) + j % 16, i,
-// h, b) in 32-bit words (dropout-inl.h), so b, h, i < 2^32 and j < 2^34.
+// The Philox counter of element (b, h, i, j) is (16 * (j / 128) + j % 16, i,
+// h, b) in 32-bit words (dropout-inl.h), so b, h, i < 2^32 and j < 2^35.
 void CheckDropout(const char* function, const char* p_name, float p,
                   const char* const (&dim_names)[4], const size_t (&dims)[4]);
 

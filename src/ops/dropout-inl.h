@@ -2,16 +2,16 @@
 // per SIMD target by dropout.cc (and by fused kernels that apply dropout from
 // the same target without another dispatch).
 //
-// Bits: element (b, h, i, j) takes word (j % 64) / 16 of Philox4x32-10 at
-// counter (16 * (j / 64) + j % 16, i, h, b) under the stream key
-// (DropoutBits in simdattn/random.h, the scalar reference). One lane holds
-// one counter, so a vector of N <= 16 lanes runs the rounds for counters
-// 16g + l0 .. 16g + l0 + N - 1 of column group g, and its four output words
-// are the contiguous columns 64g + 16w + l0 .. + N - 1 (w = 0..3): no
-// transpose, and every target (1 to 16 lanes) produces the same bits.
-// Decision: drop iff (bits >> 1) < DropoutThreshold(p), compared as int32;
-// kept values are multiplied by scale = 1.0f / (1.0f - p) (float), dropped
-// ones become +0.
+// Bits: element (b, h, i, j) takes half (j % 32) / 16 of word (j % 128) / 32
+// of Philox4x32-10 at counter (16 * (j / 128) + j % 16, i, h, b) under the
+// stream key (DropoutBits in simdattn/random.h, the scalar reference). One
+// lane holds one counter, so a vector of N <= 16 lanes runs the rounds for
+// counters 16g + l0 .. 16g + l0 + N - 1 of column group g, and the low and
+// high halves of its four output words are the contiguous columns
+// 128g + 32w + 16half + l0 .. + N - 1: no transpose, and every target (1 to
+// 16 lanes) produces the same bits. Decision: drop iff bits <
+// DropoutThreshold(p), compared as int32; kept values are multiplied by
+// scale = 1.0f / (1.0f - p) (float), dropped ones become +0.
 
 #if defined(SIMDATTN_SRC_OPS_DROPOUT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SIMDATTN_SRC_OPS_DROPOUT_INL_H_
@@ -45,7 +45,7 @@ constexpr size_t kGrainElements = size_t{1} << 14;
 struct Params {
   uint32_t round_key0[kPhiloxRounds];  // Key of each round (Weyl sequence).
   uint32_t round_key1[kPhiloxRounds];
-  int32_t threshold;  // DropoutThreshold(p) < 2^31 since p < 1.
+  int32_t threshold;  // DropoutThreshold(p) <= 2^16.
   float scale;        // 1 / (1 - p).
 };
 
@@ -133,18 +133,18 @@ HWY_INLINE void Philox(DU du, const Params& p, const RowWords& row, V& c0,
   }
 }
 
-// Applies the decisions in `bits` to row[start, start + count), count <=
-// Lanes(du). A partial vector goes through a stack copy: a full load or store
-// could reach past the row into unmapped memory or another task's row.
+// Applies the decisions in `bits` (16 per lane, in the low half) to
+// row[start, start + count), count <= Lanes(du). A partial vector goes
+// through a stack copy: a full load or store could reach past the row into
+// unmapped memory or another task's row.
 template <class DU>
-HWY_INLINE void ApplyWord(DU du, hn::Vec<DU> bits, const Params& p,
+HWY_INLINE void ApplyBits(DU du, hn::Vec<DU> bits, const Params& p,
                           float* HWY_RESTRICT row, size_t start, size_t count) {
   if (count == 0) return;
   const hn::Rebind<float, DU> df;
   const hn::RebindToSigned<DU> di;
-  const auto drop =
-      hn::RebindMask(df, hn::Lt(hn::BitCast(di, hn::ShiftRight<1>(bits)),
-                                hn::Set(di, p.threshold)));
+  const auto drop = hn::RebindMask(
+      df, hn::Lt(hn::BitCast(di, bits), hn::Set(di, p.threshold)));
   const auto scale = hn::Set(df, p.scale);
   float* HWY_RESTRICT x = row + start;
   if (count == hn::Lanes(du)) {
@@ -164,6 +164,19 @@ HWY_INLINE size_t Valid(size_t start, size_t lanes, size_t cols) {
   return start >= cols ? 0 : std::min(lanes, cols - start);
 }
 
+// Applies both halves of one output word: the low to columns [start, start +
+// lanes), the high to the kDropoutLanes columns after them.
+template <class DU>
+HWY_INLINE void ApplyWord(DU du, hn::Vec<DU> word, const Params& p,
+                          float* HWY_RESTRICT row, size_t start, size_t lanes,
+                          size_t cols) {
+  ApplyBits(du, hn::And(word, hn::Set(du, 0xFFFFu)), p, row, start,
+            Valid(start, lanes, cols));
+  const size_t high = start + kDropoutLanes;
+  ApplyBits(du, hn::ShiftRight<16>(word), p, row, high,
+            Valid(high, lanes, cols));
+}
+
 // The per-call constants for dropout probability p in (0, 1) and a stream.
 inline Params MakeParams(float p, PhiloxKey key) {
   Params params;
@@ -181,7 +194,7 @@ inline Params MakeParams(float p, PhiloxKey key) {
 // Dropout of columns [first_col, first_col + cols) of row (b, h, i), stored
 // at row[0, cols). first_col is a multiple of kDropoutGroup, so that a fused
 // kernel's tile of columns draws exactly the bits of the whole row.
-// Preconditions: b, h, i < 2^32 and first_col + cols <= 2^34 (so every
+// Preconditions: b, h, i < 2^32 and first_col + cols <= 2^35 (so every
 // counter word fits 32 bits). `inline`: fused kernels include this file too.
 inline HWY_NOINLINE void DropoutRow(const Params& p, float* HWY_RESTRICT row,
                                     size_t cols, uint32_t b, uint32_t h,
@@ -189,7 +202,7 @@ inline HWY_NOINLINE void DropoutRow(const Params& p, float* HWY_RESTRICT row,
   const hn::CappedTag<uint32_t, kDropoutLanes> du;
   using V = hn::Vec<decltype(du)>;
   const size_t N = hn::Lanes(du);
-  constexpr size_t kWordColumns = kDropoutLanes;  // Columns per output word.
+  constexpr size_t kWordColumns = 2 * kDropoutLanes;  // Columns per word.
   const RowWords row_words = MakeRowWords(p, b, h, i);
   // Highway 1.0.3's Iota goes through memory (a store-forwarding stall that
   // took 17% of the time on AVX3): built once, then offset per group.
@@ -205,13 +218,10 @@ inline HWY_NOINLINE void DropoutRow(const Params& p, float* HWY_RESTRICT row,
       // Lanes past counter 16g + 15 (if N does not divide 16) are unused.
       const size_t lanes = std::min(N, kDropoutLanes - l0);
       const size_t start = group + l0;
-      ApplyWord(du, c0, p, row, start, Valid(start, lanes, cols));
-      ApplyWord(du, c1, p, row, start + kWordColumns,
-                Valid(start + kWordColumns, lanes, cols));
-      ApplyWord(du, c2, p, row, start + 2 * kWordColumns,
-                Valid(start + 2 * kWordColumns, lanes, cols));
-      ApplyWord(du, c3, p, row, start + 3 * kWordColumns,
-                Valid(start + 3 * kWordColumns, lanes, cols));
+      ApplyWord(du, c0, p, row, start, lanes, cols);
+      ApplyWord(du, c1, p, row, start + kWordColumns, lanes, cols);
+      ApplyWord(du, c2, p, row, start + 2 * kWordColumns, lanes, cols);
+      ApplyWord(du, c3, p, row, start + 3 * kWordColumns, lanes, cols);
     }
   }
 }
@@ -219,7 +229,7 @@ inline HWY_NOINLINE void DropoutRow(const Params& p, float* HWY_RESTRICT row,
 }  // namespace dropout_detail
 
 // Same-target entry point; arguments were validated by the caller: 0 < p <=
-// 1, dims[0..2] <= 2^32, dims[3] <= 2^34, elements of x distinct.
+// 1, dims[0..2] <= 2^32, dims[3] <= 2^35, elements of x distinct.
 inline void DropoutImpl(Tensor4 x, float p, PhiloxKey key) {
   using namespace dropout_detail;
   const size_t heads = x.dims[1], rows = x.dims[2], cols = x.dims[3];

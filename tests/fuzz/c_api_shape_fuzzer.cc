@@ -40,7 +40,7 @@ class Input {
     if (b < 232) return b % 7;
     static const size_t kHuge[] = {SIZE_MAX,         SIZE_MAX / 2,
                                    SIZE_MAX / 4 + 1, size_t{1} << 32,
-                                   size_t{1} << 31,  (size_t{1} << 34) + 1,
+                                   size_t{1} << 31,  (size_t{1} << 35) + 1,
                                    size_t{1} << 40,  size_t{1} << 62};
     return kHuge[b % 8];
   }
