@@ -1,8 +1,10 @@
 // Proves that the TSan set-up (fork/join annotations in ParallelFor and
 // tests/tsan.supp) still reports a real race in a parallel loop's body, so a
 // green tsan run means something. Only meaningful under ThreadSanitizer.
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -27,10 +29,14 @@ TEST(TsanCanary, DisjointWritesAreClean) {
 }
 
 #ifdef SIMDATTN_TSAN
-// Every task adds to one unsynchronised counter: a data race.
+// Every task adds to one unsynchronised counter: a data race. The task that
+// holds index 0 waits first, so that the other thread runs the rest even
+// when the machine is busy (a loop run by one thread has no race to report:
+// the canary once failed that way while a build ran beside it).
 long RacyLoop() {
   long shared = 0;
   internal::ParallelFor(0, 4096, 1, [&](size_t first, size_t last) {
+    if (first == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     for (size_t i = first; i < last; ++i) shared += static_cast<long>(i);
   });
   return shared;
