@@ -10,7 +10,8 @@
 //   pass 1: v = scale * x (+ additive), -inf where the boolean mask is set;
 //           max(v) and whether any v is NaN.
 //   pass 2: e = exp(v - max), summed and stored into an L1 stage (rows of
-//           up to 4096 columns; longer rows use y itself).
+//           up to 4096 columns; longer rows use y itself); meanwhile the
+//           task's next row is prefetched, a line per vector.
 //   pass 3: y = e / sum, with non-temporal stores when y exceeds 8 MiB
 //           (Output, StreamScaled).
 // Special rows: max = -inf (every column masked, or every v = -inf) gives
@@ -181,13 +182,43 @@ HWY_INLINE void StreamScaled(D d, const float* HWY_RESTRICT src, size_t end,
   for (size_t j = body_end; j < cols; ++j) y[j] = value(j);
 }
 
+// Starts loading a row's columns from `from` up to its limit, capped at
+// kPrefetchFloats so as not to evict the current row from L1 (the hardware
+// prefetcher takes over in long rows), while the current row computes. Rows
+// that a
+// causal or length limit cuts are read in short pieces the hardware
+// prefetcher does not follow: on one AVX3 thread (AMD EPYC), 8x12x256x256
+// causal spent 35% of its time in the first load of x, and prefetching took
+// it from 4.4-4.8 to 3.5 ms.
+constexpr size_t kPrefetchFloats = 1024;
+constexpr size_t kLineFloats = 64 / sizeof(float);
+
+HWY_INLINE void PrefetchColumns(const Row& r, size_t j) {
+  hwy::Prefetch(r.x + j);
+  if (r.additive != nullptr) hwy::Prefetch(r.additive + j);
+  if (r.masked != nullptr && j % (4 * kLineFloats) == 0) {
+    hwy::Prefetch(r.masked + j);
+  }
+}
+
+HWY_INLINE void PrefetchRow(const Row& r, size_t from) {
+  const size_t to = std::min(r.limit, kPrefetchFloats);
+  for (size_t j = from - from % kLineFloats; j < to; j += kLineFloats) {
+    PrefetchColumns(r, j);
+  }
+}
+
 // Softmax of one row. Reads x[0, limit) (and the masks' same columns), plus
 // at most one vector of further columns inside the row, and writes
 // y[0, cols). A tail vector that would cross the row's end goes through
 // stack copies: a full load or store there could reach unmapped memory or
 // another task's row.
+// `next` (or null) is the row the task computes next: its first columns are
+// prefetched a line per exp vector of pass 2, so that their loads overlap
+// this row's arithmetic instead of stalling the core in a burst.
 template <bool kAdditive, bool kBoolean>
-HWY_NOINLINE void SoftmaxRow(const Row& r, float scale, const Output& out) {
+HWY_NOINLINE void SoftmaxRow(const Row& r, const Row* next, float scale,
+                             const Output& out) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
@@ -248,12 +279,10 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, float scale, const Output& out) {
   }
   const float row_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
   float* y = r.y;
-  if (!hn::AllFalse(d, nan) || row_max == kInf) {
-    std::fill(y, y + r.cols, kNaN);
-    return;
-  }
-  if (row_max == -kInf) {  // Also limit == 0.
-    std::fill(y, y + r.cols, 0.0f);
+  const bool nan_row = !hn::AllFalse(d, nan) || row_max == kInf;
+  if (nan_row || row_max == -kInf) {  // -inf: also limit == 0.
+    if (next != nullptr) PrefetchRow(*next, 0);
+    std::fill(y, y + r.cols, nan_row ? kNaN : 0.0f);
     return;
   }
 
@@ -261,11 +290,14 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, float scale, const Output& out) {
   const V vrow_max = hn::Set(d, row_max);
   const bool staged = limit + N <= kStageFloats;
   float* e_out = staged ? out.stage : y;
+  const size_t prefetch_end =
+      next == nullptr ? 0 : std::min({full, next->limit, kPrefetchFloats});
   double total = 0.0;
   for (size_t j = 0; j < full;) {
     const size_t block_end = std::min(full, j + kSumBlock * N);
     V sum = hn::Zero(d);
     for (; j < block_end; j += N) {
+      if (j < prefetch_end && j % kLineFloats == 0) PrefetchColumns(*next, j);
       const V e = ExpNonPositive(
           d, ExpArg<kAdditive, kBoolean>(d, vscale, vrow_max, r.x, r.additive,
                                          r.masked, j));
@@ -295,6 +327,8 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, float scale, const Output& out) {
     }
   }
 
+  if (next != nullptr) PrefetchRow(*next, prefetch_end);
+
   // Pass 3: normalise. total >= 1 (the max column contributes exp(~0)).
   const float inv = static_cast<float>(1.0 / total);
   if (staged && out.stream) {
@@ -308,27 +342,6 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, float scale, const Output& out) {
   }
   for (; j < end; ++j) y[j] = e_out[j] * inv;
   std::fill(y + end, y + r.cols, 0.0f);
-}
-
-// Starts loading the first columns a row will read while the current row
-// computes. Rows that a causal or length limit cuts are read in short pieces
-// the hardware prefetcher does not follow: on one AVX3 thread (AMD EPYC),
-// 8x12x256x256 causal spent 35% of its time in the first load of x, and this
-// prefetch took it from 4.4-4.8 to 3.5 ms (unmasked: unchanged within the
-// 5% noise). Capped at kPrefetchFloats so as not to evict the current row
-// from L1; the hardware prefetcher takes over in long rows.
-constexpr size_t kPrefetchFloats = 1024;
-constexpr size_t kLineFloats = 64 / sizeof(float);
-
-HWY_INLINE void PrefetchRow(const Row& r) {
-  const size_t n = std::min(r.limit, kPrefetchFloats);
-  for (size_t j = 0; j < n; j += kLineFloats) {
-    hwy::Prefetch(r.x + j);
-    if (r.additive != nullptr) hwy::Prefetch(r.additive + j);
-  }
-  if (r.masked != nullptr) {
-    for (size_t j = 0; j < n; j += 4 * kLineFloats) hwy::Prefetch(r.masked + j);
-  }
 }
 
 }  // namespace softmax_detail
@@ -381,20 +394,21 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
     Row next = make_row(first);
     for (size_t row = first; row != last; ++row) {
       const Row r = next;
+      const Row* following = nullptr;
       if (row + 1 != last) {
         next = make_row(row + 1);
-        PrefetchRow(next);
+        following = &next;
       }
       if (has_additive) {
         if (has_boolean) {
-          SoftmaxRow<true, true>(r, scale, out);
+          SoftmaxRow<true, true>(r, following, scale, out);
         } else {
-          SoftmaxRow<true, false>(r, scale, out);
+          SoftmaxRow<true, false>(r, following, scale, out);
         }
       } else if (has_boolean) {
-        SoftmaxRow<false, true>(r, scale, out);
+        SoftmaxRow<false, true>(r, following, scale, out);
       } else {
-        SoftmaxRow<false, false>(r, scale, out);
+        SoftmaxRow<false, false>(r, following, scale, out);
       }
     }
     if (stream) hwy::FlushStream();
