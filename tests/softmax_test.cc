@@ -431,6 +431,21 @@ TEST_P(SoftmaxTest, ExpOverItsWholeRange) {
   RunCase(x, 1.0f, {}, "exp sweep");
 }
 
+// Pass 1 takes the max of the raw scores and scales it for a positive
+// finite scale, and scales every score otherwise: both agree with the
+// reference, with and without a causal cut.
+TEST_P(SoftmaxTest, ScalesOfEverySign) {
+  AttentionMask causal;
+  causal.causal = true;
+  for (float scale : {0.7f, -0.7f, 0.0f, 3e5f, -3e5f}) {
+    const std::string what = "scale=" + std::to_string(scale);
+    RunCase(RandomScores({1, 2, 5, 37}, 0, 0, 11, -16.0f, 16.0f), scale, {},
+            what);
+    RunCase(RandomScores({1, 2, 5, 37}, 0, 0, 12, -16.0f, 16.0f), scale,
+            causal, what + " causal");
+  }
+}
+
 TEST_P(SoftmaxTest, ExactSpecialRows) {
   const size_t n = 21;
   Buffer<float> x({1, 1, 5, n}, 0, 0, 0.0f);

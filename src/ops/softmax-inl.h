@@ -97,16 +97,20 @@ HWY_INLINE auto MaskedLanes(D d, const uint8_t* HWY_RESTRICT p) {
   return hn::RebindMask(d, hn::Ne(bytes, hn::Zero(du)));
 }
 
-// v = scale * x[j] (+ additive[j]), -inf where masked[j] != 0. Reads
-// Lanes(d) elements at index j of each operand in use.
-template <bool kAdditive, bool kBoolean, class D, class V = hn::Vec<D>>
+// v = scale * x[j] (+ additive[j]), -inf where masked[j] != 0; without
+// kScaled (and no additive mask) v = x[j]. Reads Lanes(d) elements at index
+// j of each operand in use.
+template <bool kAdditive, bool kBoolean, bool kScaled = true, class D,
+          class V = hn::Vec<D>>
 HWY_INLINE V Scores(D d, V scale, const float* x, const float* additive,
                     const uint8_t* masked, size_t j) {
   V v;
   if constexpr (kAdditive) {
     v = hn::MulAdd(scale, hn::LoadU(d, x + j), hn::LoadU(d, additive + j));
-  } else {
+  } else if constexpr (kScaled) {
     v = hn::Mul(scale, hn::LoadU(d, x + j));
+  } else {
+    v = hn::LoadU(d, x + j);
   }
   if constexpr (kBoolean) {
     v = hn::IfThenElse(MaskedLanes(d, masked + j), hn::Set(d, -kInf), v);
@@ -208,6 +212,38 @@ HWY_INLINE void PrefetchRow(const Row& r, size_t from) {
   }
 }
 
+// Pass 1 of SoftmaxRow: the max of Scores<kAdditive, kBoolean, kScaled>
+// over the row's whole vectors [0, full) and its tail (`tail` columns of
+// tail_x.. at tail_j); sets *nan if one is NaN.
+template <bool kAdditive, bool kBoolean, bool kScaled, class D,
+          class V = hn::Vec<D>>
+HWY_INLINE float PassOneMax(D d, V scale, const Row& r, size_t full,
+                            size_t tail, const float* tail_x,
+                            const float* tail_additive,
+                            const uint8_t* tail_masked, size_t tail_j,
+                            bool* nan) {
+  const size_t N = hn::Lanes(d);
+  V vmax = hn::Set(d, -kInf);
+  auto any_nan = hn::FirstN(d, 0);
+  for (size_t j = 0; j < full; j += N) {
+    const V v = Scores<kAdditive, kBoolean, kScaled>(d, scale, r.x, r.additive,
+                                                     r.masked, j);
+    any_nan = hn::Or(any_nan, hn::IsNaN(v));
+    vmax = hn::Max(vmax, v);
+  }
+  if (tail != 0) {
+    const V v = hn::IfThenElse(
+        hn::FirstN(d, tail),
+        Scores<kAdditive, kBoolean, kScaled>(d, scale, tail_x, tail_additive,
+                                             tail_masked, tail_j),
+        hn::Set(d, -kInf));
+    any_nan = hn::Or(any_nan, hn::IsNaN(v));
+    vmax = hn::Max(vmax, v);
+  }
+  *nan = !hn::AllFalse(d, any_nan);
+  return hn::GetLane(hn::MaxOfLanes(d, vmax));
+}
+
 // Softmax of one row. Reads x[0, limit) (and the masks' same columns), plus
 // at most one vector of further columns inside the row, and writes
 // y[0, cols). A tail vector that would cross the row's end goes through
@@ -258,28 +294,22 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, const Row* next, float scale,
     tail_j = 0;
   }
 
-  // Pass 1: max and NaN.
-  V vmax = hn::Set(d, -kInf);
-  auto nan = hn::FirstN(d, 0);
-  for (size_t j = 0; j < full; j += N) {
-    const V v =
-        Scores<kAdditive, kBoolean>(d, vscale, r.x, r.additive, r.masked, j);
-    nan = hn::Or(nan, hn::IsNaN(v));
-    vmax = hn::Max(vmax, v);
-  }
+  // Pass 1: max and NaN. A positive finite scale without an additive mask
+  // multiplies the max instead of every column: rounding is monotonic, so
+  // fl(scale * max x) = max fl(scale * x), and scale * x is NaN exactly
+  // where x is. One op per vector fewer.
+  const bool scale_max = !kAdditive && scale > 0.0f && scale < kInf;
+  bool nan = false;
+  const float row_max =
+      scale_max ? scale * PassOneMax<kAdditive, kBoolean, false>(
+                              d, vscale, r, full, tail, tail_x, tail_additive,
+                              tail_masked, tail_j, &nan)
+                : PassOneMax<kAdditive, kBoolean, true>(
+                      d, vscale, r, full, tail, tail_x, tail_additive,
+                      tail_masked, tail_j, &nan);
   const auto valid = hn::FirstN(d, tail);
-  if (tail != 0) {
-    const V v = hn::IfThenElse(
-        valid,
-        Scores<kAdditive, kBoolean>(d, vscale, tail_x, tail_additive,
-                                    tail_masked, tail_j),
-        hn::Set(d, -kInf));
-    nan = hn::Or(nan, hn::IsNaN(v));
-    vmax = hn::Max(vmax, v);
-  }
-  const float row_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
   float* y = r.y;
-  const bool nan_row = !hn::AllFalse(d, nan) || row_max == kInf;
+  const bool nan_row = nan || row_max == kInf;
   if (nan_row || row_max == -kInf) {  // -inf: also limit == 0.
     if (next != nullptr) PrefetchRow(*next, 0);
     std::fill(y, y + r.cols, nan_row ? kNaN : 0.0f);
