@@ -253,10 +253,10 @@ inline void PackTransposedPanel(ConstMatrix b, size_t k0, size_t kc, size_t n0,
       float* HWY_RESTRICT dst = panel + k * nr + n;
       const size_t stride = 4 * nr;
       StoreBlocks(d, hn::BitCast(d, hn::InterleaveLower(t0, t1)), dst, stride);
-      StoreBlocks(d, hn::BitCast(d, hn::InterleaveUpper(d64, t0, t1)),
-                  dst + nr, stride);
-      StoreBlocks(d, hn::BitCast(d, hn::InterleaveLower(t2, t3)),
-                  dst + 2 * nr, stride);
+      StoreBlocks(d, hn::BitCast(d, hn::InterleaveUpper(d64, t0, t1)), dst + nr,
+                  stride);
+      StoreBlocks(d, hn::BitCast(d, hn::InterleaveLower(t2, t3)), dst + 2 * nr,
+                  stride);
       StoreBlocks(d, hn::BitCast(d, hn::InterleaveUpper(d64, t2, t3)),
                   dst + 3 * nr, stride);
     }
