@@ -446,6 +446,26 @@ TEST_P(SoftmaxTest, ScalesOfEverySign) {
   }
 }
 
+// Pass 1 does not look for NaN; a NaN score shows in the sum of exps, or,
+// when every other score is -inf (max -inf, no exps), in a re-scan. At the
+// start, middle and end of a row, so that it falls in the first vector,
+// the last and the tail.
+TEST_P(SoftmaxTest, NaNAmongMinusInfinities) {
+  const size_t n = 37;
+  for (size_t where : {size_t{0}, size_t{17}, n - 1}) {
+    for (float others : {-kInf, 2.0f}) {
+      Buffer<float> x({1, 1, 1, n}, 0, 0, others);
+      x(0, 0, 0, where) = kNaN;
+      Buffer<float> y({1, 1, 1, n}, 0, 0, 0.0f);
+      Softmax(x.view, y.view, 0.5f, {});
+      for (size_t j = 0; j < n; ++j) {
+        ASSERT_TRUE(std::isnan(y(0, 0, 0, j)))
+            << "NaN at " << where << ", others " << others << ": " << j;
+      }
+    }
+  }
+}
+
 TEST_P(SoftmaxTest, ExactSpecialRows) {
   const size_t n = 21;
   Buffer<float> x({1, 1, 5, n}, 0, 0, 0.0f);

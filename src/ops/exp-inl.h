@@ -20,8 +20,8 @@
 // exp(x) for outputs >= FLT_MIN (tests/softmax_test.cc sweeps every target).
 // Outputs below FLT_MIN (x < -87.3) are denormal, correctly rounded from an
 // exact scaling; x <= -104 (and -inf, after the clamp) gives exactly 0.
-// x > 0 is outside the contract (no overflow handling). NaN is not
-// propagated: callers detect NaN themselves.
+// x > 0 is outside the contract (no overflow handling). NaN gives NaN
+// (softmax finds NaN scores in its sum of exps).
 
 #if defined(SIMDATTN_SRC_OPS_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SIMDATTN_SRC_OPS_EXP_INL_H_
@@ -82,13 +82,27 @@ HWY_INLINE V Scale(D d, V p, [[maybe_unused]] V n, V t) {
   return hn::Mul(hn::Mul(p, pow1), pow2);
 }
 
+// max(x, kFloor), NaN kept. x86's max returns its second operand when
+// either is NaN, and Arm's FMAX returns NaN: one op. Highway's scalar and
+// emulated Max return the number, so there a compare and a select.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V ClampKeepingNaN(D d, V x) {
+  const V floor = hn::Set(d, kFloor);
+#if (HWY_ARCH_X86 || HWY_ARCH_ARM_A64) && HWY_TARGET != HWY_SCALAR && \
+    HWY_TARGET != HWY_EMU128
+  return hn::Max(floor, x);
+#else
+  return hn::IfThenElse(hn::Lt(x, floor), floor, x);
+#endif
+}
+
 }  // namespace exp_detail
 
-// exp(x) for x <= 0 (see above); -inf gives 0.
+// exp(x) for x <= 0 (see above); -inf gives 0, NaN gives NaN.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpNonPositive(D d, V x) {
   using namespace exp_detail;
-  x = hn::Max(x, hn::Set(d, kFloor));
+  x = ClampKeepingNaN(d, x);
   const V t = hn::MulAdd(x, hn::Set(d, kLog2E), hn::Set(d, kShifter));
   const V n = hn::Sub(t, hn::Set(d, kShifter));
   V r = hn::NegMulAdd(n, hn::Set(d, kLn2Hi), x);

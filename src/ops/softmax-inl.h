@@ -8,7 +8,7 @@
 // vector of them is read, inside the row), so a causal softmax computes half
 // the exps of an unmasked one. Over [0, limit):
 //   pass 1: v = scale * x (+ additive), -inf where the boolean mask is set;
-//           max(v) and whether any v is NaN.
+//           max(v) (a NaN v shows in pass 2's sum, as exp keeps NaN).
 //   pass 2: e = exp(v - max), summed and stored into an L1 stage (rows of
 //           up to 4096 columns; longer rows use y itself); meanwhile the
 //           task's next row is prefetched, a line per vector.
@@ -214,21 +214,23 @@ HWY_INLINE void PrefetchRow(const Row& r, size_t from) {
 
 // Pass 1 of SoftmaxRow: the max of Scores<kAdditive, kBoolean, kScaled>
 // over the row's whole vectors [0, full) and its tail (`tail` columns of
-// tail_x.. at tail_j); sets *nan if one is NaN.
-template <bool kAdditive, bool kBoolean, bool kScaled, class D,
-          class V = hn::Vec<D>>
+// tail_x.. at tail_j). With kFindNaN, also sets *nan if a score is NaN;
+// without, a NaN score may or may not show in the max (x86's max drops it),
+// and the caller finds it in the sum of exps (see SoftmaxRow).
+template <bool kAdditive, bool kBoolean, bool kScaled, bool kFindNaN = false,
+          class D, class V = hn::Vec<D>>
 HWY_INLINE float PassOneMax(D d, V scale, const Row& r, size_t full,
                             size_t tail, const float* tail_x,
                             const float* tail_additive,
                             const uint8_t* tail_masked, size_t tail_j,
-                            bool* nan) {
+                            bool* nan = nullptr) {
   const size_t N = hn::Lanes(d);
   V vmax = hn::Set(d, -kInf);
   auto any_nan = hn::FirstN(d, 0);
   for (size_t j = 0; j < full; j += N) {
     const V v = Scores<kAdditive, kBoolean, kScaled>(d, scale, r.x, r.additive,
                                                      r.masked, j);
-    any_nan = hn::Or(any_nan, hn::IsNaN(v));
+    if constexpr (kFindNaN) any_nan = hn::Or(any_nan, hn::IsNaN(v));
     vmax = hn::Max(vmax, v);
   }
   if (tail != 0) {
@@ -237,10 +239,10 @@ HWY_INLINE float PassOneMax(D d, V scale, const Row& r, size_t full,
         Scores<kAdditive, kBoolean, kScaled>(d, scale, tail_x, tail_additive,
                                              tail_masked, tail_j),
         hn::Set(d, -kInf));
-    any_nan = hn::Or(any_nan, hn::IsNaN(v));
+    if constexpr (kFindNaN) any_nan = hn::Or(any_nan, hn::IsNaN(v));
     vmax = hn::Max(vmax, v);
   }
-  *nan = !hn::AllFalse(d, any_nan);
+  if constexpr (kFindNaN) *nan = !hn::AllFalse(d, any_nan);
   return hn::GetLane(hn::MaxOfLanes(d, vmax));
 }
 
@@ -294,25 +296,32 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, const Row* next, float scale,
     tail_j = 0;
   }
 
-  // Pass 1: max and NaN. A positive finite scale without an additive mask
+  // Pass 1: the max. A positive finite scale without an additive mask
   // multiplies the max instead of every column: rounding is monotonic, so
-  // fl(scale * max x) = max fl(scale * x), and scale * x is NaN exactly
-  // where x is. One op per vector fewer.
+  // fl(scale * max x) = max fl(scale * x). NaN is not looked for here (two
+  // ops per vector): a NaN score makes its exp, and so the row's sum, NaN
+  // (ExpNonPositive keeps NaN), which pass 2 checks. Only a row whose max
+  // is infinite is scanned for NaN: -inf may hide a NaN, and +inf gives
+  // NaN anyway (inf - inf).
   const bool scale_max = !kAdditive && scale > 0.0f && scale < kInf;
-  bool nan = false;
-  const float row_max =
-      scale_max ? scale * PassOneMax<kAdditive, kBoolean, false>(
-                              d, vscale, r, full, tail, tail_x, tail_additive,
-                              tail_masked, tail_j, &nan)
-                : PassOneMax<kAdditive, kBoolean, true>(
-                      d, vscale, r, full, tail, tail_x, tail_additive,
-                      tail_masked, tail_j, &nan);
+  const float row_max = scale_max
+                            ? scale * PassOneMax<kAdditive, kBoolean, false>(
+                                          d, vscale, r, full, tail, tail_x,
+                                          tail_additive, tail_masked, tail_j)
+                            : PassOneMax<kAdditive, kBoolean, true>(
+                                  d, vscale, r, full, tail, tail_x,
+                                  tail_additive, tail_masked, tail_j);
   const auto valid = hn::FirstN(d, tail);
   float* y = r.y;
-  const bool nan_row = nan || row_max == kInf;
-  if (nan_row || row_max == -kInf) {  // -inf: also limit == 0.
+  if (row_max == kInf || row_max == -kInf) {  // -inf: also limit == 0.
+    bool nan = row_max == kInf;
+    if (!nan) {
+      PassOneMax<kAdditive, kBoolean, true, true>(d, vscale, r, full, tail,
+                                                  tail_x, tail_additive,
+                                                  tail_masked, tail_j, &nan);
+    }
     if (next != nullptr) PrefetchRow(*next, 0);
-    std::fill(y, y + r.cols, nan_row ? kNaN : 0.0f);
+    std::fill(y, y + r.cols, nan ? kNaN : 0.0f);
     return;
   }
 
@@ -358,6 +367,11 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, const Row* next, float scale,
   }
 
   if (next != nullptr) PrefetchRow(*next, prefetch_end);
+
+  if (std::isnan(total)) {  // A NaN score (see pass 1).
+    std::fill(y, y + r.cols, kNaN);
+    return;
+  }
 
   // Pass 3: normalise. total >= 1 (the max column contributes exp(~0)).
   const float inv = static_cast<float>(1.0 / total);
