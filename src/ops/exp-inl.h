@@ -83,13 +83,12 @@ HWY_INLINE V Scale(D d, V p, [[maybe_unused]] V n, V t) {
 }
 
 // max(x, kFloor), NaN kept. x86's max returns its second operand when
-// either is NaN, and Arm's FMAX returns NaN: one op. Highway's scalar and
-// emulated Max return the number, so there a compare and a select.
+// either is NaN: one op. Elsewhere Highway's Max returns the number (Arm's
+// FMAXNM, the scalar and emulated targets), so a compare and a select.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ClampKeepingNaN(D d, V x) {
   const V floor = hn::Set(d, kFloor);
-#if (HWY_ARCH_X86 || HWY_ARCH_ARM_A64) && HWY_TARGET != HWY_SCALAR && \
-    HWY_TARGET != HWY_EMU128
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
   return hn::Max(floor, x);
 #else
   return hn::IfThenElse(hn::Lt(x, floor), floor, x);
