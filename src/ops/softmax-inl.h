@@ -189,8 +189,7 @@ HWY_INLINE void StreamScaled(D d, const float* HWY_RESTRICT src, size_t end,
 // Starts loading a row's columns from `from` up to its limit, capped at
 // kPrefetchFloats so as not to evict the current row from L1 (the hardware
 // prefetcher takes over in long rows), while the current row computes. Rows
-// that a
-// causal or length limit cuts are read in short pieces the hardware
+// that a causal or length limit cuts are read in short pieces the hardware
 // prefetcher does not follow: on one AVX3 thread (AMD EPYC), 8x12x256x256
 // causal spent 35% of its time in the first load of x, and prefetching took
 // it from 4.4-4.8 to 3.5 ms.
@@ -212,18 +211,25 @@ HWY_INLINE void PrefetchRow(const Row& r, size_t from) {
   }
 }
 
+// Where the last `count` (< one vector) columns of a row are read from: at
+// index j of x, additive and masked (the row itself, or zero-padded copies).
+struct Tail {
+  const float* x;
+  const float* additive;
+  const uint8_t* masked;
+  size_t j;
+  size_t count;
+};
+
 // Pass 1 of SoftmaxRow: the max of Scores<kAdditive, kBoolean, kScaled>
-// over the row's whole vectors [0, full) and its tail (`tail` columns of
-// tail_x.. at tail_j). With kFindNaN, also sets *nan if a score is NaN;
-// without, a NaN score may or may not show in the max (x86's max drops it),
-// and the caller finds it in the sum of exps (see SoftmaxRow).
+// over the row's whole vectors [0, full) and its tail. With kFindNaN, also sets
+// *nan if a score is NaN; without, a NaN score may or may not show in the max
+// (x86's max drops it), and the caller finds it in the sum of exps (see
+// SoftmaxRow).
 template <bool kAdditive, bool kBoolean, bool kScaled, bool kFindNaN = false,
           class D, class V = hn::Vec<D>>
 HWY_INLINE float PassOneMax(D d, V scale, const Row& r, size_t full,
-                            size_t tail, const float* tail_x,
-                            const float* tail_additive,
-                            const uint8_t* tail_masked, size_t tail_j,
-                            bool* nan = nullptr) {
+                            const Tail& tail, bool* nan = nullptr) {
   const size_t N = hn::Lanes(d);
   V vmax = hn::Set(d, -kInf);
   auto any_nan = hn::FirstN(d, 0);
@@ -233,11 +239,11 @@ HWY_INLINE float PassOneMax(D d, V scale, const Row& r, size_t full,
     if constexpr (kFindNaN) any_nan = hn::Or(any_nan, hn::IsNaN(v));
     vmax = hn::Max(vmax, v);
   }
-  if (tail != 0) {
+  if (tail.count != 0) {
     const V v = hn::IfThenElse(
-        hn::FirstN(d, tail),
-        Scores<kAdditive, kBoolean, kScaled>(d, scale, tail_x, tail_additive,
-                                             tail_masked, tail_j),
+        hn::FirstN(d, tail.count),
+        Scores<kAdditive, kBoolean, kScaled>(d, scale, tail.x, tail.additive,
+                                             tail.masked, tail.j),
         hn::Set(d, -kInf));
     if constexpr (kFindNaN) any_nan = hn::Or(any_nan, hn::IsNaN(v));
     vmax = hn::Max(vmax, v);
@@ -272,28 +278,25 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, const Row* next, float scale,
   const V vscale = hn::Set(d, scale);
 
   // The tail's operands: in the row, or zero-padded copies.
-  const float* tail_x = r.x;
-  const float* tail_additive = r.additive;
-  const uint8_t* tail_masked = r.masked;
-  size_t tail_j = full;
+  Tail t{r.x, r.additive, r.masked, full, tail};
   HWY_ALIGN float x_copy[kMaxLanes];
   HWY_ALIGN float additive_copy[kMaxLanes];
   HWY_ALIGN uint8_t masked_copy[kMaxLanes];
   if (tail != 0 && !tail_in_row) {
     std::memset(x_copy, 0, sizeof(x_copy));
     std::memcpy(x_copy, r.x + full, tail * sizeof(float));
-    tail_x = x_copy;
+    t.x = x_copy;
     if constexpr (kAdditive) {
       std::memset(additive_copy, 0, sizeof(additive_copy));
       std::memcpy(additive_copy, r.additive + full, tail * sizeof(float));
-      tail_additive = additive_copy;
+      t.additive = additive_copy;
     }
     if constexpr (kBoolean) {
       std::memset(masked_copy, 0, sizeof(masked_copy));
       std::memcpy(masked_copy, r.masked + full, tail);
-      tail_masked = masked_copy;
+      t.masked = masked_copy;
     }
-    tail_j = 0;
+    t.j = 0;
   }
 
   // Pass 1: the max. A positive finite scale without an additive mask
@@ -304,21 +307,16 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, const Row* next, float scale,
   // is infinite is scanned for NaN: -inf may hide a NaN, and +inf gives
   // NaN anyway (inf - inf).
   const bool scale_max = !kAdditive && scale > 0.0f && scale < kInf;
-  const float row_max = scale_max
-                            ? scale * PassOneMax<kAdditive, kBoolean, false>(
-                                          d, vscale, r, full, tail, tail_x,
-                                          tail_additive, tail_masked, tail_j)
-                            : PassOneMax<kAdditive, kBoolean, true>(
-                                  d, vscale, r, full, tail, tail_x,
-                                  tail_additive, tail_masked, tail_j);
+  const float row_max =
+      scale_max ? scale * PassOneMax<kAdditive, kBoolean, false>(d, vscale, r,
+                                                                 full, t)
+                : PassOneMax<kAdditive, kBoolean, true>(d, vscale, r, full, t);
   const auto valid = hn::FirstN(d, tail);
   float* y = r.y;
   if (row_max == kInf || row_max == -kInf) {  // -inf: also limit == 0.
     bool nan = row_max == kInf;
     if (!nan) {
-      PassOneMax<kAdditive, kBoolean, true, true>(d, vscale, r, full, tail,
-                                                  tail_x, tail_additive,
-                                                  tail_masked, tail_j, &nan);
+      PassOneMax<kAdditive, kBoolean, true, true>(d, vscale, r, full, t, &nan);
     }
     if (next != nullptr) PrefetchRow(*next, 0);
     std::fill(y, y + r.cols, nan ? kNaN : 0.0f);
@@ -348,11 +346,11 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, const Row* next, float scale,
   // Columns [0, end) are now written; [end, cols) remain to be zeroed.
   size_t end = full;
   if (tail != 0) {
-    const V arg = hn::IfThenElse(
-        valid,
-        ExpArg<kAdditive, kBoolean>(d, vscale, vrow_max, tail_x, tail_additive,
-                                    tail_masked, tail_j),
-        hn::Set(d, kExpFloor));
+    const V arg =
+        hn::IfThenElse(valid,
+                       ExpArg<kAdditive, kBoolean>(d, vscale, vrow_max, t.x,
+                                                   t.additive, t.masked, t.j),
+                       hn::Set(d, kExpFloor));
     const V e = ExpNonPositive(d, arg);  // 0 in the lanes past the limit.
     total += hn::GetLane(hn::SumOfLanes(d, e));
     if (staged || tail_in_row) {
