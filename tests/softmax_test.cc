@@ -418,9 +418,11 @@ TEST_P(SoftmaxTest, ExtremeValues) {
 }
 
 // Rows [0, x] for x swept over exp's whole domain, down to where it
-// underflows: the second column is about exp(x), so this checks the kernel's
-// exp (exp-inl.h) against the float64 one at 2^17 arguments, denormal
-// outputs included.
+// underflows: the second column is exp(x) / (1 + exp(x)), so this checks the
+// kernel's exp (exp-inl.h) against the float64 one at 2^17 arguments, within
+// its own bound (2 ULP, i.e. 4 u) plus the three roundings the row adds (sum,
+// reciprocal, product). Denormal outputs are within one denormal step: the
+// exps stay normal (times 2^64) until the final product rounds once.
 TEST_P(SoftmaxTest, ExpOverItsWholeRange) {
   constexpr size_t kRows = size_t{1} << 17;
   Buffer<float> x({1, 1, kRows, 2}, 0, 0, 0.0f);
@@ -429,6 +431,20 @@ TEST_P(SoftmaxTest, ExpOverItsWholeRange) {
     x(0, 0, i, 1) = -110.0f * static_cast<float>(i) / kRows;
   }
   RunCase(x, 1.0f, {}, "exp sweep");
+  Buffer<float> y({1, 1, kRows, 2}, 0, 0, 0.0f);
+  Softmax(x.view, y.view, 1.0f, {});
+  constexpr double kU = 0x1p-24;
+  constexpr double kSmallestDenormal = 0x1p-149;
+  for (size_t i = 0; i < kRows; ++i) {
+    const double e = std::exp(static_cast<double>(x(0, 0, i, 1)));
+    const double expected = e / (1.0 + e);
+    const double error = std::fabs(y(0, 0, i, 1) - expected);
+    if (expected >= std::numeric_limits<float>::min()) {
+      ASSERT_LE(error, 7 * kU * expected) << "exp(" << x(0, 0, i, 1) << ")";
+    } else {
+      ASSERT_LE(error, kSmallestDenormal) << "exp(" << x(0, 0, i, 1) << ")";
+    }
+  }
 }
 
 // Pass 1 takes the max of the raw scores and scales it for a positive

@@ -9,7 +9,7 @@
 // the exps of an unmasked one. Over [0, limit):
 //   pass 1: v = scale * x (+ additive), -inf where the boolean mask is set;
 //           max(v) (a NaN v shows in pass 2's sum, as exp keeps NaN).
-//   pass 2: e = exp(v - max), summed and stored into an L1 stage (rows of
+//   pass 2: e = exp(v - max) 2^64, summed and stored into an L1 stage (rows of
 //           up to 4096 columns; longer rows use y itself); meanwhile the
 //           task's next row is prefetched, a line per vector.
 //   pass 3: y = e / sum, with non-temporal stores when y exceeds 8 MiB
@@ -23,12 +23,13 @@
 //     |arg| u   rounding of exp's argument, a float (without an additive
 //               mask one fused multiply-add, scale * x - max)
 //   + |v| u     with an additive mask only (scale * x + additive is rounded)
-//   + 2 u       ExpNonPositive (exp-inl.h)
-//   + 11 u      (kSumBlock - 1 + log2(16 lanes)) u: float partial sums over
-//               at most kSumBlock vectors per lane, then a double total
+//   + 2 u       ExpNonPositiveTimes2To64 (exp-inl.h)
+//   + 8 u       (kSumBlock - 1) u: float partial sums over at most kSumBlock
+//               vectors per lane, then double lanes (< 0.5 u for rows up to
+//               2^35 columns)
 //   + 2 u       reciprocal (double, rounded to float) and final product.
-// That is <= 2e-6 (kernels.h) for |arg| <= 18, i.e. for every output within
-// e^-18 of its row's largest; smaller outputs carry the |arg| u term, which
+// That is <= 2e-6 (kernels.h) for |arg| <= 21, i.e. for every output within
+// e^-21 of its row's largest; smaller outputs carry the |arg| u term, which
 // any float evaluation of exp's argument has. Typical errors are < 2e-7.
 // Outputs below FLT_MIN (arg below about -87) are denormal, accurate only in
 // absolute terms; exp underflows to 0 below -104.
@@ -59,12 +60,36 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 namespace softmax_detail {
 
-// Vectors summed per lane in float before the partial sum moves to a double
-// total: bounds the summation error by (kSumBlock - 1 + log2 lanes) u
+// Vectors summed per lane in float before the partial sums move to double
+// lanes (SumInDouble): bounds the summation error by (kSumBlock - 1) u
 // whatever the row length (one float accumulator over a 4099-column row on a
-// 4-lane target would allow ~1000 u). One reduction per kSumBlock exp
-// vectors costs a few percent.
+// 4-lane target would allow ~1000 u).
 constexpr size_t kSumBlock = 8;
+
+// Double lanes holding a row's sum of exps: a float vector's lower and upper
+// halves are promoted and added to `lo` and `hi`, and the lanes are summed
+// once per row. (Summing each block's lanes in float, then in a double
+// scalar, was ~20% of an in-cache 1024-column row on AVX3: a serial chain of
+// shuffles every kSumBlock vectors.) One-lane targets have no halves: `lo`
+// alone.
+#if HWY_TARGET == HWY_SCALAR
+template <class D>
+using SumD = hn::Rebind<double, D>;
+#else
+template <class D>
+using SumD = hn::Rebind<double, hn::Half<D>>;
+#endif
+template <class D, class VD = hn::Vec<SumD<D>>>
+HWY_INLINE void SumInDouble(D /*d*/, hn::Vec<D> v, VD& lo,
+                            [[maybe_unused]] VD& hi) {
+#if HWY_TARGET == HWY_SCALAR
+  lo = hn::Add(lo, hn::PromoteTo(SumD<D>(), v));
+#else
+  const hn::Half<D> dh;
+  lo = hn::Add(lo, hn::PromoteTo(SumD<D>(), hn::LowerHalf(dh, v)));
+  hi = hn::Add(hi, hn::PromoteTo(SumD<D>(), hn::UpperHalf(dh, v)));
+#endif
+}
 // Rows per task: at least this many elements, so that task overhead is
 // amortised even for short rows.
 constexpr size_t kGrainElements = size_t{1} << 14;
@@ -120,7 +145,7 @@ HWY_INLINE V Scores(D d, V scale, const float* x, const float* additive,
 
 // exp's argument v - max (kExpFloor where masked). Without an additive mask
 // it is one fused multiply-add of the inputs (one rounding, see the bound);
-// ExpNonPositive clamps -inf and overflowed differences itself.
+// the exp clamps -inf and overflowed differences itself.
 template <bool kAdditive, bool kBoolean, class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpArg(D d, V scale, V row_max, const float* x,
                     const float* additive, const uint8_t* masked, size_t j) {
@@ -303,7 +328,7 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, const Row* next, float scale,
   // multiplies the max instead of every column: rounding is monotonic, so
   // fl(scale * max x) = max fl(scale * x). NaN is not looked for here (two
   // ops per vector): a NaN score makes its exp, and so the row's sum, NaN
-  // (ExpNonPositive keeps NaN), which pass 2 checks. Only a row whose max
+  // (the exp keeps NaN), which pass 2 checks. Only a row whose max
   // is infinite is scanned for NaN: -inf may hide a NaN, and +inf gives
   // NaN anyway (inf - inf).
   const bool scale_max = !kAdditive && scale > 0.0f && scale < kInf;
@@ -323,25 +348,29 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, const Row* next, float scale,
     return;
   }
 
-  // Pass 2: e = exp(v - max) into the stage (or y), summed in blocks.
+  // Pass 2: e = exp(v - max) 2^64 into the stage (or y), summed in blocks.
+  // The factor (a power of 2, exact) cancels in e / sum and keeps every e
+  // down to exp(-104) a normal float, so pass 3 rounds tiny outputs once.
   const V vrow_max = hn::Set(d, row_max);
   const bool staged = limit + N <= kStageFloats;
   float* e_out = staged ? out.stage : y;
   const size_t prefetch_end =
       next == nullptr ? 0 : std::min({full, next->limit, kPrefetchFloats});
-  double total = 0.0;
+  const SumD<decltype(d)> dd;
+  auto sum_lo = hn::Zero(dd);
+  auto sum_hi = hn::Zero(dd);
   for (size_t j = 0; j < full;) {
     const size_t block_end = std::min(full, j + kSumBlock * N);
     V sum = hn::Zero(d);
     for (; j < block_end; j += N) {
       if (j < prefetch_end && j % kLineFloats == 0) PrefetchColumns(*next, j);
-      const V e = ExpNonPositive(
+      const V e = ExpNonPositiveTimes2To64(
           d, ExpArg<kAdditive, kBoolean>(d, vscale, vrow_max, r.x, r.additive,
                                          r.masked, j));
       hn::StoreU(e, d, e_out + j);
       sum = hn::Add(sum, e);
     }
-    total += hn::GetLane(hn::SumOfLanes(d, sum));
+    SumInDouble(d, sum, sum_lo, sum_hi);
   }
   // Columns [0, end) are now written; [end, cols) remain to be zeroed.
   size_t end = full;
@@ -351,8 +380,9 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, const Row* next, float scale,
                        ExpArg<kAdditive, kBoolean>(d, vscale, vrow_max, t.x,
                                                    t.additive, t.masked, t.j),
                        hn::Set(d, kExpFloor));
-    const V e = ExpNonPositive(d, arg);  // 0 in the lanes past the limit.
-    total += hn::GetLane(hn::SumOfLanes(d, e));
+    // 0 in the lanes past the limit.
+    const V e = ExpNonPositiveTimes2To64(d, arg);
+    SumInDouble(d, e, sum_lo, sum_hi);
     if (staged || tail_in_row) {
       hn::StoreU(e, d, e_out + full);
       end = staged ? limit : full + N;
@@ -365,13 +395,14 @@ HWY_NOINLINE void SoftmaxRow(const Row& r, const Row* next, float scale,
   }
 
   if (next != nullptr) PrefetchRow(*next, prefetch_end);
+  const double total = hn::GetLane(hn::SumOfLanes(dd, hn::Add(sum_lo, sum_hi)));
 
   if (std::isnan(total)) {  // A NaN score (see pass 1).
     std::fill(y, y + r.cols, kNaN);
     return;
   }
 
-  // Pass 3: normalise. total >= 1 (the max column contributes exp(~0)).
+  // Pass 3: normalise. total >= 2^64 (the max column contributes exp(~0)).
   const float inv = static_cast<float>(1.0 / total);
   if (staged && out.stream) {
     StreamScaled(d, e_out, end, inv, y, r.cols);
