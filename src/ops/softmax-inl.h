@@ -429,10 +429,25 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
   if (total_rows == 0 || cols == 0) return;
   const bool has_additive = mask.additive.data != nullptr;
   const bool has_boolean = mask.boolean.data != nullptr;
-  const auto make_row = [&](size_t row) {
-    const size_t i = row % rows;
-    const size_t b = row / rows / heads, h = row / rows % heads;
-    Row r;
+  // A task walks its rows by (b, h, i), advanced without divisions, and
+  // alternates two Row records instead of copying one: on one AVX3 thread
+  // (AMD EPYC), the copy of a just-written Row (a wide load of narrower
+  // stores, which store forwarding cannot serve) and the divisions took
+  // ~12% of an in-cache 256-column softmax.
+  struct RowIndex {
+    size_t b, h, i;
+  };
+  const auto advance = [&](RowIndex& k) {
+    if (++k.i == rows) {
+      k.i = 0;
+      if (++k.h == heads) {
+        k.h = 0;
+        ++k.b;
+      }
+    }
+  };
+  const auto make_row = [&](const RowIndex& k, Row& r) {
+    const size_t b = k.b, h = k.h, i = k.i;
     r.x = x.data + b * x.strides[0] + h * x.strides[1] + i * x.strides[2];
     r.y = y.data + b * y.strides[0] + h * y.strides[1] + i * y.strides[2];
     r.additive = nullptr;
@@ -457,20 +472,22 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
     if (mask.key_lengths != nullptr) {
       r.limit = std::min(r.limit, mask.key_lengths[b]);
     }
-    return r;
   };
   const size_t grain = std::max<size_t>(1, kGrainElements / cols);
   const bool stream = total_rows * cols * sizeof(float) > kStreamBytes;
   internal::ParallelFor(0, total_rows, grain, [&](size_t first, size_t last) {
     HWY_ALIGN float stage[kStageFloats];
     const Output out{stage, stream};
-    Row next = make_row(first);
+    RowIndex k{first / rows / heads, first / rows % heads, first % rows};
+    Row records[2];
+    make_row(k, records[0]);
     for (size_t row = first; row != last; ++row) {
-      const Row r = next;
-      const Row* following = nullptr;
+      const Row& r = records[(row - first) % 2];
+      Row* following = nullptr;
       if (row + 1 != last) {
-        next = make_row(row + 1);
-        following = &next;
+        following = &records[(row - first + 1) % 2];
+        advance(k);
+        make_row(k, *following);
       }
       if (has_additive) {
         if (has_boolean) {
