@@ -9,27 +9,28 @@
 // half a scalef) and one add-class op (add, max, integer, compare) per
 // cycle (measured).
 //
-// 16-lane targets (AVX-512): exp(x) = 2^(k/16) exp(r), k = round(16 x /
-// ln 2), with 2^(k mod 16 / 16) from a 16-entry table held in one register
-// (a permute looks it up) and a degree-3 polynomial for |r| <= ln 2 / 32:
-// 7 multiply-class ops and a permute, where a degree-6 polynomial and
-// scalef take 12 (scalef counts twice). A microbenchmark (exp, store and
-// sum over 4096 floats in L1): 11.9 against 15.3 cycles per vector.
+// x86's 16- and 8-lane targets (AVX-512, AVX2): exp(x) = 2^(k/L) exp(r),
+// k = round(L x / ln 2) for L lanes, with 2^(k mod L / L) from an L-entry
+// table held in one register (a permute looks it up) and a degree-3
+// polynomial for |r| <= ln 2 / (2 L): 7 multiply-class ops and a permute,
+// where a degree-6 polynomial and scalef take 12 (scalef counts twice). A
+// microbenchmark on AVX-512 (exp, store and sum over 4096 floats in L1):
+// 11.9 against 15.3 cycles per vector.
 // Other targets: n = round(x / ln 2), a degree-6 polynomial for |r| <= ln 2 /
 // 2, 2^n applied in two halves (denormal outputs rounded once): ~20 ops.
 //
 // Both round with the 1.5 * 2^23 shifter (adding it leaves k in the low
 // mantissa bits, no conversion) and reduce in two parts (Cody-Waite: the
 // high part of the constant times k is exact), so r is exact but for one
-// rounding. Accuracy: polynomials within 0.1 ULP (float coefficients,
+// rounding. Accuracy: polynomials within 0.3 ULP (float coefficients,
 // fitted with c0 = c1 = 1, so exp(0) is exactly 1); with the table's and the
 // final rounding the result is within 2 ULP of exp(x) for outputs >= FLT_MIN
-// (every float in [-110, 0] checked: 1.8 u = 0.9 ULP at most on AVX-512;
-// tests/softmax_test.cc sweeps every target). Outputs below FLT_MIN (x <
-// -87.3) are denormal, rounded once from an exact scaling; x <= -104 (and
-// -inf, after the clamp) gives exactly 0. x > 0 is outside the contract (no
-// overflow handling). NaN gives NaN (softmax finds NaN scores in its sum of
-// exps).
+// (every float in [-110, 0] checked: at most 1.8 u = 0.9 ULP with 16 lanes,
+// 1.9 u with 8; tests/softmax_test.cc sweeps every target). Outputs below
+// FLT_MIN (x < -87.3) are denormal, rounded once from an exact scaling; x <=
+// -104 (and -inf, after the clamp) gives exactly 0. x > 0 is outside the
+// contract (no overflow handling). NaN gives NaN (softmax finds NaN scores in
+// its sum of exps).
 //
 // ExpNonPositiveTimes2To64 returns exp(x) * 2^64: every output down to
 // exp(-104) is then a normal float, so it needs no final scaling (one op)
@@ -76,25 +77,67 @@ constexpr float kC4 = 0.0416685268f;
 constexpr float kC5 = 0.00837013498f;
 constexpr float kC6 = 0.00138116628f;
 
-// Degree 3 with the 16-entry table, |r| <= ln(2) / 32 (16-lane targets).
-constexpr float k16Log2E = 23.0831207f;  // 16 log2(e), 16 times kLog2E.
-// ln(2) / 16 in two parts; k has at most 12 bits (|k| <= 2424), the high
-// part 12, so their product is exact.
-constexpr float kLn2Over16Hi = 0.0433197021484375f;
-constexpr float kLn2Over16Lo = 1.99663656e-06f;
-// exp(r) = 1 + r (1 + r (c2 + r c3)), minimax relative error 0.03 u.
-constexpr float kT2 = 0.500017822f;
-constexpr float kT3 = 0.166668519f;
-// Bits of 2^(i / 16) * 2^kLog2Factor, rounded to float, minus i << 19:
-// adding t's bits shifted left by 19 (k << 19, kShifterBits shifted out)
-// then adds i back and k's high part, floor(k / 16), to the exponent, so
-// table[k mod 16] + (k << 19) is 2^(k / 16) * 2^kLog2Factor. The factor
-// keeps it a normal float for every k down to the clamp's.
-HWY_ALIGN constexpr int32_t kPow2Table[16] = {
-    0x5F800000, 0x5F7DAAC3, 0x5F7B95C2, 0x5F79C3D3,  //
-    0x5F7837F0, 0x5F76F532, 0x5F75FED7, 0x5F75583F,  //
-    0x5F7504F3, 0x5F7508A4, 0x5F75672A, 0x5F76248C,  //
-    0x5F7744FD, 0x5F78CCDF, 0x5F7AC0C7, 0x5F7D257D};
+// The table method's parameters for kLanes-lane vectors (kLanes entries, one
+// register): k = round(x kLanes / ln 2), |r| <= ln(2) / (2 kLanes).
+// table[i] holds the bits of 2^(i / kLanes) * 2^kLog2Factor, rounded to
+// float, minus i << kShift (kShift = 23 - log2(kLanes)): adding t's bits
+// shifted left by kShift (k << kShift; kShifterBits are shifted out) adds i
+// back and floor(k / kLanes) to the exponent, so table[k mod kLanes] + (k <<
+// kShift) is 2^(k / kLanes) * 2^kLog2Factor. The factor keeps it a normal
+// float for every k down to the clamp's. ln(2) / kLanes is split so that k
+// (at most 12 bits: |k| <= 105 * 16 / ln 2 = 2424) times the high part, 12
+// bits, is exact. exp(r) = 1 + r (1 + r (c2 + r c3)): minimax relative
+// error 0.03 u for 16 lanes, 0.53 u for 8.
+template <size_t kLanes>
+struct TableExp;
+template <>
+struct TableExp<16> {
+  static constexpr float kLanesLog2E = 23.0831207f;  // 16 log2(e), exact.
+  static constexpr float kLn2OverLanesHi = 0.0433197021484375f;
+  static constexpr float kLn2OverLanesLo = 1.99663656e-06f;
+  static constexpr float kC2 = 0.500017822f;
+  static constexpr float kC3 = 0.166668519f;
+  static constexpr int kShift = 19;
+  HWY_ALIGN static constexpr int32_t kTable[16] = {
+      0x5F800000, 0x5F7DAAC3, 0x5F7B95C2, 0x5F79C3D3,  //
+      0x5F7837F0, 0x5F76F532, 0x5F75FED7, 0x5F75583F,  //
+      0x5F7504F3, 0x5F7508A4, 0x5F75672A, 0x5F76248C,  //
+      0x5F7744FD, 0x5F78CCDF, 0x5F7AC0C7, 0x5F7D257D};
+};
+template <>
+struct TableExp<8> {
+  static constexpr float kLanesLog2E = 11.5415602f;  // 8 log2(e), exact.
+  static constexpr float kLn2OverLanesHi = 0.086639404296875f;
+  static constexpr float kLn2OverLanesLo = 3.99327312e-06f;
+  static constexpr float kC2 = 0.500071228f;
+  static constexpr float kC3 = 0.166671738f;
+  static constexpr int kShift = 20;
+  HWY_ALIGN static constexpr int32_t kTable[8] = {
+      0x5F800000, 0x5F7B95C2, 0x5F7837F0, 0x5F75FED7,  //
+      0x5F7504F3, 0x5F75672A, 0x5F7744FD, 0x5F7AC0C7};
+};
+
+// x86's whole-register permutes read only the index bits they need, k mod
+// kLanes, so t's bits index the table as they are. (Highway 1.0.3's
+// TableLookupLanes wants indices below the lane count.)
+#if HWY_TARGET <= HWY_AVX2
+constexpr bool kHaveTableExp = true;
+#if HWY_TARGET <= HWY_AVX3
+HWY_INLINE hn::Vec512<int32_t> LookUp(hn::Vec512<int32_t> table,
+                                      hn::Vec512<int32_t> index) {
+  // The maskz form with every lane set: g++ 12's plain one reads an
+  // undefined vector and trips -Wmaybe-uninitialized.
+  return hn::Vec512<int32_t>{
+      _mm512_maskz_permutexvar_epi32(0xFFFF, index.raw, table.raw)};
+}
+#endif
+HWY_INLINE hn::Vec256<int32_t> LookUp(hn::Vec256<int32_t> table,
+                                      hn::Vec256<int32_t> index) {
+  return hn::Vec256<int32_t>{_mm256_permutevar8x32_epi32(table.raw, index.raw)};
+}
+#else
+constexpr bool kHaveTableExp = false;
+#endif
 
 // p * 2^(n + kLog2Extra) for integral n in [-152, 0]; t holds n as
 // described at kShifter. 2^n may be below the normal range, so it is
@@ -130,24 +173,20 @@ HWY_INLINE V ClampKeepingNaN(D d, V x) {
 template <bool kTimesFactor, class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpTimesFactor(D d, V x) {
   x = ClampKeepingNaN(d, x);
-#if HWY_TARGET <= HWY_AVX3
-  if constexpr (hn::MaxLanes(D()) == 16) {
+  constexpr size_t kLanes = hn::MaxLanes(D());
+  if constexpr (kHaveTableExp && (kLanes == 8 || kLanes == 16)) {
+    using P = TableExp<kLanes>;
     const hn::RebindToSigned<D> di;
-    const V t = hn::MulAdd(x, hn::Set(d, k16Log2E), hn::Set(d, kShifter));
+    const V t = hn::MulAdd(x, hn::Set(d, P::kLanesLog2E), hn::Set(d, kShifter));
     const V k = hn::Sub(t, hn::Set(d, kShifter));
-    V r = hn::NegMulAdd(k, hn::Set(d, kLn2Over16Hi), x);
-    r = hn::NegMulAdd(k, hn::Set(d, kLn2Over16Lo), r);
+    V r = hn::NegMulAdd(k, hn::Set(d, P::kLn2OverLanesHi), x);
+    r = hn::NegMulAdd(k, hn::Set(d, P::kLn2OverLanesLo), r);
     const auto t_bits = hn::BitCast(di, t);
-    // vpermd reads the low 4 bits of each index: k mod 16. (Highway 1.0.3's
-    // TableLookupLanes wants indices below 16. The maskz form with every
-    // lane set: g++ 12's plain one reads an undefined vector and trips
-    // -Wmaybe-uninitialized.)
-    const auto table = hn::Load(di, kPow2Table);
-    const auto entry = decltype(t_bits){
-        _mm512_maskz_permutexvar_epi32(0xFFFF, t_bits.raw, table.raw)};
-    const V s = hn::BitCast(d, hn::Add(entry, hn::ShiftLeft<19>(t_bits)));
+    const auto entry = LookUp(hn::Load(di, P::kTable), t_bits);
+    const V s =
+        hn::BitCast(d, hn::Add(entry, hn::ShiftLeft<P::kShift>(t_bits)));
     // s exp(r) = s + (s r)(1 + r (c2 + r c3)).
-    V a = hn::MulAdd(hn::Set(d, kT3), r, hn::Set(d, kT2));
+    V a = hn::MulAdd(hn::Set(d, P::kC3), r, hn::Set(d, P::kC2));
     a = hn::MulAdd(a, r, hn::Set(d, 1.0f));
     const V e = hn::MulAdd(hn::Mul(s, r), a, s);
     if constexpr (kTimesFactor) {
@@ -156,7 +195,6 @@ HWY_INLINE V ExpTimesFactor(D d, V x) {
       return hn::Mul(e, hn::Set(d, kInverseFactor));
     }
   }
-#endif
   const V t = hn::MulAdd(x, hn::Set(d, kLog2E), hn::Set(d, kShifter));
   const V n = hn::Sub(t, hn::Set(d, kShifter));
   V r = hn::NegMulAdd(n, hn::Set(d, kLn2Hi), x);
@@ -168,7 +206,8 @@ HWY_INLINE V ExpTimesFactor(D d, V x) {
   p = hn::MulAdd(p, r, hn::Set(d, kC2));
   p = hn::MulAdd(p, r, one);
   p = hn::MulAdd(p, r, one);
-  return Scale < kTimesFactor ? kLog2Factor : 0 > (d, p, t);
+  constexpr int kLog2Extra = kTimesFactor ? kLog2Factor : 0;
+  return Scale<kLog2Extra>(d, p, t);
 }
 
 }  // namespace exp_detail
