@@ -92,7 +92,7 @@ template <size_t kLanes>
 struct TableExp;
 template <>
 struct TableExp<16> {
-  static constexpr float kLanesLog2E = 23.0831207f;  // 16 log2(e), exact.
+  static constexpr float kLanesLog2E = 23.0831207f;  // 16 kLog2E, exactly.
   static constexpr float kLn2OverLanesHi = 0.0433197021484375f;
   static constexpr float kLn2OverLanesLo = 1.99663656e-06f;
   static constexpr float kC2 = 0.500017822f;
@@ -106,7 +106,7 @@ struct TableExp<16> {
 };
 template <>
 struct TableExp<8> {
-  static constexpr float kLanesLog2E = 11.5415602f;  // 8 log2(e), exact.
+  static constexpr float kLanesLog2E = 11.5415602f;  // 8 kLog2E, exactly.
   static constexpr float kLn2OverLanesHi = 0.086639404296875f;
   static constexpr float kLn2OverLanesLo = 3.99327312e-06f;
   static constexpr float kC2 = 0.500071228f;
