@@ -316,6 +316,9 @@ HWY_INLINE void PassOne(D d, const Row& r, float scale, RowPasses& p) {
   const size_t limit = r.limit;
   p.r = &r;
   p.full = limit - limit % N;
+  // Set by pass 2, read by pass 3 only after it; g++ -O2 cannot see that
+  // through the group loops (-Wmaybe-uninitialized).
+  p.end = 0;
   const size_t tail = limit - p.full;
   p.t = Tail{r.x, r.additive, r.masked, p.full, tail};
   // With a causal or length cut, the tail vector usually fits in the row:
@@ -387,6 +390,8 @@ HWY_INLINE void PassTwo(D d, float scale, float* stage, const Row* next,
   p.e = e_out;
   const size_t prefetch_end =
       next == nullptr ? 0 : std::min({full, next->limit, kPrefetchFloats});
+  // A copy of the record, written before the group's pass 1 (long enough
+  // ago for store forwarding not to matter), whose fields stay in registers.
   const Row ahead = next == nullptr ? Row{} : *next;
   const SumD<D> dd;
   auto sum_lo = hn::Zero(dd);
@@ -461,9 +466,10 @@ HWY_INLINE void PassThree(D d, bool stream, const RowPasses& p) {
 // Softmax of `count` (<= kMaxGroup) rows of equal length, pass by pass: a
 // row's passes wait on its max and on its sum, and the other rows' passes
 // in between keep the core busy meanwhile, while the next group loads. On
-// one AVX3 thread (AMD EPYC), groups of 4 took 8x12x256x256 from 2.36-2.49
-// to 2.14-2.21 ms and 1x16x64x64 (in cache) from 38 to 31 us; rows of 1024
-// columns gained nothing (so they go one at a time: kGroupFloats).
+// one AVX3 thread (AMD EPYC), groups of 4 took 8x12x256x256 from 2.45 to
+// 2.31 ms (medians; minimums 2.35 to 2.16) and 1x16x64x64 (in cache) from
+// 38 to 31 us; rows of 1024 columns gained nothing (so they go one at a
+// time: kGroupFloats).
 // Row g's exps go to out.stage + g * out.slot when they fit there (then y
 // is written once, by pass 3). next[g] (g < next_count) is prefetched
 // during row g's pass 2.
