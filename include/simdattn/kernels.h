@@ -63,7 +63,10 @@ struct AttentionMask {
 // Row-wise y = softmax(scale * x + mask) over the last dimension, in place
 // (y aliases x exactly) or out of place. A row with every column masked gives
 // zeros, never NaN. NaN in an unmasked input propagates to its row.
-// Error: <= 2e-6 relative per element against a float64 reference.
+// Error, relative per element against a float64 reference: at most 2e-6, or
+// (16 + |v - max|) 2^-24 for outputs below about e^-17 of their row's
+// largest, whose exp's argument v - max is a rounded float (tested; the
+// worst-case analysis is in src/ops/softmax-inl.h).
 SIMDATTN_API void Softmax(ConstTensor4 x, Tensor4 y, float scale = 1.0f,
                           const AttentionMask& mask = {});
 

@@ -12,25 +12,35 @@
 // x86's 16- and 8-lane targets (AVX-512, AVX2): exp(x) = 2^(k/L) exp(r),
 // k = round(L x / ln 2) for L lanes, with 2^(k mod L / L) from an L-entry
 // table held in one register (a permute looks it up) and a degree-3
-// polynomial for |r| <= ln 2 / (2 L): 7 multiply-class ops and a permute,
+// polynomial for |r| <= ln 2 / (2 L): 6 multiply-class ops and a permute,
 // where a degree-6 polynomial and scalef take 12 (scalef counts twice). A
 // microbenchmark on AVX-512 (exp, store and sum over 4096 floats in L1):
-// 11.9 against 15.3 cycles per vector.
+// 11.9 against 15.3 cycles per vector (with 7 multiply-class ops).
 // Other targets: n = round(x / ln 2), a degree-6 polynomial for |r| <= ln 2 /
 // 2, 2^n applied in two halves (denormal outputs rounded once): ~20 ops.
 //
 // Both round with the 1.5 * 2^23 shifter (adding it leaves k in the low
-// mantissa bits, no conversion) and reduce in two parts (Cody-Waite: the
-// high part of the constant times k is exact), so r is exact but for one
-// rounding. Accuracy: polynomials within 0.3 ULP (float coefficients,
-// fitted with c0 = c1 = 1, so exp(0) is exactly 1); with the table's and the
-// final rounding the result is within 2 ULP of exp(x) for outputs >= FLT_MIN
-// (every float in [-110, 0] checked: at most 1.8 u = 0.9 ULP with 16 lanes,
-// 1.9 u with 8; tests/softmax_test.cc sweeps every target). Outputs below
-// FLT_MIN (x < -87.3) are denormal, rounded once from an exact scaling; x <=
-// -104 (and -inf, after the clamp) gives exactly 0. x > 0 is outside the
-// contract (no overflow handling). NaN gives NaN (softmax finds NaN scores in
-// its sum of exps).
+// mantissa bits, no conversion). Where FMA is native, r = x - k c in one
+// fused multiply-add with c = fl(ln 2 / L): k c is exact inside it, so r is
+// exact but for one rounding and c's own error, c = (ln 2 / L)(1 + 0.046 u)
+// for every power-of-two L, which makes the result exp(x (1 - e)) with |e|
+// <= 0.046 u: a relative error of 0.046 |x| u (at most 4.8 u, at the clamp),
+// far below the |x| u that rounding x itself, a float, already costs. On one
+// AVX3 thread (AMD EPYC) this saved 5-6% of an in-cache softmax against the
+// two-part (Cody-Waite) reduction, which the targets without FMA (SSSE3,
+// SSE4, scalar, emulated) keep: there k's product with the constant's high
+// part is exact, as a separate multiply must be.
+// Accuracy: polynomials within 0.3 ULP (float coefficients, fitted with c0 =
+// c1 = 1, so exp(0) is exactly 1); with the table's and the final rounding
+// and c's error the result is within (2 + 0.046 |x|) u of exp(x) for outputs
+// >= FLT_MIN. Every float in [-110, 0] checked (Arm: every 16th, under
+// qemu): at most 2.3 u for |x| <= 21 and 5.4 u down to FLT_MIN with 16 lanes,
+// 2.8 u and 5.9 u with 8, 2.0 u and 5.1 u on NEON, 1.3 u without FMA;
+// tests/softmax_test.cc sweeps every target. Outputs below FLT_MIN (x <
+// -87.3) are denormal, rounded once from an exact scaling; x <= -104 (and
+// -inf, after the clamp) gives exactly 0. x > 0 is outside the contract (no
+// overflow handling). NaN gives NaN (softmax finds NaN scores in its sum of
+// exps).
 //
 // ExpNonPositiveTimes2To64 returns exp(x) * 2^64: every output down to
 // exp(-104) is then a normal float, so it needs no final scaling (one op)
@@ -68,6 +78,7 @@ constexpr float kInverseFactor = 5.42101086e-20f;  // 2^-64, exact.
 
 // Degree 6, |r| <= ln(2) / 2 (other targets).
 constexpr float kLog2E = 1.44269504088896341f;
+constexpr float kLn2 = 0.693147182f;
 constexpr float kLn2Hi = 0.693145751953125f;  // 16 significant bits.
 constexpr float kLn2Lo = 1.42860676533018704e-6f;
 // exp(r) = 1 + r (1 + r (c2 + r (c3 + r (c4 + r (c5 + r c6))))).
@@ -84,17 +95,15 @@ constexpr float kC6 = 0.00138116628f;
 // shifted left by kShift (k << kShift; kShifterBits are shifted out) adds i
 // back and floor(k / kLanes) to the exponent, so table[k mod kLanes] + (k <<
 // kShift) is 2^(k / kLanes) * 2^kLog2Factor. The factor keeps it a normal
-// float for every k down to the clamp's. ln(2) / kLanes is split so that k
-// (at most 12 bits: |k| <= 105 * 16 / ln 2 = 2424) times the high part, 12
-// bits, is exact. exp(r) = 1 + r (1 + r (c2 + r c3)): minimax relative
-// error 0.03 u for 16 lanes, 0.53 u for 8.
+// float for every k down to the clamp's. kLn2OverLanes is the float nearest
+// ln(2) / kLanes (see above). exp(r) = 1 + r (1 + r (c2 + r c3)): minimax
+// relative error 0.03 u for 16 lanes, 0.53 u for 8.
 template <size_t kLanes>
 struct TableExp;
 template <>
 struct TableExp<16> {
   static constexpr float kLanesLog2E = 23.0831207f;  // 16 kLog2E, exactly.
-  static constexpr float kLn2OverLanesHi = 0.0433197021484375f;
-  static constexpr float kLn2OverLanesLo = 1.99663656e-06f;
+  static constexpr float kLn2OverLanes = 0.0433216989f;
   static constexpr float kC2 = 0.500017822f;
   static constexpr float kC3 = 0.166668519f;
   static constexpr int kShift = 19;
@@ -107,8 +116,7 @@ struct TableExp<16> {
 template <>
 struct TableExp<8> {
   static constexpr float kLanesLog2E = 11.5415602f;  // 8 kLog2E, exactly.
-  static constexpr float kLn2OverLanesHi = 0.086639404296875f;
-  static constexpr float kLn2OverLanesLo = 3.99327312e-06f;
+  static constexpr float kLn2OverLanes = 0.0866433978f;
   static constexpr float kC2 = 0.500071228f;
   static constexpr float kC3 = 0.166671738f;
   static constexpr int kShift = 20;
@@ -179,8 +187,7 @@ HWY_INLINE V ExpTimesFactor(D d, V x) {
     const hn::RebindToSigned<D> di;
     const V t = hn::MulAdd(x, hn::Set(d, P::kLanesLog2E), hn::Set(d, kShifter));
     const V k = hn::Sub(t, hn::Set(d, kShifter));
-    V r = hn::NegMulAdd(k, hn::Set(d, P::kLn2OverLanesHi), x);
-    r = hn::NegMulAdd(k, hn::Set(d, P::kLn2OverLanesLo), r);
+    const V r = hn::NegMulAdd(k, hn::Set(d, P::kLn2OverLanes), x);
     const auto t_bits = hn::BitCast(di, t);
     const auto entry = LookUp(hn::Load(di, P::kTable), t_bits);
     const V s =
@@ -197,8 +204,12 @@ HWY_INLINE V ExpTimesFactor(D d, V x) {
   }
   const V t = hn::MulAdd(x, hn::Set(d, kLog2E), hn::Set(d, kShifter));
   const V n = hn::Sub(t, hn::Set(d, kShifter));
-  V r = hn::NegMulAdd(n, hn::Set(d, kLn2Hi), x);
-  r = hn::NegMulAdd(n, hn::Set(d, kLn2Lo), r);
+#if HWY_NATIVE_FMA
+  const V r = hn::NegMulAdd(n, hn::Set(d, kLn2), x);
+#else  // n kLn2Hi is exact, so the product rounds only in the small term.
+  const V r = hn::NegMulAdd(n, hn::Set(d, kLn2Lo),
+                            hn::NegMulAdd(n, hn::Set(d, kLn2Hi), x));
+#endif
   const V one = hn::Set(d, 1.0f);
   V p = hn::MulAdd(hn::Set(d, kC6), r, hn::Set(d, kC5));
   p = hn::MulAdd(p, r, hn::Set(d, kC4));
