@@ -76,9 +76,12 @@ constexpr int32_t kShifterBits = 0x4B400000;
 constexpr int kLog2Factor = 64;
 constexpr float kInverseFactor = 5.42101086e-20f;  // 2^-64, exact.
 
-// Degree 6, |r| <= ln(2) / 2 (other targets).
 constexpr float kLog2E = 1.44269504088896341f;
+// The float nearest ln 2; kLn2 / L is the float nearest ln(2) / L for a
+// power of two L (see above).
 constexpr float kLn2 = 0.693147182f;
+
+// Degree 6, |r| <= ln(2) / 2 (other targets).
 constexpr float kLn2Hi = 0.693145751953125f;  // 16 significant bits.
 constexpr float kLn2Lo = 1.42860676533018704e-6f;
 // exp(r) = 1 + r (1 + r (c2 + r (c3 + r (c4 + r (c5 + r c6))))).
@@ -88,25 +91,22 @@ constexpr float kC4 = 0.0416685268f;
 constexpr float kC5 = 0.00837013498f;
 constexpr float kC6 = 0.00138116628f;
 
-// The table method's parameters for kLanes-lane vectors (kLanes entries, one
-// register): k = round(x kLanes / ln 2), |r| <= ln(2) / (2 kLanes).
+// The table method's coefficients and table for kLanes-lane vectors (kLanes
+// entries, one register): k = round(x kLanes / ln 2), |r| <= ln(2) / (2
+// kLanes).
 // table[i] holds the bits of 2^(i / kLanes) * 2^kLog2Factor, rounded to
 // float, minus i << kShift (kShift = 23 - log2(kLanes)): adding t's bits
 // shifted left by kShift (k << kShift; kShifterBits are shifted out) adds i
 // back and floor(k / kLanes) to the exponent, so table[k mod kLanes] + (k <<
 // kShift) is 2^(k / kLanes) * 2^kLog2Factor. The factor keeps it a normal
-// float for every k down to the clamp's. kLn2OverLanes is the float nearest
-// ln(2) / kLanes (see above). exp(r) = 1 + r (1 + r (c2 + r c3)): minimax
-// relative error 0.03 u for 16 lanes, 0.53 u for 8.
+// float for every k down to the clamp's. exp(r) = 1 + r (1 + r (c2 + r
+// c3)): minimax relative error 0.03 u for 16 lanes, 0.53 u for 8.
 template <size_t kLanes>
 struct TableExp;
 template <>
 struct TableExp<16> {
-  static constexpr float kLanesLog2E = 23.0831207f;  // 16 kLog2E, exactly.
-  static constexpr float kLn2OverLanes = 0.0433216989f;
   static constexpr float kC2 = 0.500017822f;
   static constexpr float kC3 = 0.166668519f;
-  static constexpr int kShift = 19;
   HWY_ALIGN static constexpr int32_t kTable[16] = {
       0x5F800000, 0x5F7DAAC3, 0x5F7B95C2, 0x5F79C3D3,  //
       0x5F7837F0, 0x5F76F532, 0x5F75FED7, 0x5F75583F,  //
@@ -115,11 +115,8 @@ struct TableExp<16> {
 };
 template <>
 struct TableExp<8> {
-  static constexpr float kLanesLog2E = 11.5415602f;  // 8 kLog2E, exactly.
-  static constexpr float kLn2OverLanes = 0.0866433978f;
   static constexpr float kC2 = 0.500071228f;
   static constexpr float kC3 = 0.166671738f;
-  static constexpr int kShift = 20;
   HWY_ALIGN static constexpr int32_t kTable[8] = {
       0x5F800000, 0x5F7B95C2, 0x5F7837F0, 0x5F75FED7,  //
       0x5F7504F3, 0x5F75672A, 0x5F7744FD, 0x5F7AC0C7};
@@ -184,14 +181,18 @@ HWY_INLINE V ExpTimesFactor(D d, V x) {
   constexpr size_t kLanes = hn::MaxLanes(D());
   if constexpr (kHaveTableExp && (kLanes == 8 || kLanes == 16)) {
     using P = TableExp<kLanes>;
+    // Both exact: kLanes is a power of two.
+    constexpr float kLanesLog2E = kLanes * kLog2E;
+    constexpr float kLn2OverLanes = kLn2 / kLanes;
+    constexpr int kShift = 23 - static_cast<int>(hwy::FloorLog2(kLanes));
     const hn::RebindToSigned<D> di;
-    const V t = hn::MulAdd(x, hn::Set(d, P::kLanesLog2E), hn::Set(d, kShifter));
+    const V t = hn::MulAdd(x, hn::Set(d, kLanesLog2E), hn::Set(d, kShifter));
     const V k = hn::Sub(t, hn::Set(d, kShifter));
-    const V r = hn::NegMulAdd(k, hn::Set(d, P::kLn2OverLanes), x);
+    const V r = hn::NegMulAdd(k, hn::Set(d, kLn2OverLanes), x);
     const auto t_bits = hn::BitCast(di, t);
     const auto entry = LookUp(hn::Load(di, P::kTable), t_bits);
     const V s =
-        hn::BitCast(d, hn::Add(entry, hn::ShiftLeft<P::kShift>(t_bits)));
+        hn::BitCast(d, hn::Add(entry, hn::ShiftLeft<kShift>(t_bits)));
     // s exp(r) = s + (s r)(1 + r (c2 + r c3)).
     V a = hn::MulAdd(hn::Set(d, P::kC3), r, hn::Set(d, P::kC2));
     a = hn::MulAdd(a, r, hn::Set(d, 1.0f));
