@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -413,6 +414,45 @@ TEST_P(SoftmaxTest, ExtremeValues) {
         }
       });
       RunCase(x, 1.0f, {}, "extreme trial " + std::to_string(trial));
+    }
+  }
+}
+
+// Large scores under scales whose products round (0.3 x rounds down for
+// about half the x): the exp's argument scale * x - max must stay exact to
+// one rounding and must not be positive. Rows of huge scores test the
+// second (half an ulp of a max near 1e37 is ~2^100, and such rows came out
+// as NaN or garbage), rows of moderate ones the first on targets without
+// FMA (where fl(scale * x) - max erred by |scale x| u, 2e-3 at 3e4).
+// Negative scales make the row's min the max.
+TEST_P(SoftmaxTest, LargeScoresUnderInexactScales) {
+  const float scales[] = {
+      0.3f, 0.10206208f /* 1/sqrt(96) */, -0.3f, -1.0f, 1e-3f, 0.0f};
+  const float magnitudes[] = {3e38f, 1e30f, 1e20f, 3e9f, 1e5f};
+  const auto what = [](const char* kind, float scale, float magnitude) {
+    char text[96];
+    std::snprintf(text, sizeof(text), "%s, scale %g, magnitude %g", kind, scale,
+                  magnitude);
+    return std::string(text);
+  };
+  for (float scale : scales) {
+    for (float magnitude : magnitudes) {
+      for (size_t n : {1, 7, 16, 33, 100}) {
+        // A few values near +-magnitude, so that rows have several columns
+        // at the max: random signs, steps of ~1e-7 relative (neighbouring
+        // floats at 3e38).
+        Buffer<float> x({1, 2, 3, n}, 1, 1, 0.0f);
+        std::mt19937_64 rng(n);
+        x.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+          const float sign = rng() % 4 == 0 ? -1.0f : 1.0f;
+          x(b, h, i, j) = sign * magnitude *
+                          (1.0f - 1.2e-7f * static_cast<float>(rng() % 4));
+        });
+        RunCase(x, scale, {}, what("unmasked", scale, magnitude));
+        AttentionMask m;
+        m.causal = true;
+        RunCase(x, scale, m, what("causal", scale, magnitude));
+      }
     }
   }
 }

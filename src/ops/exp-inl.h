@@ -38,13 +38,19 @@
 // 2.8 u and 5.9 u with 8, 2.0 u and 5.1 u on NEON, 1.3 u without FMA;
 // tests/softmax_test.cc sweeps every target. Outputs below FLT_MIN (x <
 // -87.3) are denormal, rounded once from an exact scaling; x <= -104 (and
-// -inf, after the clamp) gives exactly 0. x > 0 is outside the contract (no
-// overflow handling). NaN gives NaN (softmax finds NaN scores in its sum of
+// -inf, after the clamp) gives exactly 0. x up to 1/2 is served (softmax's
+// max can be half an ulp below a column's exact score); beyond, there is no
+// overflow handling. NaN gives NaN (softmax finds NaN scores in its sum of
 // exps).
 //
-// ExpNonPositiveTimes2To64 returns exp(x) * 2^64: every output down to
-// exp(-104) is then a normal float, so it needs no final scaling (one op)
-// and no denormal rounding. Softmax divides the factor out with the sum.
+// ExpTimes2To64 returns exp(s x) * 2^64: every output down to exp(-104) is
+// then a normal float, so it needs no final scaling (one op) and no
+// denormal rounding; softmax divides the factor out with the sum. s in [1,
+// 2) is a run-time factor (softmax's scale, less its power of two, for rows
+// of huge scores) that costs no op: it goes into the constants (ExpScaling),
+// k = round(L s x / ln 2), r = x - k fl(ln 2 / (L s)) and the polynomial's
+// coefficients times s^i. For s != 1, fl(ln 2 / (L s)) errs by up to u / 2
+// instead of 0.046 u: a relative error of up to |s x| u / 2.
 
 #if defined(SIMDATTN_SRC_OPS_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SIMDATTN_SRC_OPS_EXP_INL_H_
@@ -76,14 +82,10 @@ constexpr int32_t kShifterBits = 0x4B400000;
 constexpr int kLog2Factor = 64;
 constexpr float kInverseFactor = 5.42101086e-20f;  // 2^-64, exact.
 
-constexpr float kLog2E = 1.44269504088896341f;
-// The float nearest ln 2; kLn2 / L is the float nearest ln(2) / L for a
-// power of two L (see above).
-constexpr float kLn2 = 0.693147182f;
+constexpr double kLog2E = 1.44269504088896341;
+constexpr double kLn2 = 0.693147180559945309;
 
 // Degree 6, |r| <= ln(2) / 2 (other targets).
-constexpr float kLn2Hi = 0.693145751953125f;  // 16 significant bits.
-constexpr float kLn2Lo = 1.42860676533018704e-6f;
 // exp(r) = 1 + r (1 + r (c2 + r (c3 + r (c4 + r (c5 + r c6))))).
 constexpr float kC2 = 0.49999994f;
 constexpr float kC3 = 0.166665092f;
@@ -144,6 +146,60 @@ HWY_INLINE hn::Vec256<int32_t> LookUp(hn::Vec256<int32_t> table,
 constexpr bool kHaveTableExp = false;
 #endif
 
+#if HWY_NATIVE_FMA
+constexpr bool kNativeFma = true;
+#else
+constexpr bool kNativeFma = false;
+#endif
+
+// The exp's constants for exp(s x), s in [1, 2) a run-time factor (s = 1
+// for plain exp): softmax writes its scale as a power of two, which goes
+// into x exactly, times s (softmax-inl.h). Floats only (SVE vectors cannot
+// be members); MakeExpScaling fills them for the target's method.
+struct ExpScaling {
+  float floor;    // kFloor / s: x's clamp.
+  float k_per_x;  // L log2(e) s, for L lanes (1 without the table).
+  // ln(2) / (L s): rounded to float where FMA is native; else in two parts,
+  // the first with 16 significant bits, so that its products with k (at
+  // most 8 bits) are exact (Cody-Waite).
+  float ln2_hi;
+  float ln2_lo;
+  float c[7];  // c[i] s^i: the polynomial's coefficients, for r in x's units.
+};
+
+template <class D>
+constexpr ExpScaling MakeExpScaling(D /*d*/, float s) {
+  constexpr size_t kLanes = hn::MaxLanes(D());
+  constexpr bool kTable = kHaveTableExp && (kLanes == 8 || kLanes == 16);
+  const double lanes = kTable ? static_cast<double>(kLanes) : 1.0;
+  ExpScaling e{};
+  e.floor = kFloor / s;
+  e.k_per_x = static_cast<float>(lanes * kLog2E * s);
+  const double ln2_part = kLn2 / (lanes * s);
+#if HWY_NATIVE_FMA
+  e.ln2_hi = static_cast<float>(ln2_part);
+#else
+  e.ln2_hi = static_cast<float>(
+      static_cast<double>(static_cast<int64_t>(ln2_part * 65536.0 + 0.5)) /
+      65536.0);
+  e.ln2_lo = static_cast<float>(ln2_part - e.ln2_hi);
+#endif
+  float coefficients[7] = {1.0f, 1.0f, kC2, kC3, kC4, kC5, kC6};
+  if constexpr (kTable) {
+    coefficients[2] = TableExp<kLanes>::kC2;
+    coefficients[3] = TableExp<kLanes>::kC3;
+  }
+  double power = 1.0;
+  for (int i = 0; i < 7; ++i, power *= s) {
+    e.c[i] = static_cast<float>(coefficients[i] * power);
+  }
+  return e;
+}
+
+// exp's own constants (s = 1).
+template <class D>
+constexpr ExpScaling kUnitScaling = MakeExpScaling(D(), 1.0f);
+
 // p * 2^(n + kLog2Extra) for integral n in [-152, 0]; t holds n as
 // described at kShifter. 2^n may be below the normal range, so it is
 // applied in two halves that are not; p * 2^n1 is exact and the second
@@ -161,12 +217,12 @@ HWY_INLINE V Scale(D d, V p, V t) {
   return hn::Mul(hn::Mul(p, pow1), pow2);
 }
 
-// max(x, kFloor), NaN kept. x86's max returns its second operand when
+// max(x, floor), NaN kept. x86's max returns its second operand when
 // either is NaN: one op. Elsewhere Highway's Max returns the number (Arm's
 // FMAXNM, the scalar and emulated targets), so a compare and a select.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE V ClampKeepingNaN(D d, V x) {
-  const V floor = hn::Set(d, kFloor);
+HWY_INLINE V ClampKeepingNaN(D d, V x, float floor_value) {
+  const V floor = hn::Set(d, floor_value);
 #if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
   return hn::Max(floor, x);
 #else
@@ -174,52 +230,48 @@ HWY_INLINE V ClampKeepingNaN(D d, V x) {
 #endif
 }
 
-// exp(x), times 2^kLog2Factor with kTimesFactor, for x <= 0.
+// exp(s x), times 2^kLog2Factor with kTimesFactor, for s x <= 1/2, with
+// ExpScaling's constants for s.
 template <bool kTimesFactor, class D, class V = hn::Vec<D>>
-HWY_INLINE V ExpTimesFactor(D d, V x) {
-  x = ClampKeepingNaN(d, x);
+HWY_INLINE V ExpTimesFactor(D d, V x, const ExpScaling& c) {
+  x = ClampKeepingNaN(d, x, c.floor);
+  const V t = hn::MulAdd(x, hn::Set(d, c.k_per_x), hn::Set(d, kShifter));
+  const V k = hn::Sub(t, hn::Set(d, kShifter));
+#if HWY_NATIVE_FMA
+  const V r = hn::NegMulAdd(k, hn::Set(d, c.ln2_hi), x);
+#else  // k ln2_hi is exact, so the product rounds only in the small term.
+  const V r = hn::NegMulAdd(k, hn::Set(d, c.ln2_lo),
+                            hn::NegMulAdd(k, hn::Set(d, c.ln2_hi), x));
+#endif
   constexpr size_t kLanes = hn::MaxLanes(D());
   if constexpr (kHaveTableExp && (kLanes == 8 || kLanes == 16)) {
     using P = TableExp<kLanes>;
-    // Both exact: kLanes is a power of two.
-    constexpr float kLanesLog2E = kLanes * kLog2E;
-    constexpr float kLn2OverLanes = kLn2 / kLanes;
+    // Exact: kLanes is a power of two.
     constexpr int kShift = 23 - static_cast<int>(hwy::FloorLog2(kLanes));
     const hn::RebindToSigned<D> di;
-    const V t = hn::MulAdd(x, hn::Set(d, kLanesLog2E), hn::Set(d, kShifter));
-    const V k = hn::Sub(t, hn::Set(d, kShifter));
-    const V r = hn::NegMulAdd(k, hn::Set(d, kLn2OverLanes), x);
     const auto t_bits = hn::BitCast(di, t);
     const auto entry = LookUp(hn::Load(di, P::kTable), t_bits);
-    const V s =
+    const V scaled =
         hn::BitCast(d, hn::Add(entry, hn::ShiftLeft<kShift>(t_bits)));
-    // s exp(r) = s + (s r)(1 + r (c2 + r c3)).
-    V a = hn::MulAdd(hn::Set(d, P::kC3), r, hn::Set(d, P::kC2));
-    a = hn::MulAdd(a, r, hn::Set(d, 1.0f));
-    const V e = hn::MulAdd(hn::Mul(s, r), a, s);
+    // scaled exp(s r) = scaled + (scaled r)(c1 + r (c2 + r c3)).
+    V a = hn::MulAdd(hn::Set(d, c.c[3]), r, hn::Set(d, c.c[2]));
+    a = hn::MulAdd(a, r, hn::Set(d, c.c[1]));
+    const V e = hn::MulAdd(hn::Mul(scaled, r), a, scaled);
     if constexpr (kTimesFactor) {
       return e;
     } else {  // One rounding, to a denormal where exp(x) is one.
       return hn::Mul(e, hn::Set(d, kInverseFactor));
     }
+  } else {
+    V p = hn::MulAdd(hn::Set(d, c.c[6]), r, hn::Set(d, c.c[5]));
+    p = hn::MulAdd(p, r, hn::Set(d, c.c[4]));
+    p = hn::MulAdd(p, r, hn::Set(d, c.c[3]));
+    p = hn::MulAdd(p, r, hn::Set(d, c.c[2]));
+    p = hn::MulAdd(p, r, hn::Set(d, c.c[1]));
+    p = hn::MulAdd(p, r, hn::Set(d, c.c[0]));
+    constexpr int kLog2Extra = kTimesFactor ? kLog2Factor : 0;
+    return Scale<kLog2Extra>(d, p, t);
   }
-  const V t = hn::MulAdd(x, hn::Set(d, kLog2E), hn::Set(d, kShifter));
-  const V n = hn::Sub(t, hn::Set(d, kShifter));
-#if HWY_NATIVE_FMA
-  const V r = hn::NegMulAdd(n, hn::Set(d, kLn2), x);
-#else  // n kLn2Hi is exact, so the product rounds only in the small term.
-  const V r = hn::NegMulAdd(n, hn::Set(d, kLn2Lo),
-                            hn::NegMulAdd(n, hn::Set(d, kLn2Hi), x));
-#endif
-  const V one = hn::Set(d, 1.0f);
-  V p = hn::MulAdd(hn::Set(d, kC6), r, hn::Set(d, kC5));
-  p = hn::MulAdd(p, r, hn::Set(d, kC4));
-  p = hn::MulAdd(p, r, hn::Set(d, kC3));
-  p = hn::MulAdd(p, r, hn::Set(d, kC2));
-  p = hn::MulAdd(p, r, one);
-  p = hn::MulAdd(p, r, one);
-  constexpr int kLog2Extra = kTimesFactor ? kLog2Factor : 0;
-  return Scale<kLog2Extra>(d, p, t);
 }
 
 }  // namespace exp_detail
@@ -227,13 +279,14 @@ HWY_INLINE V ExpTimesFactor(D d, V x) {
 // exp(x) for x <= 0 (see above); -inf gives 0, NaN gives NaN.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpNonPositive(D d, V x) {
-  return exp_detail::ExpTimesFactor<false>(d, x);
+  return exp_detail::ExpTimesFactor<false>(d, x, exp_detail::kUnitScaling<D>);
 }
 
-// exp(x) * 2^64 for x <= 0: a normal float down to x = -104, 0 below.
+// exp(s x) * 2^64 for s x <= 1/2, s the factor of `scaling`: a normal float
+// down to s x = -104, 0 below.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE V ExpNonPositiveTimes2To64(D d, V x) {
-  return exp_detail::ExpTimesFactor<true>(d, x);
+HWY_INLINE V ExpTimes2To64(D d, V x, const exp_detail::ExpScaling& scaling) {
+  return exp_detail::ExpTimesFactor<true>(d, x, scaling);
 }
 
 }  // namespace HWY_NAMESPACE

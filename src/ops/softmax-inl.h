@@ -23,9 +23,11 @@
 // inputs (u = 2^-24, arg = v - max <= 0), from the element's exp and from
 // the sum it is divided by:
 //     |arg| u   rounding of exp's argument, a float (without an additive
-//               mask one fused multiply-add, scale * x - max)
+//               mask one fused multiply-add, sigma * x - max: Scaling)
 //   + |v| u     with an additive mask only (scale * x + additive is rounded)
-//   + (2 + 0.05 |arg|) u   ExpNonPositiveTimes2To64 (exp-inl.h)
+//   + (2 + 0.05 |arg|) u   ExpTimes2To64 (exp-inl.h); (2 + 0.5 |arg|) u in
+//               rows of scores beyond 2^24 and on targets without FMA,
+//               whose exp takes a factor s != 1 (Scaling)
 //   + the sum's share of those terms: their mean over the row weighted by
 //               the outputs, at most (2 + 1.05 ln(cols)) u without an
 //               additive mask (the weighted mean of |arg| is at most
@@ -51,6 +53,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -104,12 +107,37 @@ HWY_INLINE void SumInDouble(D /*d*/, hn::Vec<D> v, VD& lo,
 constexpr size_t kGrainElements = size_t{1} << 14;
 // Room for one vector of the widest target.
 constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
-// An exp argument whose exp is exactly 0 (as is -inf's: exp-inl.h), for
-// masked columns and lanes past the row.
-constexpr float kExpFloor = exp_detail::kFloor;
-
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// What the scale gives every row, computed once per call. A row's exp
+// argument is sigma * x - max, exact but for one rounding (ExpArg), and its
+// exps exp(s (sigma * x - max)):
+//  - sigma = scale, s = 1, max = fl(scale * max x): the product may have
+//    rounded down, which leaves the max column an argument of up to half an
+//    ulp of max. The exp takes up to 1/2, so this serves rows whose |max|
+//    is below 2^24 (kLargeMax): all rows of sensible scores.
+//  - sigma = the power of two in scale (pow2), s = scale / pow2 in [1, 2)
+//    (ExpScaling): sigma times the max column is exact, so every argument is
+//    <= 0, for rows whose max is larger. (With sigma = scale, half an ulp of
+//    a max near 1e37 is ~2^100: such rows came out as NaN or garbage.)
+struct Scaling {
+  explicit Scaling(float scale)
+      : scale(scale),
+        pow2(scale == 0.0f
+                 ? 0.0f
+                 : std::copysign(std::ldexp(1.0f, std::ilogb(scale)), scale)),
+        unit(exp_detail::kUnitScaling<hn::ScalableTag<float>>),
+        normalized(scale == 0.0f
+                       ? unit
+                       : exp_detail::MakeExpScaling(hn::ScalableTag<float>(),
+                                                    scale / pow2)) {}
+  float scale;
+  float pow2;
+  exp_detail::ExpScaling unit;
+  exp_detail::ExpScaling normalized;
+};
+constexpr float kLargeMax = 16777216.0f;  // 2^24.
 
 // One row's operands. x and y may be the same memory (in place), hence no
 // HWY_RESTRICT. additive and masked are null when absent.
@@ -152,23 +180,23 @@ HWY_INLINE V Scores(D d, V scale, const float* x, const float* additive,
   return v;
 }
 
-// exp's argument v - max (kExpFloor where masked). Without an additive mask
-// it is one fused multiply-add of the inputs (one rounding, see the bound);
-// the exp clamps -inf and overflowed differences itself.
+// exp's argument v - max (-inf where masked): with an additive mask v =
+// fl(sigma * x + additive), else sigma * x - max is one fused multiply-add
+// (one rounding, see the bound; sigma and max: Scaling). The exp clamps -inf
+// and overflowed differences itself.
 template <bool kAdditive, bool kBoolean, class D, class V = hn::Vec<D>>
-HWY_INLINE V ExpArg(D d, V scale, V row_max, const float* x,
+HWY_INLINE V ExpArg(D d, V sigma, V row_max, const float* x,
                     const float* additive, const uint8_t* masked, size_t j) {
   V arg;
   if constexpr (kAdditive) {
     arg = hn::Sub(
-        hn::MulAdd(scale, hn::LoadU(d, x + j), hn::LoadU(d, additive + j)),
+        hn::MulAdd(sigma, hn::LoadU(d, x + j), hn::LoadU(d, additive + j)),
         row_max);
   } else {
-    arg = hn::MulAdd(scale, hn::LoadU(d, x + j), hn::Neg(row_max));
+    arg = hn::MulAdd(sigma, hn::LoadU(d, x + j), hn::Neg(row_max));
   }
   if constexpr (kBoolean) {
-    arg =
-        hn::IfThenElse(MaskedLanes(d, masked + j), hn::Set(d, kExpFloor), arg);
+    arg = hn::IfThenElse(MaskedLanes(d, masked + j), hn::Set(d, -kInf), arg);
   }
   return arg;
 }
@@ -321,7 +349,11 @@ struct RowPasses {
   size_t full;  // Columns in whole vectors below the limit.
   float* e;     // Pass 2's output: a stage slot, or y.
   size_t end;   // y[0, end) is written by pass 3, [end, cols) zeroed.
+  // The exp's argument is sigma * x - row_max, its factor that of `exp`
+  // (Scaling).
+  float sigma;
   float row_max;
+  const exp_detail::ExpScaling* exp;
   double total;  // Sum of the row's exps.
   bool done;     // y already holds the row's result (a special row).
   HWY_ALIGN float x_copy[kMaxLanes];
@@ -329,13 +361,28 @@ struct RowPasses {
   HWY_ALIGN uint8_t masked_copy[kMaxLanes];
 };
 
+// max fl(sigma * x) over the row's columns below its limit (max fl(sigma *
+// x + additive) with an additive mask). A positive sigma without an additive
+// mask multiplies the max instead of every column: rounding is monotonic, so
+// fl(sigma * max x) = max fl(sigma * x).
+template <bool kAdditive, bool kBoolean, class D>
+HWY_INLINE float ScaledMax(D d, float sigma, const Row& r, const RowPasses& p) {
+  if (!kAdditive && sigma > 0.0f) {
+    return sigma * PassOneMax<kAdditive, kBoolean, false>(d, hn::Set(d, sigma),
+                                                          r, p.full, p.t);
+  }
+  return PassOneMax<kAdditive, kBoolean, true>(d, hn::Set(d, sigma), r, p.full,
+                                               p.t);
+}
+
 // Finds the row's tail and max (pass 1); writes special rows at once. Reads
 // x[0, limit) (and the masks' same columns), plus at most one vector of
 // further columns inside the row. A tail vector that would cross the row's
 // end goes through copies: a full load there could reach unmapped memory or
 // another task's row.
 template <bool kAdditive, bool kBoolean, class D>
-HWY_INLINE void PassOne(D d, const Row& r, float scale, RowPasses& p) {
+HWY_INLINE void PassOne(D d, const Row& r, const Scaling& scaling,
+                        RowPasses& p) {
   const size_t N = hn::Lanes(d);
   const size_t limit = r.limit;
   p.r = &r;
@@ -367,24 +414,28 @@ HWY_INLINE void PassOne(D d, const Row& r, float scale, RowPasses& p) {
     p.t.j = 0;
   }
 
-  // A positive finite scale without an additive mask multiplies the max
-  // instead of every column: rounding is monotonic, so fl(scale * max x) =
-  // max fl(scale * x). NaN is not looked for here (two ops per vector): a
-  // NaN score makes its exp, and so the row's sum, NaN (the exp keeps NaN),
-  // which pass 2 checks. Only a row whose max is infinite is scanned for
-  // NaN: -inf may hide a NaN, and +inf gives NaN anyway (inf - inf).
-  const auto vscale = hn::Set(d, scale);
-  const bool scale_max = !kAdditive && scale > 0.0f && scale < kInf;
-  p.row_max = scale_max ? scale * PassOneMax<kAdditive, kBoolean, false>(
-                                      d, vscale, r, p.full, p.t)
-                        : PassOneMax<kAdditive, kBoolean, true>(d, vscale, r,
-                                                                p.full, p.t);
+  // Without FMA, sigma * x - max rounds once only for a power-of-two sigma:
+  // every row takes Scaling's second form there. NaN is not looked for here
+  // (two ops per vector): a NaN score makes its exp, and so the row's sum,
+  // NaN (the exp keeps NaN), which pass 2 checks. Only a row whose max is
+  // infinite is scanned for NaN: -inf may hide a NaN, and +inf gives NaN
+  // anyway (inf - inf).
+  const bool always_pow2 = !kAdditive && !exp_detail::kNativeFma;
+  p.sigma = always_pow2 ? scaling.pow2 : scaling.scale;
+  p.exp = always_pow2 ? &scaling.normalized : &scaling.unit;
+  p.row_max = ScaledMax<kAdditive, kBoolean>(d, p.sigma, r, p);
+  if (!kAdditive && !always_pow2 && std::abs(p.row_max) >= kLargeMax &&
+      std::abs(p.row_max) < kInf) {  // Huge scores (rare): see Scaling.
+    p.sigma = scaling.pow2;
+    p.exp = &scaling.normalized;
+    p.row_max = ScaledMax<kAdditive, kBoolean>(d, p.sigma, r, p);
+  }
   p.done = p.row_max == kInf || p.row_max == -kInf;  // -inf: also limit 0.
   if (p.done) {
     bool nan = p.row_max == kInf;
     if (!nan) {
-      PassOneMax<kAdditive, kBoolean, true, true>(d, vscale, r, p.full, p.t,
-                                                  &nan);
+      PassOneMax<kAdditive, kBoolean, true, true>(d, hn::Set(d, p.sigma), r,
+                                                  p.full, p.t, &nan);
     }
     std::fill(r.y, r.y + r.cols, nan ? kNaN : 0.0f);
   }
@@ -397,8 +448,7 @@ HWY_INLINE void PassOne(D d, const Row& r, float scale, RowPasses& p) {
 // null) are prefetched, a line per vector, so that their loads overlap this
 // row's arithmetic instead of stalling the core in a burst.
 template <bool kAdditive, bool kBoolean, class D>
-HWY_INLINE void PassTwo(D d, float scale, float* stage, const Row* next,
-                        RowPasses& p) {
+HWY_INLINE void PassTwo(D d, float* stage, const Row* next, RowPasses& p) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
   // Locals, not fields: the stores below may alias any memory, and fields
@@ -408,8 +458,9 @@ HWY_INLINE void PassTwo(D d, float scale, float* stage, const Row* next,
   const float* const additive = r.additive;
   const uint8_t* const masked = r.masked;
   const size_t full = p.full;
-  const V vscale = hn::Set(d, scale);
+  const V vsigma = hn::Set(d, p.sigma);
   const V vrow_max = hn::Set(d, p.row_max);
+  const exp_detail::ExpScaling exp = *p.exp;
   float* const e_out = stage != nullptr ? stage : r.y;
   p.e = e_out;
   const size_t prefetch_end =
@@ -425,9 +476,11 @@ HWY_INLINE void PassTwo(D d, float scale, float* stage, const Row* next,
     V sum = hn::Zero(d);
     for (; j < block_end; j += N) {
       if (j < prefetch_end && j % kLineFloats == 0) PrefetchColumns(ahead, j);
-      const V e = ExpNonPositiveTimes2To64(
-          d, ExpArg<kAdditive, kBoolean>(d, vscale, vrow_max, x, additive,
-                                         masked, j));
+      const V e =
+          ExpTimes2To64(d,
+                        ExpArg<kAdditive, kBoolean>(d, vsigma, vrow_max, x,
+                                                    additive, masked, j),
+                        exp);
       hn::StoreU(e, d, e_out + j);
       sum = hn::Add(sum, e);
     }
@@ -439,11 +492,11 @@ HWY_INLINE void PassTwo(D d, float scale, float* stage, const Row* next,
   if (t.count != 0) {
     const V arg =
         hn::IfThenElse(hn::FirstN(d, t.count),
-                       ExpArg<kAdditive, kBoolean>(d, vscale, vrow_max, t.x,
+                       ExpArg<kAdditive, kBoolean>(d, vsigma, vrow_max, t.x,
                                                    t.additive, t.masked, t.j),
-                       hn::Set(d, kExpFloor));
+                       hn::Set(d, -kInf));
     // 0 in the lanes past the limit.
-    const V e = ExpNonPositiveTimes2To64(d, arg);
+    const V e = ExpTimes2To64(d, arg, exp);
     SumInDouble(d, e, sum_lo, sum_hi);
     if (stage != nullptr || full + N <= r.cols) {
       hn::StoreU(e, d, e_out + full);
@@ -499,12 +552,13 @@ HWY_INLINE void PassThree(D d, bool stream, const RowPasses& p) {
 // during row g's pass 2.
 template <bool kAdditive, bool kBoolean>
 HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
-                          size_t next_count, float scale, const Output& out) {
+                          size_t next_count, const Scaling& scaling,
+                          const Output& out) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   RowPasses passes[kMaxGroup];
   for (size_t g = 0; g < count; ++g) {
-    PassOne<kAdditive, kBoolean>(d, rows[g], scale, passes[g]);
+    PassOne<kAdditive, kBoolean>(d, rows[g], scaling, passes[g]);
   }
   for (size_t g = 0; g < count; ++g) {
     const Row* prefetched = g < next_count ? &next[g] : nullptr;
@@ -513,8 +567,7 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
       continue;
     }
     const bool staged = rows[g].limit + N <= out.slot;
-    PassTwo<kAdditive, kBoolean>(d, scale,
-                                 staged ? out.stage + g * out.slot : nullptr,
+    PassTwo<kAdditive, kBoolean>(d, staged ? out.stage + g * out.slot : nullptr,
                                  prefetched, passes[g]);
   }
   for (size_t g = count; g < next_count; ++g) PrefetchRow(next[g], 0);
@@ -525,15 +578,15 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
 
 template <bool kAdditive, bool kBoolean>
 HWY_NOINLINE void SoftmaxRows(const Row* rows, size_t count, const Row* next,
-                              size_t next_count, float scale,
+                              size_t next_count, const Scaling& scaling,
                               const Output& out) {
   // A constant count of 1 (long rows) compiles to straight-line passes:
   // with loops over a variable count, 1x12x1024x1024 took 4% longer on one
   // AVX3 thread (AMD EPYC).
   if (count == 1) {
-    PassGroup<kAdditive, kBoolean>(rows, 1, next, next_count, scale, out);
+    PassGroup<kAdditive, kBoolean>(rows, 1, next, next_count, scaling, out);
   } else {
-    PassGroup<kAdditive, kBoolean>(rows, count, next, next_count, scale, out);
+    PassGroup<kAdditive, kBoolean>(rows, count, next, next_count, scaling, out);
   }
 }
 
@@ -593,6 +646,7 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
       r.limit = std::min(r.limit, mask.key_lengths[b]);
     }
   };
+  const Scaling scaling(scale);
   const size_t grain = std::max<size_t>(1, kGrainElements / cols);
   const bool stream = total_rows * cols * sizeof(float) > kStreamBytes;
   // Stage slots of whole cache lines with room for a vector past the row.
@@ -619,18 +673,18 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
       make_rows(next_count, following);
       if (has_additive) {
         if (has_boolean) {
-          SoftmaxRows<true, true>(current, count, following, next_count, scale,
-                                  out);
+          SoftmaxRows<true, true>(current, count, following, next_count,
+                                  scaling, out);
         } else {
-          SoftmaxRows<true, false>(current, count, following, next_count, scale,
-                                   out);
+          SoftmaxRows<true, false>(current, count, following, next_count,
+                                   scaling, out);
         }
       } else if (has_boolean) {
-        SoftmaxRows<false, true>(current, count, following, next_count, scale,
+        SoftmaxRows<false, true>(current, count, following, next_count, scaling,
                                  out);
       } else {
-        SoftmaxRows<false, false>(current, count, following, next_count, scale,
-                                  out);
+        SoftmaxRows<false, false>(current, count, following, next_count,
+                                  scaling, out);
       }
       row += count;
       count = next_count;
