@@ -62,7 +62,10 @@ struct AttentionMask {
 
 // Row-wise y = softmax(scale * x + mask) over the last dimension, in place
 // (y aliases x exactly) or out of place. A row with every column masked gives
-// zeros, never NaN. NaN in an unmasked input propagates to its row.
+// zeros, never NaN. NaN in an unmasked input propagates to its row. Scores of
+// any magnitude are exact (the max is subtracted exactly); where scale * x
+// overflows a float, the result is the exact softmax for positive scales up
+// to 2^24, and for others may be NaN, as from an infinite score.
 // Error, relative per element against a float64 reference: at most 2e-6, or
 // (16 + |v - max|) 2^-24 for outputs below about e^-17 of their row's
 // largest, whose exp's argument v - max is a rounded float (tested; the
@@ -112,9 +115,9 @@ struct AttentionOptions {
 // (Tensor4View::FromTokenMajor). A query row whose every key is masked gets
 // zeros; NaN in an unmasked score gives a row of NaN. Matches
 // Softmax + BatchedMatMul to about 2e-6 relative.
-SIMDATTN_API void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k,
-                                            ConstTensor4 v, Tensor4 out,
-                                            const AttentionOptions& options = {});
+SIMDATTN_API void ScaledDotProductAttention(
+    ConstTensor4 q, ConstTensor4 k, ConstTensor4 v, Tensor4 out,
+    const AttentionOptions& options = {});
 
 }  // namespace simdattn
 

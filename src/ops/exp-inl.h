@@ -38,19 +38,19 @@
 // 2.8 u and 5.9 u with 8, 2.0 u and 5.1 u on NEON, 1.3 u without FMA;
 // tests/softmax_test.cc sweeps every target. Outputs below FLT_MIN (x <
 // -87.3) are denormal, rounded once from an exact scaling; x <= -104 (and
-// -inf, after the clamp) gives exactly 0. x up to 1/2 is served (softmax's
-// max can be half an ulp below a column's exact score); beyond, there is no
-// overflow handling. NaN gives NaN (softmax finds NaN scores in its sum of
-// exps).
+// -inf, after the clamp) gives exactly 0. x > 0 is outside the contract (no
+// overflow handling; small x, such as the 2^-149 a denormal max may leave in
+// softmax, come out right). NaN gives NaN (softmax finds NaN scores in its
+// sum of exps).
 //
 // ExpTimes2To64 returns exp(s x) * 2^64: every output down to exp(-104) is
 // then a normal float, so it needs no final scaling (one op) and no
-// denormal rounding; softmax divides the factor out with the sum. s in [1,
-// 2) is a run-time factor (softmax's scale, less its power of two, for rows
-// of huge scores) that costs no op: it goes into the constants (ExpScaling),
-// k = round(L s x / ln 2), r = x - k fl(ln 2 / (L s)) and the polynomial's
-// coefficients times s^i. For s != 1, fl(ln 2 / (L s)) errs by up to u / 2
-// instead of 0.046 u: a relative error of up to |s x| u / 2.
+// denormal rounding; softmax divides the factor out with the sum. s, in
+// [2^-24, 2^24], is a run-time factor (softmax's scale) that costs no op: it
+// goes into the constants (ExpScaling), k = round(L s x / ln 2), r = x - k
+// fl(ln 2 / (L s)) and the polynomial's coefficients times s^i. Unless s is
+// a power of two, fl(ln 2 / (L s)) errs by up to u / 2 instead of 0.046 u: a
+// relative error of up to |s x| u / 2.
 
 #if defined(SIMDATTN_SRC_OPS_EXP_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SIMDATTN_SRC_OPS_EXP_INL_H_
@@ -146,16 +146,10 @@ HWY_INLINE hn::Vec256<int32_t> LookUp(hn::Vec256<int32_t> table,
 constexpr bool kHaveTableExp = false;
 #endif
 
-#if HWY_NATIVE_FMA
-constexpr bool kNativeFma = true;
-#else
-constexpr bool kNativeFma = false;
-#endif
-
-// The exp's constants for exp(s x), s in [1, 2) a run-time factor (s = 1
-// for plain exp): softmax writes its scale as a power of two, which goes
-// into x exactly, times s (softmax-inl.h). Floats only (SVE vectors cannot
-// be members); MakeExpScaling fills them for the target's method.
+// The exp's constants for exp(s x), s in [2^-24, 2^24] a run-time factor (s
+// = 1 for plain exp; softmax's scale, or the part of it that is not a power
+// of two: softmax-inl.h). Floats only (SVE vectors cannot be members);
+// MakeExpScaling fills them for the target's method.
 struct ExpScaling {
   float floor;    // kFloor / s: x's clamp.
   float k_per_x;  // L log2(e) s, for L lanes (1 without the table).
@@ -230,7 +224,7 @@ HWY_INLINE V ClampKeepingNaN(D d, V x, float floor_value) {
 #endif
 }
 
-// exp(s x), times 2^kLog2Factor with kTimesFactor, for s x <= 1/2, with
+// exp(s x), times 2^kLog2Factor with kTimesFactor, for s x <= 0, with
 // ExpScaling's constants for s.
 template <bool kTimesFactor, class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpTimesFactor(D d, V x, const ExpScaling& c) {
@@ -282,7 +276,7 @@ HWY_INLINE V ExpNonPositive(D d, V x) {
   return exp_detail::ExpTimesFactor<false>(d, x, exp_detail::kUnitScaling<D>);
 }
 
-// exp(s x) * 2^64 for s x <= 1/2, s the factor of `scaling`: a normal float
+// exp(s x) * 2^64 for s x <= 0, s the factor of `scaling`: a normal float
 // down to s x = -104, 0 below.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpTimes2To64(D d, V x, const exp_detail::ExpScaling& scaling) {

@@ -23,11 +23,10 @@
 // inputs (u = 2^-24, arg = v - max <= 0), from the element's exp and from
 // the sum it is divided by:
 //     |arg| u   rounding of exp's argument, a float (without an additive
-//               mask one fused multiply-add, sigma * x - max: Scaling)
+//               mask one subtraction or fused multiply-add: Form)
 //   + |v| u     with an additive mask only (scale * x + additive is rounded)
-//   + (2 + 0.05 |arg|) u   ExpTimes2To64 (exp-inl.h); (2 + 0.5 |arg|) u in
-//               rows of scores beyond 2^24 and on targets without FMA,
-//               whose exp takes a factor s != 1 (Scaling)
+//   + (2 + 0.05 |arg|) u   ExpTimes2To64 (exp-inl.h); (2 + 0.5 |arg|) u
+//               where the exp's factor s is not a power of two (Form)
 //   + the sum's share of those terms: their mean over the row weighted by
 //               the outputs, at most (2 + 1.05 ln(cols)) u without an
 //               additive mask (the weighted mean of |arg| is at most
@@ -110,34 +109,55 @@ constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-// What the scale gives every row, computed once per call. A row's exp
-// argument is sigma * x - max, exact but for one rounding (ExpArg), and its
-// exps exp(s (sigma * x - max)):
-//  - sigma = scale, s = 1, max = fl(scale * max x): the product may have
-//    rounded down, which leaves the max column an argument of up to half an
-//    ulp of max. The exp takes up to 1/2, so this serves rows whose |max|
-//    is below 2^24 (kLargeMax): all rows of sensible scores.
-//  - sigma = the power of two in scale (pow2), s = scale / pow2 in [1, 2)
-//    (ExpScaling): sigma times the max column is exact, so every argument is
-//    <= 0, for rows whose max is larger. (With sigma = scale, half an ulp of
-//    a max near 1e37 is ~2^100: such rows came out as NaN or garbage.)
-struct Scaling {
-  explicit Scaling(float scale)
-      : scale(scale),
-        pow2(scale == 0.0f
-                 ? 0.0f
-                 : std::copysign(std::ldexp(1.0f, std::ilogb(scale)), scale)),
-        unit(exp_detail::kUnitScaling<hn::ScalableTag<float>>),
-        normalized(scale == 0.0f
-                       ? unit
-                       : exp_detail::MakeExpScaling(hn::ScalableTag<float>(),
-                                                    scale / pow2)) {}
-  float scale;
-  float pow2;
-  exp_detail::ExpScaling unit;
-  exp_detail::ExpScaling normalized;
+// How pass 2 forms a row's exp argument arg, exact but for one rounding and
+// never positive, and what the exp multiplies it by: exp(s arg), s going
+// into the exp's constants at no cost (exp-inl.h's ExpScaling). Chosen once
+// per call (Scaling).
+enum class Form {
+  // arg = fl(scale * x + additive) - max, s = 1: the max is of the same
+  // rounded sums.
+  kAdditive,
+  // arg = x - max x, s = scale: a scale in [2^-24, 2^24] (the usual case),
+  // where s's powers in the polynomial stay normal floats and an x - max
+  // that overflows lies below -105 / s anyway. A subtraction, where the
+  // other forms take a fused multiply-add: on one AVX3 thread (AMD EPYC)
+  // 1x12x1024x1024 went from 4.27 to 3.97 ms, from memory (1x1x64x1024 in
+  // cache: 18.5 to 17.9 us), against arg = scale * x - fl(scale * max x).
+  kDifference,
+  // arg = sigma * x - max fl(sigma * x), sigma = the power of two in scale
+  // (0 for 0), whose products are exact, s = scale / sigma in [1, 2): the
+  // other scales (negative, 0, extreme). (sigma = scale would leave arg
+  // positive by up to half an ulp of the max, ~2^100 for scores near 1e37:
+  // such rows came out as NaN or garbage.)
+  kPow2,
 };
-constexpr float kLargeMax = 16777216.0f;  // 2^24.
+
+// The scale's part of every row, computed once per call.
+struct Scaling {
+  Scaling(float scale, bool additive) {
+    const hn::ScalableTag<float> d;
+    constexpr float kMinDifference = 5.96046448e-8f;  // 2^-24
+    constexpr float kMaxDifference = 16777216.0f;     // 2^24
+    if (additive) {
+      form = Form::kAdditive;
+      sigma = scale;
+      exp = exp_detail::kUnitScaling<hn::ScalableTag<float>>;
+    } else if (scale >= kMinDifference && scale <= kMaxDifference) {
+      form = Form::kDifference;
+      sigma = 1.0f;
+      exp = exp_detail::MakeExpScaling(d, scale);
+    } else {
+      form = Form::kPow2;
+      sigma = scale == 0.0f
+                  ? 0.0f
+                  : std::copysign(std::ldexp(1.0f, std::ilogb(scale)), scale);
+      exp = exp_detail::MakeExpScaling(d, scale == 0.0f ? 1.0f : scale / sigma);
+    }
+  }
+  Form form;
+  float sigma;  // x's multiplier in the argument (1 for kDifference).
+  exp_detail::ExpScaling exp;
+};
 
 // One row's operands. x and y may be the same memory (in place), hence no
 // HWY_RESTRICT. additive and masked are null when absent.
@@ -180,18 +200,18 @@ HWY_INLINE V Scores(D d, V scale, const float* x, const float* additive,
   return v;
 }
 
-// exp's argument v - max (-inf where masked): with an additive mask v =
-// fl(sigma * x + additive), else sigma * x - max is one fused multiply-add
-// (one rounding, see the bound; sigma and max: Scaling). The exp clamps -inf
-// and overflowed differences itself.
-template <bool kAdditive, bool kBoolean, class D, class V = hn::Vec<D>>
+// exp's argument (Form), -inf where masked. The exp clamps -inf and
+// overflowed differences itself.
+template <Form kForm, bool kBoolean, class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpArg(D d, V sigma, V row_max, const float* x,
                     const float* additive, const uint8_t* masked, size_t j) {
   V arg;
-  if constexpr (kAdditive) {
+  if constexpr (kForm == Form::kAdditive) {
     arg = hn::Sub(
         hn::MulAdd(sigma, hn::LoadU(d, x + j), hn::LoadU(d, additive + j)),
         row_max);
+  } else if constexpr (kForm == Form::kDifference) {
+    arg = hn::Sub(hn::LoadU(d, x + j), row_max);
   } else {
     arg = hn::MulAdd(sigma, hn::LoadU(d, x + j), hn::Neg(row_max));
   }
@@ -346,30 +366,30 @@ struct RowPasses {
 
   const Row* r;
   Tail t;
-  size_t full;  // Columns in whole vectors below the limit.
-  float* e;     // Pass 2's output: a stage slot, or y.
-  size_t end;   // y[0, end) is written by pass 3, [end, cols) zeroed.
-  // The exp's argument is sigma * x - row_max, its factor that of `exp`
-  // (Scaling).
-  float sigma;
-  float row_max;
-  const exp_detail::ExpScaling* exp;
-  double total;  // Sum of the row's exps.
-  bool done;     // y already holds the row's result (a special row).
+  size_t full;    // Columns in whole vectors below the limit.
+  float* e;       // Pass 2's output: a stage slot, or y.
+  size_t end;     // y[0, end) is written by pass 3, [end, cols) zeroed.
+  float row_max;  // As the row's Form has it.
+  double total;   // Sum of the row's exps.
+  bool done;      // y already holds the row's result (a special row).
   HWY_ALIGN float x_copy[kMaxLanes];
   HWY_ALIGN float additive_copy[kMaxLanes];
   HWY_ALIGN uint8_t masked_copy[kMaxLanes];
 };
 
-// max fl(sigma * x) over the row's columns below its limit (max fl(sigma *
-// x + additive) with an additive mask). A positive sigma without an additive
-// mask multiplies the max instead of every column: rounding is monotonic, so
-// fl(sigma * max x) = max fl(sigma * x).
-template <bool kAdditive, bool kBoolean, class D>
-HWY_INLINE float ScaledMax(D d, float sigma, const Row& r, const RowPasses& p) {
-  if (!kAdditive && sigma > 0.0f) {
-    return sigma * PassOneMax<kAdditive, kBoolean, false>(d, hn::Set(d, sigma),
-                                                          r, p.full, p.t);
+// The row's max as its Form needs it: of fl(sigma * x + additive), of x, or
+// of fl(sigma * x) (sigma = 0: of 0 * x, NaN for infinite x). A positive
+// sigma multiplies the max instead of every column: rounding is monotonic,
+// so fl(sigma * max x) = max fl(sigma * x).
+template <Form kForm, bool kBoolean, class D>
+HWY_INLINE float RowMax(D d, const Scaling& scaling, const Row& r,
+                        const RowPasses& p) {
+  constexpr bool kAdditive = kForm == Form::kAdditive;
+  const float sigma = scaling.sigma;
+  if (kForm == Form::kDifference || (kForm == Form::kPow2 && sigma > 0.0f)) {
+    const float max = PassOneMax<kAdditive, kBoolean, false>(
+        d, hn::Set(d, sigma), r, p.full, p.t);
+    return kForm == Form::kDifference ? max : sigma * max;
   }
   return PassOneMax<kAdditive, kBoolean, true>(d, hn::Set(d, sigma), r, p.full,
                                                p.t);
@@ -380,9 +400,10 @@ HWY_INLINE float ScaledMax(D d, float sigma, const Row& r, const RowPasses& p) {
 // further columns inside the row. A tail vector that would cross the row's
 // end goes through copies: a full load there could reach unmapped memory or
 // another task's row.
-template <bool kAdditive, bool kBoolean, class D>
+template <Form kForm, bool kBoolean, class D>
 HWY_INLINE void PassOne(D d, const Row& r, const Scaling& scaling,
                         RowPasses& p) {
+  constexpr bool kAdditive = kForm == Form::kAdditive;
   const size_t N = hn::Lanes(d);
   const size_t limit = r.limit;
   p.r = &r;
@@ -414,28 +435,17 @@ HWY_INLINE void PassOne(D d, const Row& r, const Scaling& scaling,
     p.t.j = 0;
   }
 
-  // Without FMA, sigma * x - max rounds once only for a power-of-two sigma:
-  // every row takes Scaling's second form there. NaN is not looked for here
-  // (two ops per vector): a NaN score makes its exp, and so the row's sum,
-  // NaN (the exp keeps NaN), which pass 2 checks. Only a row whose max is
-  // infinite is scanned for NaN: -inf may hide a NaN, and +inf gives NaN
-  // anyway (inf - inf).
-  const bool always_pow2 = !kAdditive && !exp_detail::kNativeFma;
-  p.sigma = always_pow2 ? scaling.pow2 : scaling.scale;
-  p.exp = always_pow2 ? &scaling.normalized : &scaling.unit;
-  p.row_max = ScaledMax<kAdditive, kBoolean>(d, p.sigma, r, p);
-  if (!kAdditive && !always_pow2 && std::abs(p.row_max) >= kLargeMax &&
-      std::abs(p.row_max) < kInf) {  // Huge scores (rare): see Scaling.
-    p.sigma = scaling.pow2;
-    p.exp = &scaling.normalized;
-    p.row_max = ScaledMax<kAdditive, kBoolean>(d, p.sigma, r, p);
-  }
+  // NaN is not looked for here (two ops per vector): a NaN score makes its
+  // exp, and so the row's sum, NaN (the exp keeps NaN), which pass 2 checks.
+  // Only a row whose max is infinite is scanned for NaN: -inf may hide a
+  // NaN, and +inf gives NaN anyway (inf - inf).
+  p.row_max = RowMax<kForm, kBoolean>(d, scaling, r, p);
   p.done = p.row_max == kInf || p.row_max == -kInf;  // -inf: also limit 0.
   if (p.done) {
     bool nan = p.row_max == kInf;
     if (!nan) {
-      PassOneMax<kAdditive, kBoolean, true, true>(d, hn::Set(d, p.sigma), r,
-                                                  p.full, p.t, &nan);
+      PassOneMax<kAdditive, kBoolean, true, true>(d, hn::Set(d, scaling.sigma),
+                                                  r, p.full, p.t, &nan);
     }
     std::fill(r.y, r.y + r.cols, nan ? kNaN : 0.0f);
   }
@@ -447,8 +457,9 @@ HWY_INLINE void PassOne(D d, const Row& r, const Scaling& scaling,
 // pass 3 rounds tiny outputs once. Meanwhile the first columns of `next` (or
 // null) are prefetched, a line per vector, so that their loads overlap this
 // row's arithmetic instead of stalling the core in a burst.
-template <bool kAdditive, bool kBoolean, class D>
-HWY_INLINE void PassTwo(D d, float* stage, const Row* next, RowPasses& p) {
+template <Form kForm, bool kBoolean, class D>
+HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
+                        const Row* next, RowPasses& p) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
   // Locals, not fields: the stores below may alias any memory, and fields
@@ -458,9 +469,9 @@ HWY_INLINE void PassTwo(D d, float* stage, const Row* next, RowPasses& p) {
   const float* const additive = r.additive;
   const uint8_t* const masked = r.masked;
   const size_t full = p.full;
-  const V vsigma = hn::Set(d, p.sigma);
+  const V vsigma = hn::Set(d, scaling.sigma);
   const V vrow_max = hn::Set(d, p.row_max);
-  const exp_detail::ExpScaling exp = *p.exp;
+  const exp_detail::ExpScaling exp = scaling.exp;
   float* const e_out = stage != nullptr ? stage : r.y;
   p.e = e_out;
   const size_t prefetch_end =
@@ -476,11 +487,10 @@ HWY_INLINE void PassTwo(D d, float* stage, const Row* next, RowPasses& p) {
     V sum = hn::Zero(d);
     for (; j < block_end; j += N) {
       if (j < prefetch_end && j % kLineFloats == 0) PrefetchColumns(ahead, j);
-      const V e =
-          ExpTimes2To64(d,
-                        ExpArg<kAdditive, kBoolean>(d, vsigma, vrow_max, x,
-                                                    additive, masked, j),
-                        exp);
+      const V e = ExpTimes2To64(
+          d,
+          ExpArg<kForm, kBoolean>(d, vsigma, vrow_max, x, additive, masked, j),
+          exp);
       hn::StoreU(e, d, e_out + j);
       sum = hn::Add(sum, e);
     }
@@ -492,8 +502,8 @@ HWY_INLINE void PassTwo(D d, float* stage, const Row* next, RowPasses& p) {
   if (t.count != 0) {
     const V arg =
         hn::IfThenElse(hn::FirstN(d, t.count),
-                       ExpArg<kAdditive, kBoolean>(d, vsigma, vrow_max, t.x,
-                                                   t.additive, t.masked, t.j),
+                       ExpArg<kForm, kBoolean>(d, vsigma, vrow_max, t.x,
+                                               t.additive, t.masked, t.j),
                        hn::Set(d, -kInf));
     // 0 in the lanes past the limit.
     const V e = ExpTimes2To64(d, arg, exp);
@@ -550,7 +560,7 @@ HWY_INLINE void PassThree(D d, bool stream, const RowPasses& p) {
 // Row g's exps go to out.stage + g * out.slot when they fit there (then y
 // is written once, by pass 3). next[g] (g < next_count) is prefetched
 // during row g's pass 2.
-template <bool kAdditive, bool kBoolean>
+template <Form kForm, bool kBoolean>
 HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
                           size_t next_count, const Scaling& scaling,
                           const Output& out) {
@@ -558,7 +568,7 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
   const size_t N = hn::Lanes(d);
   RowPasses passes[kMaxGroup];
   for (size_t g = 0; g < count; ++g) {
-    PassOne<kAdditive, kBoolean>(d, rows[g], scaling, passes[g]);
+    PassOne<kForm, kBoolean>(d, rows[g], scaling, passes[g]);
   }
   for (size_t g = 0; g < count; ++g) {
     const Row* prefetched = g < next_count ? &next[g] : nullptr;
@@ -567,8 +577,9 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
       continue;
     }
     const bool staged = rows[g].limit + N <= out.slot;
-    PassTwo<kAdditive, kBoolean>(d, staged ? out.stage + g * out.slot : nullptr,
-                                 prefetched, passes[g]);
+    PassTwo<kForm, kBoolean>(d, scaling,
+                             staged ? out.stage + g * out.slot : nullptr,
+                             prefetched, passes[g]);
   }
   for (size_t g = count; g < next_count; ++g) PrefetchRow(next[g], 0);
   for (size_t g = 0; g < count; ++g) {
@@ -576,7 +587,7 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
   }
 }
 
-template <bool kAdditive, bool kBoolean>
+template <Form kForm, bool kBoolean>
 HWY_NOINLINE void SoftmaxRows(const Row* rows, size_t count, const Row* next,
                               size_t next_count, const Scaling& scaling,
                               const Output& out) {
@@ -584,9 +595,21 @@ HWY_NOINLINE void SoftmaxRows(const Row* rows, size_t count, const Row* next,
   // with loops over a variable count, 1x12x1024x1024 took 4% longer on one
   // AVX3 thread (AMD EPYC).
   if (count == 1) {
-    PassGroup<kAdditive, kBoolean>(rows, 1, next, next_count, scaling, out);
+    PassGroup<kForm, kBoolean>(rows, 1, next, next_count, scaling, out);
   } else {
-    PassGroup<kAdditive, kBoolean>(rows, count, next, next_count, scaling, out);
+    PassGroup<kForm, kBoolean>(rows, count, next, next_count, scaling, out);
+  }
+}
+
+// SoftmaxRows for the call's form and boolean mask (one instantiation each).
+template <Form kForm>
+HWY_INLINE void SoftmaxRowsOfForm(bool boolean, const Row* rows, size_t count,
+                                  const Row* next, size_t next_count,
+                                  const Scaling& scaling, const Output& out) {
+  if (boolean) {
+    SoftmaxRows<kForm, true>(rows, count, next, next_count, scaling, out);
+  } else {
+    SoftmaxRows<kForm, false>(rows, count, next, next_count, scaling, out);
   }
 }
 
@@ -646,7 +669,7 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
       r.limit = std::min(r.limit, mask.key_lengths[b]);
     }
   };
-  const Scaling scaling(scale);
+  const Scaling scaling(scale, has_additive);
   const size_t grain = std::max<size_t>(1, kGrainElements / cols);
   const bool stream = total_rows * cols * sizeof(float) > kStreamBytes;
   // Stage slots of whole cache lines with room for a vector past the row.
@@ -671,20 +694,19 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
       Row* following = records[parity ^ 1];
       const size_t next_count = std::min(group, last - row - count);
       make_rows(next_count, following);
-      if (has_additive) {
-        if (has_boolean) {
-          SoftmaxRows<true, true>(current, count, following, next_count,
-                                  scaling, out);
-        } else {
-          SoftmaxRows<true, false>(current, count, following, next_count,
-                                   scaling, out);
-        }
-      } else if (has_boolean) {
-        SoftmaxRows<false, true>(current, count, following, next_count, scaling,
-                                 out);
-      } else {
-        SoftmaxRows<false, false>(current, count, following, next_count,
-                                  scaling, out);
+      switch (scaling.form) {
+        case Form::kAdditive:
+          SoftmaxRowsOfForm<Form::kAdditive>(
+              has_boolean, current, count, following, next_count, scaling, out);
+          break;
+        case Form::kDifference:
+          SoftmaxRowsOfForm<Form::kDifference>(
+              has_boolean, current, count, following, next_count, scaling, out);
+          break;
+        case Form::kPow2:
+          SoftmaxRowsOfForm<Form::kPow2>(has_boolean, current, count, following,
+                                         next_count, scaling, out);
+          break;
       }
       row += count;
       count = next_count;
