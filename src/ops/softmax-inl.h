@@ -120,9 +120,10 @@ enum class Form {
   // arg = x - max x, s = scale: a scale in [2^-24, 2^24] (the usual case),
   // where s's powers in the polynomial stay normal floats and an x - max
   // that overflows lies below -105 / s anyway. A subtraction, where the
-  // other forms take a fused multiply-add: on one AVX3 thread (AMD EPYC)
-  // 1x12x1024x1024 went from 4.27 to 3.97 ms, from memory (1x1x64x1024 in
-  // cache: 18.5 to 17.9 us), against arg = scale * x - fl(scale * max x).
+  // other forms take a fused multiply-add: against arg = scale * x -
+  // fl(scale * max x), one AVX3 thread (AMD EPYC) took 1x12x1024x1024 from
+  // 4.40 and 4.26 to 4.05 and 4.07 ms from memory (two sets of twelve
+  // alternating runs, medians), 1x1x64x1024 from 18.6 to 18.0 us in cache.
   kDifference,
   // arg = sigma * x - max fl(sigma * x), sigma = the power of two in scale
   // (0 for 0), whose products are exact, s = scale / sigma in [1, 2): the
