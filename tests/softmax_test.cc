@@ -461,33 +461,42 @@ TEST_P(SoftmaxTest, LargeScoresUnderInexactScales) {
   }
 }
 
-// Rows [0, x] for x swept over exp's whole domain, down to where it
-// underflows: the second column is exp(x) / (1 + exp(x)), so this checks the
-// kernel's exp (exp-inl.h) against the float64 one at 2^17 arguments, within
+// Rows [0, x] for scale * x swept over exp's whole domain, down to where it
+// underflows: the second column is exp(s x) / (1 + exp(s x)), so this checks
+// the kernel's exp (exp-inl.h) against the float64 one at 2^17 arguments per
+// scale (1, 1/8, 0.3: the exp's constants depend on it), within
 // its own bound (2 ULP, i.e. 4 u) plus the three roundings the row adds (sum,
 // reciprocal, product). Denormal outputs add at most half a denormal step:
 // the exps stay normal (times 2^64) until the final product rounds once.
 TEST_P(SoftmaxTest, ExpOverItsWholeRange) {
   constexpr size_t kRows = size_t{1} << 17;
-  Buffer<float> x({1, 1, kRows, 2}, 0, 0, 0.0f);
-  for (size_t i = 0; i < kRows; ++i) {
-    x(0, 0, i, 0) = 0.0f;
-    x(0, 0, i, 1) = -110.0f * static_cast<float>(i) / kRows;
-  }
-  RunCase(x, 1.0f, {}, "exp sweep");
-  Buffer<float> y({1, 1, kRows, 2}, 0, 0, 0.0f);
-  Softmax(x.view, y.view, 1.0f, {});
   constexpr double kU = 0x1p-24;
   constexpr double kSmallestDenormal = 0x1p-149;
-  for (size_t i = 0; i < kRows; ++i) {
-    const double e = std::exp(static_cast<double>(x(0, 0, i, 1)));
-    const double expected = e / (1.0 + e);
-    const double error = std::fabs(y(0, 0, i, 1) - expected);
-    const double rounding = expected >= std::numeric_limits<float>::min()
-                                ? 0.0
-                                : kSmallestDenormal / 2;
-    ASSERT_LE(error, 7 * kU * expected + rounding)
-        << "exp(" << x(0, 0, i, 1) << ")";
+  // The scale goes into the exp's constants (exp-inl.h's ExpScaling): exact
+  // for a power of two, else fl(ln 2 / (L s)) adds up to |arg| u (0.71 u for
+  // 0.3).
+  for (const float scale : {1.0f, 0.125f, 0.3f}) {
+    const double per_arg = scale == 0.3f ? kU : 0.0;
+    Buffer<float> x({1, 1, kRows, 2}, 0, 0, 0.0f);
+    for (size_t i = 0; i < kRows; ++i) {
+      x(0, 0, i, 0) = 0.0f;
+      x(0, 0, i, 1) = -110.0f / scale * static_cast<float>(i) / kRows;
+    }
+    RunCase(x, scale, {}, "exp sweep");
+    Buffer<float> y({1, 1, kRows, 2}, 0, 0, 0.0f);
+    Softmax(x.view, y.view, scale, {});
+    for (size_t i = 0; i < kRows; ++i) {
+      const double arg = static_cast<double>(scale) * x(0, 0, i, 1);
+      const double e = std::exp(arg);
+      const double expected = e / (1.0 + e);
+      const double error = std::fabs(y(0, 0, i, 1) - expected);
+      const double rounding = expected >= std::numeric_limits<float>::min()
+                                  ? 0.0
+                                  : kSmallestDenormal / 2;
+      ASSERT_LE(error,
+                (7 * kU + per_arg * std::fabs(arg)) * expected + rounding)
+          << "exp(" << scale << " * " << x(0, 0, i, 1) << ")";
+    }
   }
 }
 

@@ -25,7 +25,7 @@
 //     |arg| u   rounding of exp's argument, a float (without an additive
 //               mask one subtraction or fused multiply-add: Form)
 //   + |v| u     with an additive mask only (scale * x + additive is rounded)
-//   + (2 + 0.05 |arg|) u   ExpTimes2To64 (exp-inl.h); (2 + 0.5 |arg|) u
+//   + (2 + 0.05 |arg|) u   ExpTimes2To64 (exp-inl.h); (2 + |arg|) u
 //               where the exp's factor s is not a power of two (Form)
 //   + the sum's share of those terms: their mean over the row weighted by
 //               the outputs, at most (2 + 1.05 ln(cols)) u without an
@@ -37,9 +37,11 @@
 //   + 2 u       reciprocal (double, rounded to float) and final product.
 // That is <= 2e-6 (kernels.h) for |arg| + ln(cols) <= 18 (outputs within
 // e^-11 of their row's largest in rows of 1024 columns), if every rounding
-// errs the same way. Measured errors are far smaller (rows of 1024 Gaussian
-// scores of standard deviation 1 to 10, scale 1/8: median 4e-8 to 8e-8,
-// worst 2e-7 to 6e-7), and the tests hold every output to 2e-6 or (16 +
+// errs the same way; with a factor s that is not a power of two, for |arg| +
+// ln(cols) <= 9 in the worst case (its constant's error is fixed per s:
+// 0.11 u for 1/sqrt(128)). Measured errors are far smaller (rows of 1024
+// Gaussian scores of standard deviation 1 to 10, scale 1/8: median 4e-8 to
+// 8e-8, worst 2e-7 to 6e-7), and the tests hold every output to 2e-6 or (16 +
 // |arg|) u, whichever is larger.
 // Outputs below FLT_MIN (arg below about -87) are denormal, accurate only in
 // absolute terms; exp underflows to 0 below -104.
