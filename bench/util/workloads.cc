@@ -1,5 +1,6 @@
 #include "bench/util/workloads.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -7,9 +8,9 @@
 #include <random>
 #include <string>
 #include <unordered_map>
-#include <vector>
 
 #include "bench/util/shapes.h"
+#include "hwy/aligned_allocator.h"
 #include "simdattn/attention.h"
 #include "simdattn/kernels.h"
 #include "simdattn/targets.h"
@@ -30,11 +31,33 @@ namespace simdattn {
 namespace bench {
 namespace {
 
+// A tensor's floats, 64-byte aligned as frameworks allocate tensors
+// (PyTorch's CPU allocator, ONNX Runtime's arena). std::vector's large blocks
+// come from mmap 16 bytes past a page boundary, which splits the first and
+// last cache line of every row: kernels would be timed on a layout their
+// users do not give them.
+class Buffer {
+ public:
+  explicit Buffer(size_t size, float value = 0.0f)
+      : size_(size), data_(hwy::AllocateAligned<float>(size)) {
+    std::fill(begin(), end(), value);
+  }
+  float* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  float* begin() const { return data(); }
+  float* end() const { return data() + size_; }
+  float& operator[](size_t i) const { return data_[i]; }
+
+ private:
+  size_t size_;
+  hwy::AlignedFreeUniquePtr<float[]> data_;
+};
+
 // Matmul operands: uniform [-1, 1), C zero. B is k x n, or n x k for B^T.
 struct MatMulOperands {
-  std::vector<float> a, b, c;
+  Buffer a, b, c;
   explicit MatMulOperands(const MatMulShape& s)
-      : a(s.m * s.k), b(s.k * s.n), c(s.m * s.n, 0.0f) {
+      : a(s.m * s.k), b(s.k * s.n), c(s.m * s.n) {
     std::mt19937 rng(static_cast<uint32_t>(s.m * 131 + s.k * 17 + s.n));
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (float& v : a) v = dist(rng);
@@ -43,8 +66,8 @@ struct MatMulOperands {
 };
 
 // Scores in [-4, 4): a cheap LCG is enough for timing.
-std::vector<float> Scores(size_t n) {
-  std::vector<float> x(n);
+Buffer Scores(size_t n) {
+  Buffer x(n);
   uint32_t state = 12345;
   for (float& v : x) {
     state = state * 1664525u + 1013904223u;
@@ -86,7 +109,7 @@ class SimdattnSoftmax : public Workload {
   std::string Impl() const override { return ActiveTarget(); }
 
  private:
-  std::vector<float> x_, y_;
+  Buffer x_, y_;
   ConstTensor4 xv_;
   Tensor4 yv_;
   AttentionMask mask_;
@@ -106,7 +129,7 @@ class SimdattnDropout : public Workload {
   std::string Impl() const override { return ActiveTarget(); }
 
  private:
-  std::vector<float> x_;
+  Buffer x_;
   Tensor4 xv_;
   DropoutKey key_{1234, 0};
 };
@@ -124,7 +147,7 @@ class SimdattnMha : public Workload {
 
  private:
   MultiHeadAttention mha_;
-  std::vector<float> x_, y_;
+  Buffer x_, y_;
   ConstTensor3 xv_;
   Tensor3 yv_;
 };
@@ -153,13 +176,13 @@ class AttentionWorkload : public Workload {
   std::string Impl() const override { return ActiveTarget(); }
 
  protected:
-  static std::vector<float> Values(size_t n, float frequency) {
-    std::vector<float> x(n);
+  static Buffer Values(size_t n, float frequency) {
+    Buffer x(n);
     for (size_t i = 0; i < n; ++i) x[i] = std::sin(frequency * float(i % 4096));
     return x;
   }
 
-  std::vector<float> q_, k_, v_, out_;
+  Buffer q_, k_, v_, out_;
   ConstTensor4 q_view_, k_view_, v_view_;
   Tensor4 out_view_;
   AttentionOptions options_;
@@ -195,7 +218,7 @@ class UnfusedAttention : public AttentionWorkload {
   }
 
  private:
-  std::vector<float> weights_;
+  Buffer weights_;
   Tensor4 weights_view_;
   MatMulOptions scores_;
 };
@@ -286,7 +309,7 @@ class OneDnnSoftmax : public Workload {
   std::string Impl() const override { return impl_; }
 
  private:
-  std::vector<float> x_, y_;
+  Buffer x_, y_;
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
   dnnl::softmax_forward softmax_;
