@@ -12,7 +12,9 @@
 //           max(v) (a NaN v shows in pass 2's sum, as exp keeps NaN).
 //   pass 2: e = exp(v - max) 2^64, summed and stored into an L1 stage (rows of
 //           up to 4096 columns; longer rows use y itself); meanwhile the
-//           task's next row (group) is prefetched, a line per vector.
+//           task's next row (group) is prefetched, a line per vector, or,
+//           for long rows, the next row's pass 1 is done and the row after
+//           it prefetched (CarriesMax).
 //   pass 3: y = e / sum, with non-temporal stores when y exceeds 8 MiB
 //           (Output, StreamScaled).
 // Special rows: max = -inf (every column masked, or every v = -inf) gives
@@ -299,6 +301,18 @@ HWY_INLINE void PrefetchToL1(const T* p) {
 #endif
 }
 
+// For the row after next, when pass 2 loads the next one (CarriesMax): to
+// L2, where it waits a row (prefetcht1; prefetcht0, to L1 as well, was
+// slower).
+template <typename T>
+HWY_INLINE void PrefetchToL2(const T* p) {
+#if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
+  __builtin_prefetch(p, /*rw=*/0, /*locality=*/2);
+#else
+  hwy::Prefetch(p);
+#endif
+}
+
 HWY_INLINE void PrefetchColumns(const Row& r, size_t j) {
   PrefetchToL1(r.x + j);
   if (r.additive != nullptr) PrefetchToL1(r.additive + j);
@@ -325,18 +339,20 @@ struct Tail {
 };
 
 // Pass 1 of SoftmaxRow: the max of Scores<kAdditive, kBoolean, kScaled>
-// over the row's whole vectors [0, full) and its tail. With kFindNaN, also sets
+// over the row's whole vectors [from, full) and its tail, and of `initial`
+// (the max of [0, from), if found before). With kFindNaN, also sets
 // *nan if a score is NaN; without, a NaN score may or may not show in the max
 // (x86's max drops it), and the caller finds it in the sum of exps (see
 // SoftmaxRow).
 template <bool kAdditive, bool kBoolean, bool kScaled, bool kFindNaN = false,
           class D, class V = hn::Vec<D>>
 HWY_INLINE float PassOneMax(D d, V scale, const Row& r, size_t full,
-                            const Tail& tail, bool* nan = nullptr) {
+                            const Tail& tail, bool* nan = nullptr,
+                            size_t from = 0, float initial = -kInf) {
   const size_t N = hn::Lanes(d);
-  V vmax = hn::Set(d, -kInf);
+  V vmax = hn::Set(d, initial);
   auto any_nan = hn::FirstN(d, 0);
-  for (size_t j = 0; j < full; j += N) {
+  for (size_t j = from; j < full; j += N) {
     const V v = Scores<kAdditive, kBoolean, kScaled>(d, scale, r.x, r.additive,
                                                      r.masked, j);
     if constexpr (kFindNaN) any_nan = hn::Or(any_nan, hn::IsNaN(v));
@@ -380,15 +396,47 @@ struct RowPasses {
   HWY_ALIGN uint8_t masked_copy[kMaxLanes];
 };
 
+// The max of a row's first columns, found by the previous row's pass 2
+// (CarriesMax), so that the row's loads overlap that row's arithmetic and
+// its own pass 1 covers only the rest. The max is exact whatever the order,
+// so whether a row's first columns were carried (not for the first row of a
+// task) changes no result.
+struct CarriedMax {
+  const float* x = nullptr;  // The row's; null: nothing carried.
+  size_t columns = 0;        // [0, columns), whole vectors, are in `max`.
+  float max = -kInf;
+};
+
+// Whether pass 2 finds the next row's max as it goes, for rows that go
+// through the passes one at a time (long rows): unscaled scores without a
+// boolean mask (Form::kDifference, the usual case). The row after next is
+// then prefetched to L2 instead of the next one to L1. On one AVX3 thread
+// (AMD EPYC), 1x12x1024x1024 in cache took 253 instead of 273 ns a row,
+// and from memory 4.00 instead of 4.26 ms and 3.67 instead of 3.98 ms
+// (two sets of alternating runs, medians of the runs' minimums; against
+// oneDNN 1.74x instead of 1.65x, 1.78x instead of 1.68x). Carrying the max
+// within groups of short rows made 8x12x256x256 slower (2.03 -> 2.23 ms).
+template <Form kForm, bool kBoolean>
+constexpr bool CarriesMax() {
+  return kForm == Form::kDifference && !kBoolean;
+}
+
 // The row's max as its Form needs it: of fl(sigma * x + additive), of x, or
 // of fl(sigma * x) (sigma = 0: of 0 * x, NaN for infinite x). A positive
 // sigma multiplies the max instead of every column: rounding is monotonic,
-// so fl(sigma * max x) = max fl(sigma * x).
+// so fl(sigma * max x) = max fl(sigma * x). Starts from `carried` if it is
+// the row's.
 template <Form kForm, bool kBoolean, class D>
 HWY_INLINE float RowMax(D d, const Scaling& scaling, const Row& r,
-                        const RowPasses& p) {
+                        const RowPasses& p, const CarriedMax& carried) {
   constexpr bool kAdditive = kForm == Form::kAdditive;
   const float sigma = scaling.sigma;
+  if constexpr (CarriesMax<kForm, kBoolean>()) {
+    const bool own = carried.x == r.x;
+    return PassOneMax<false, false, false>(d, hn::Set(d, sigma), r, p.full, p.t,
+                                           nullptr, own ? carried.columns : 0,
+                                           own ? carried.max : -kInf);
+  }
   if (kForm == Form::kDifference || (kForm == Form::kPow2 && sigma > 0.0f)) {
     const float max = PassOneMax<kAdditive, kBoolean, false>(
         d, hn::Set(d, sigma), r, p.full, p.t);
@@ -405,7 +453,7 @@ HWY_INLINE float RowMax(D d, const Scaling& scaling, const Row& r,
 // another task's row.
 template <Form kForm, bool kBoolean, class D>
 HWY_INLINE void PassOne(D d, const Row& r, const Scaling& scaling,
-                        RowPasses& p) {
+                        const CarriedMax& carried, RowPasses& p) {
   constexpr bool kAdditive = kForm == Form::kAdditive;
   const size_t N = hn::Lanes(d);
   const size_t limit = r.limit;
@@ -442,7 +490,7 @@ HWY_INLINE void PassOne(D d, const Row& r, const Scaling& scaling,
   // exp, and so the row's sum, NaN (the exp keeps NaN), which pass 2 checks.
   // Only a row whose max is infinite is scanned for NaN: -inf may hide a
   // NaN, and +inf gives NaN anyway (inf - inf).
-  p.row_max = RowMax<kForm, kBoolean>(d, scaling, r, p);
+  p.row_max = RowMax<kForm, kBoolean>(d, scaling, r, p, carried);
   p.done = p.row_max == kInf || p.row_max == -kInf;  // -inf: also limit 0.
   if (p.done) {
     bool nan = p.row_max == kInf;
@@ -459,10 +507,14 @@ HWY_INLINE void PassOne(D d, const Row& r, const Scaling& scaling,
 // cancels in e / sum and keeps every e down to exp(-104) a normal float, so
 // pass 3 rounds tiny outputs once. Meanwhile the first columns of `next` (or
 // null) are prefetched, a line per vector, so that their loads overlap this
-// row's arithmetic instead of stalling the core in a burst.
-template <Form kForm, bool kBoolean, class D>
+// row's arithmetic instead of stalling the core in a burst. With kCarry,
+// `next`'s max over the columns both rows have is found instead (into
+// *carry) and `after` (or null) is prefetched.
+template <Form kForm, bool kBoolean, bool kCarry = false, class D>
 HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
-                        const Row* next, RowPasses& p) {
+                        const Row* next, RowPasses& p,
+                        const Row* after = nullptr,
+                        CarriedMax* carry = nullptr) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
   // Locals, not fields: the stores below may alias any memory, and fields
@@ -477,11 +529,19 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
   const exp_detail::ExpScaling exp = scaling.exp;
   float* const e_out = stage != nullptr ? stage : r.y;
   p.e = e_out;
+  const Row* const prefetched = kCarry ? after : next;
   const size_t prefetch_end =
-      next == nullptr ? 0 : std::min({full, next->limit, kPrefetchFloats});
+      prefetched == nullptr
+          ? 0
+          : std::min({full, prefetched->limit, kPrefetchFloats});
   // A copy of the record, written before the group's pass 1 (long enough
   // ago for store forwarding not to matter), whose fields stay in registers.
   const Row ahead = next == nullptr ? Row{} : *next;
+  // kCarry: `after`'s row, just written; its x alone is read.
+  const float* const after_x = kCarry && after != nullptr ? after->x : nullptr;
+  const size_t carry_end =
+      kCarry ? std::min(full, ahead.limit - ahead.limit % N) : 0;
+  V next_max = hn::Set(d, -kInf);
   const SumD<D> dd;
   auto sum_lo = hn::Zero(dd);
   auto sum_hi = hn::Zero(dd);
@@ -489,7 +549,13 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
     const size_t block_end = std::min(full, j + kSumBlock * N);
     V sum = hn::Zero(d);
     for (; j < block_end; j += N) {
-      if (j < prefetch_end && j % kLineFloats == 0) PrefetchColumns(ahead, j);
+      if constexpr (kCarry) {
+        if (j < carry_end)
+          next_max = hn::Max(next_max, hn::LoadU(d, ahead.x + j));
+        if (j < prefetch_end && j % kLineFloats == 0) PrefetchToL2(after_x + j);
+      } else if (j < prefetch_end && j % kLineFloats == 0) {
+        PrefetchColumns(ahead, j);
+      }
       const V e = ExpTimes2To64(
           d,
           ExpArg<kForm, kBoolean>(d, vsigma, vrow_max, x, additive, masked, j),
@@ -521,7 +587,19 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
       p.end = r.limit;
     }
   }
-  if (next != nullptr) PrefetchRow(*next, prefetch_end);
+  if constexpr (kCarry) {
+    *carry = CarriedMax{ahead.x, carry_end,
+                        hn::GetLane(hn::MaxOfLanes(d, next_max))};
+    if (after != nullptr) {
+      const size_t to = std::min(after->limit, kPrefetchFloats);
+      for (size_t j = hwy::RoundUpTo(prefetch_end, kLineFloats); j < to;
+           j += kLineFloats) {
+        PrefetchToL2(after_x + j);
+      }
+    }
+  } else if (next != nullptr) {
+    PrefetchRow(*next, prefetch_end);
+  }
   p.total = hn::GetLane(hn::SumOfLanes(dd, hn::Add(sum_lo, sum_hi)));
 }
 
@@ -562,16 +640,25 @@ HWY_INLINE void PassThree(D d, bool stream, const RowPasses& p) {
 // time: kGroupFloats).
 // Row g's exps go to out.stage + g * out.slot when they fit there (then y
 // is written once, by pass 3). next[g] (g < next_count) is prefetched
-// during row g's pass 2.
-template <Form kForm, bool kBoolean>
+// during row g's pass 2, or, for a row alone (kAlone: count is 1) whose
+// Form CarriesMax, its max found (into `carried`, which holds rows[0]'s on
+// the way in) and after[0] prefetched.
+template <Form kForm, bool kBoolean, bool kAlone>
 HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
-                          size_t next_count, const Scaling& scaling,
-                          const Output& out) {
+                          size_t next_count, const Row* after,
+                          size_t after_count, const Scaling& scaling,
+                          const Output& out, CarriedMax& carried) {
+  constexpr bool kCarry = kAlone && CarriesMax<kForm, kBoolean>();
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   RowPasses passes[kMaxGroup];
-  for (size_t g = 0; g < count; ++g) {
-    PassOne<kForm, kBoolean>(d, rows[g], scaling, passes[g]);
+  if constexpr (kCarry) {
+    PassOne<kForm, kBoolean>(d, rows[0], scaling, carried, passes[0]);
+    carried = CarriedMax{};
+  } else {
+    for (size_t g = 0; g < count; ++g) {
+      PassOne<kForm, kBoolean>(d, rows[g], scaling, CarriedMax{}, passes[g]);
+    }
   }
   for (size_t g = 0; g < count; ++g) {
     const Row* prefetched = g < next_count ? &next[g] : nullptr;
@@ -579,10 +666,17 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
       if (prefetched != nullptr) PrefetchRow(*prefetched, 0);
       continue;
     }
-    const bool staged = rows[g].limit + N <= out.slot;
-    PassTwo<kForm, kBoolean>(d, scaling,
-                             staged ? out.stage + g * out.slot : nullptr,
-                             prefetched, passes[g]);
+    float* const stage =
+        rows[g].limit + N <= out.slot ? out.stage + g * out.slot : nullptr;
+    if constexpr (kCarry) {
+      if (next_count == 1) {
+        PassTwo<kForm, kBoolean, true>(d, scaling, stage, prefetched, passes[g],
+                                       after_count != 0 ? after : nullptr,
+                                       &carried);
+        continue;
+      }
+    }
+    PassTwo<kForm, kBoolean>(d, scaling, stage, prefetched, passes[g]);
   }
   for (size_t g = count; g < next_count; ++g) PrefetchRow(next[g], 0);
   for (size_t g = 0; g < count; ++g) {
@@ -590,29 +684,39 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
   }
 }
 
+// A task's groups of rows: the one SoftmaxRows takes through the passes and
+// the two after it (their records made, for PassGroup to look ahead).
+struct Groups {
+  const Row* rows[3];
+  size_t count[3];
+};
+
 template <Form kForm, bool kBoolean>
-HWY_NOINLINE void SoftmaxRows(const Row* rows, size_t count, const Row* next,
-                              size_t next_count, const Scaling& scaling,
-                              const Output& out) {
+HWY_NOINLINE void SoftmaxRows(const Groups& groups, const Scaling& scaling,
+                              const Output& out, CarriedMax& carried) {
+  const Row* const* rows = groups.rows;
+  const size_t* count = groups.count;
   // A constant count of 1 (long rows) compiles to straight-line passes:
   // with loops over a variable count, 1x12x1024x1024 took 4% longer on one
   // AVX3 thread (AMD EPYC).
-  if (count == 1) {
-    PassGroup<kForm, kBoolean>(rows, 1, next, next_count, scaling, out);
+  if (count[0] == 1) {
+    PassGroup<kForm, kBoolean, true>(rows[0], 1, rows[1], count[1], rows[2],
+                                     count[2], scaling, out, carried);
   } else {
-    PassGroup<kForm, kBoolean>(rows, count, next, next_count, scaling, out);
+    PassGroup<kForm, kBoolean, false>(rows[0], count[0], rows[1], count[1],
+                                      rows[2], count[2], scaling, out, carried);
   }
 }
 
 // SoftmaxRows for the call's form and boolean mask (one instantiation each).
 template <Form kForm>
-HWY_INLINE void SoftmaxRowsOfForm(bool boolean, const Row* rows, size_t count,
-                                  const Row* next, size_t next_count,
-                                  const Scaling& scaling, const Output& out) {
+HWY_INLINE void SoftmaxRowsOfForm(bool boolean, const Groups& groups,
+                                  const Scaling& scaling, const Output& out,
+                                  CarriedMax& carried) {
   if (boolean) {
-    SoftmaxRows<kForm, true>(rows, count, next, next_count, scaling, out);
+    SoftmaxRows<kForm, true>(groups, scaling, out, carried);
   } else {
-    SoftmaxRows<kForm, false>(rows, count, next, next_count, scaling, out);
+    SoftmaxRows<kForm, false>(groups, scaling, out, carried);
   }
 }
 
@@ -629,10 +733,10 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
   const bool has_additive = mask.additive.data != nullptr;
   const bool has_boolean = mask.boolean.data != nullptr;
   // A task walks its rows by (b, h, i), advanced without divisions, and
-  // alternates two groups of Row records instead of copying one: on one AVX3
-  // thread (AMD EPYC), the copy of a just-written Row (a wide load of narrower
-  // stores, which store forwarding cannot serve) and the divisions took
-  // ~12% of an in-cache 256-column softmax.
+  // takes turns with three groups of Row records instead of copying one: on one
+  // AVX3 thread (AMD EPYC), the copy of a just-written Row (a wide load of
+  // narrower stores, which store forwarding cannot serve) and the divisions
+  // took ~12% of an in-cache 256-column softmax.
   struct RowIndex {
     size_t b, h, i;
   };
@@ -683,36 +787,42 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
     HWY_ALIGN float stage[kStageFloats];
     const Output out{stage, group == 1 ? kStageFloats : slot, stream};
     RowIndex k{first / rows / heads, first / rows % heads, first % rows};
-    Row records[2][kMaxGroup];
-    const auto make_rows = [&](size_t count, Row* to) {
+    // Three groups' records in turn: each is made once, two groups ahead.
+    Row records[3][kMaxGroup];
+    size_t made = first;  // Rows whose records exist.
+    const auto make_group = [&](size_t which) {
+      const size_t count = std::min(group, last - made);
       for (size_t g = 0; g < count; ++g) {
-        make_row(k, to[g]);
+        make_row(k, records[which][g]);
         advance(k);
       }
+      made += count;
+      return count;
     };
-    size_t count = std::min(group, last - first);
-    make_rows(count, records[0]);
-    for (size_t row = first, parity = 0; row != last; parity ^= 1) {
-      const Row* current = records[parity];
-      Row* following = records[parity ^ 1];
-      const size_t next_count = std::min(group, last - row - count);
-      make_rows(next_count, following);
+    size_t counts[3];
+    counts[0] = make_group(0);
+    counts[1] = make_group(1);
+    CarriedMax carried;
+    for (size_t row = first, turn = 0; row != last; turn = (turn + 1) % 3) {
+      const size_t next = (turn + 1) % 3, after = (turn + 2) % 3;
+      counts[after] = make_group(after);
+      const Groups groups{{records[turn], records[next], records[after]},
+                          {counts[turn], counts[next], counts[after]}};
       switch (scaling.form) {
         case Form::kAdditive:
-          SoftmaxRowsOfForm<Form::kAdditive>(
-              has_boolean, current, count, following, next_count, scaling, out);
+          SoftmaxRowsOfForm<Form::kAdditive>(has_boolean, groups, scaling, out,
+                                             carried);
           break;
         case Form::kDifference:
-          SoftmaxRowsOfForm<Form::kDifference>(
-              has_boolean, current, count, following, next_count, scaling, out);
+          SoftmaxRowsOfForm<Form::kDifference>(has_boolean, groups, scaling,
+                                               out, carried);
           break;
         case Form::kPow2:
-          SoftmaxRowsOfForm<Form::kPow2>(has_boolean, current, count, following,
-                                         next_count, scaling, out);
+          SoftmaxRowsOfForm<Form::kPow2>(has_boolean, groups, scaling, out,
+                                         carried);
           break;
       }
-      row += count;
-      count = next_count;
+      row += counts[turn];
     }
     if (stream) hwy::FlushStream();
   });
