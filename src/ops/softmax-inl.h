@@ -285,39 +285,33 @@ HWY_INLINE void StreamScaled(D d, const float* HWY_RESTRICT src, size_t end,
 constexpr size_t kPrefetchFloats = 1024;
 constexpr size_t kLineFloats = 64 / sizeof(float);
 
-// A row is read by pass 1 and pass 2 soon after it arrives and not again, so
-// on x86 its lines come in non-temporally (prefetchnta), which spares the
+// A prefetch with x86's locality hint (0: prefetchnta ... 3: prefetcht0);
+// elsewhere (not measured) an ordinary prefetch.
+template <int kLocality, typename T>
+HWY_INLINE void PrefetchLine(const T* p) {
+#if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
+  __builtin_prefetch(p, /*rw=*/0, kLocality);
+#else
+  hwy::Prefetch(p);
+#endif
+}
+// The next row is read by pass 1 and pass 2 soon after it arrives and not
+// again, so its lines come in non-temporally (prefetchnta), which spares the
 // lines already in the caches: on one AVX3 thread (AMD EPYC), eight
 // alternating runs from memory took 1x12x1024x1024 from 4.14 to 4.05 ms
 // and 8x12x256x256 from 2.33 to 2.30 ms (medians; minimums 3.96 to 3.88 and
-// 2.22 to 2.08), in-cache shapes unchanged. Elsewhere (not measured), an
-// ordinary prefetch.
-template <typename T>
-HWY_INLINE void PrefetchToL1(const T* p) {
-#if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
-  __builtin_prefetch(p, /*rw=*/0, /*locality=*/0);
-#else
-  hwy::Prefetch(p);
-#endif
-}
-
-// For the row after next, when pass 2 loads the next one (CarriesMax): to
+// 2.22 to 2.08), in-cache shapes unchanged.
+constexpr int kNextRowLocality = 0;
+// The row after next, when pass 2 loads the next one (CarriesMax), goes to
 // L2, where it waits a row (prefetcht1; prefetcht0, to L1 as well, was
 // slower).
-template <typename T>
-HWY_INLINE void PrefetchToL2(const T* p) {
-#if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
-  __builtin_prefetch(p, /*rw=*/0, /*locality=*/2);
-#else
-  hwy::Prefetch(p);
-#endif
-}
+constexpr int kRowAfterNextLocality = 2;
 
 HWY_INLINE void PrefetchColumns(const Row& r, size_t j) {
-  PrefetchToL1(r.x + j);
-  if (r.additive != nullptr) PrefetchToL1(r.additive + j);
+  PrefetchLine<kNextRowLocality>(r.x + j);
+  if (r.additive != nullptr) PrefetchLine<kNextRowLocality>(r.additive + j);
   if (r.masked != nullptr && j % (4 * kLineFloats) == 0) {
-    PrefetchToL1(r.masked + j);
+    PrefetchLine<kNextRowLocality>(r.masked + j);
   }
 }
 
@@ -552,7 +546,8 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
       if constexpr (kCarry) {
         if (j < carry_end)
           next_max = hn::Max(next_max, hn::LoadU(d, ahead.x + j));
-        if (j < prefetch_end && j % kLineFloats == 0) PrefetchToL2(after_x + j);
+        if (j < prefetch_end && j % kLineFloats == 0)
+          PrefetchLine<kRowAfterNextLocality>(after_x + j);
       } else if (j < prefetch_end && j % kLineFloats == 0) {
         PrefetchColumns(ahead, j);
       }
@@ -594,7 +589,7 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
       const size_t to = std::min(after->limit, kPrefetchFloats);
       for (size_t j = hwy::RoundUpTo(prefetch_end, kLineFloats); j < to;
            j += kLineFloats) {
-        PrefetchToL2(after_x + j);
+        PrefetchLine<kRowAfterNextLocality>(after_x + j);
       }
     }
   } else if (next != nullptr) {
