@@ -307,18 +307,20 @@ constexpr int kNextRowLocality = 0;
 // slower).
 constexpr int kRowAfterNextLocality = 2;
 
+template <int kLocality = kNextRowLocality>
 HWY_INLINE void PrefetchColumns(const Row& r, size_t j) {
-  PrefetchLine<kNextRowLocality>(r.x + j);
-  if (r.additive != nullptr) PrefetchLine<kNextRowLocality>(r.additive + j);
+  PrefetchLine<kLocality>(r.x + j);
+  if (r.additive != nullptr) PrefetchLine<kLocality>(r.additive + j);
   if (r.masked != nullptr && j % (4 * kLineFloats) == 0) {
-    PrefetchLine<kNextRowLocality>(r.masked + j);
+    PrefetchLine<kLocality>(r.masked + j);
   }
 }
 
+template <int kLocality = kNextRowLocality>
 HWY_INLINE void PrefetchRow(const Row& r, size_t from) {
   const size_t to = std::min(r.limit, kPrefetchFloats);
   for (size_t j = from - from % kLineFloats; j < to; j += kLineFloats) {
-    PrefetchColumns(r, j);
+    PrefetchColumns<kLocality>(r, j);
   }
 }
 
@@ -586,11 +588,7 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
     *carry = CarriedMax{ahead.x, carry_end,
                         hn::GetLane(hn::MaxOfLanes(d, next_max))};
     if (after != nullptr) {
-      const size_t to = std::min(after->limit, kPrefetchFloats);
-      for (size_t j = hwy::RoundUpTo(prefetch_end, kLineFloats); j < to;
-           j += kLineFloats) {
-        PrefetchLine<kRowAfterNextLocality>(after_x + j);
-      }
+      PrefetchRow<kRowAfterNextLocality>(*after, prefetch_end);
     }
   } else if (next != nullptr) {
     PrefetchRow(*next, prefetch_end);
