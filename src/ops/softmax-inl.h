@@ -458,6 +458,7 @@ HWY_INLINE void PassOne(D d, const Row& r, const Scaling& scaling,
   // Set by pass 2, read by pass 3 only after it; g++ -O2 cannot see that
   // through the group loops (-Wmaybe-uninitialized).
   p.end = 0;
+  p.e = nullptr;
   const size_t tail = limit - p.full;
   p.t = Tail{r.x, r.additive, r.masked, p.full, tail};
   // With a causal or length cut, the tail vector usually fits in the row:
@@ -502,10 +503,11 @@ HWY_INLINE void PassOne(D d, const Row& r, const Scaling& scaling,
 // or, when null, y; sums them in blocks. The factor (a power of 2, exact)
 // cancels in e / sum and keeps every e down to exp(-104) a normal float, so
 // pass 3 rounds tiny outputs once. Meanwhile the first columns of `next` (or
-// null) are prefetched, a line per vector, so that their loads overlap this
-// row's arithmetic instead of stalling the core in a burst. With kCarry,
-// `next`'s max over the columns both rows have is found instead (into
-// *carry) and `after` (or null) is prefetched.
+// null) are prefetched to L1 and those of `after` (or null), the row that
+// follows `next`'s, to L2, a line per vector, so that their loads overlap
+// this row's arithmetic instead of stalling the core in a burst. With
+// kCarry, `next`'s max over the columns both rows have is found instead of
+// prefetching it (into *carry).
 template <Form kForm, bool kBoolean, bool kCarry = false, class D>
 HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
                         const Row* next, RowPasses& p,
@@ -525,16 +527,16 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
   const exp_detail::ExpScaling exp = scaling.exp;
   float* const e_out = stage != nullptr ? stage : r.y;
   p.e = e_out;
-  const Row* const prefetched = kCarry ? after : next;
-  const size_t prefetch_end =
-      prefetched == nullptr
-          ? 0
-          : std::min({full, prefetched->limit, kPrefetchFloats});
+  const auto prefetch_end = [full](const Row* row) {
+    return row == nullptr ? 0 : std::min({full, row->limit, kPrefetchFloats});
+  };
+  const size_t next_end = kCarry ? 0 : prefetch_end(next);
+  const size_t after_end = prefetch_end(after);
   // A copy of the record, written before the group's pass 1 (long enough
   // ago for store forwarding not to matter), whose fields stay in registers.
   const Row ahead = next == nullptr ? Row{} : *next;
-  // kCarry: `after`'s row, just written; its x alone is read.
-  const float* const after_x = kCarry && after != nullptr ? after->x : nullptr;
+  // `after`'s row was just written: its x alone is read (and prefetched).
+  const float* const after_x = after != nullptr ? after->x : nullptr;
   const size_t carry_end =
       kCarry ? std::min(full, ahead.limit - ahead.limit % N) : 0;
   V next_max = hn::Set(d, -kInf);
@@ -548,10 +550,10 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
       if constexpr (kCarry) {
         if (j < carry_end)
           next_max = hn::Max(next_max, hn::LoadU(d, ahead.x + j));
-        if (j < prefetch_end && j % kLineFloats == 0)
-          PrefetchLine<kRowAfterNextLocality>(after_x + j);
-      } else if (j < prefetch_end && j % kLineFloats == 0) {
-        PrefetchColumns(ahead, j);
+      }
+      if (j % kLineFloats == 0) {
+        if (j < next_end) PrefetchColumns(ahead, j);
+        if (j < after_end) PrefetchLine<kRowAfterNextLocality>(after_x + j);
       }
       const V e = ExpTimes2To64(
           d,
@@ -587,11 +589,11 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
   if constexpr (kCarry) {
     *carry = CarriedMax{ahead.x, carry_end,
                         hn::GetLane(hn::MaxOfLanes(d, next_max))};
-    if (after != nullptr) {
-      PrefetchRow<kRowAfterNextLocality>(*after, prefetch_end);
-    }
   } else if (next != nullptr) {
-    PrefetchRow(*next, prefetch_end);
+    PrefetchRow(*next, next_end);
+  }
+  if (after != nullptr) {
+    PrefetchRow<kRowAfterNextLocality>(*after, after_end);
   }
   p.total = hn::GetLane(hn::SumOfLanes(dd, hn::Add(sum_lo, sum_hi)));
 }
@@ -632,10 +634,10 @@ HWY_INLINE void PassThree(D d, bool stream, const RowPasses& p) {
 // 38 to 31 us; rows of 1024 columns gained nothing (so they go one at a
 // time: kGroupFloats).
 // Row g's exps go to out.stage + g * out.slot when they fit there (then y
-// is written once, by pass 3). next[g] (g < next_count) is prefetched
-// during row g's pass 2, or, for a row alone (kAlone: count is 1) whose
-// Form CarriesMax, its max found (into `carried`, which holds rows[0]'s on
-// the way in) and after[0] prefetched.
+// is written once, by pass 3). During row g's pass 2, next[g] (g <
+// next_count) is prefetched to L1, or, for a row alone (kAlone: count is 1)
+// whose Form CarriesMax, its max found (into `carried`, which holds
+// rows[0]'s on the way in); after[g] (g < after_count) is prefetched to L2.
 template <Form kForm, bool kBoolean, bool kAlone>
 HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
                           size_t next_count, const Row* after,
@@ -655,8 +657,10 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
   }
   for (size_t g = 0; g < count; ++g) {
     const Row* prefetched = g < next_count ? &next[g] : nullptr;
+    const Row* later = g < after_count ? &after[g] : nullptr;
     if (passes[g].done) {
       if (prefetched != nullptr) PrefetchRow(*prefetched, 0);
+      if (later != nullptr) PrefetchRow<kRowAfterNextLocality>(*later, 0);
       continue;
     }
     float* const stage =
@@ -664,12 +668,11 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
     if constexpr (kCarry) {
       if (next_count == 1) {
         PassTwo<kForm, kBoolean, true>(d, scaling, stage, prefetched, passes[g],
-                                       after_count != 0 ? after : nullptr,
-                                       &carried);
+                                       later, &carried);
         continue;
       }
     }
-    PassTwo<kForm, kBoolean>(d, scaling, stage, prefetched, passes[g]);
+    PassTwo<kForm, kBoolean>(d, scaling, stage, prefetched, passes[g], later);
   }
   for (size_t g = count; g < next_count; ++g) PrefetchRow(next[g], 0);
   for (size_t g = 0; g < count; ++g) {
