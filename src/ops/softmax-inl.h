@@ -531,11 +531,11 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
   const exp_detail::ExpScaling exp = scaling.exp;
   float* const e_out = stage != nullptr ? stage : r.y;
   p.e = e_out;
-  const auto prefetch_end = [full](const Row* row) {
-    return row == nullptr ? 0 : std::min({full, row->limit, kPrefetchFloats});
-  };
-  const size_t next_end = kCarry ? 0 : prefetch_end(next);
-  const size_t after_end = prefetch_end(after);
+  const Row* const prefetched = kCarry ? after : next;
+  const size_t prefetch_end =
+      prefetched == nullptr
+          ? 0
+          : std::min({full, prefetched->limit, kPrefetchFloats});
   // A copy of the record, written before the group's pass 1 (long enough
   // ago for store forwarding not to matter), whose fields stay in registers.
   const Row ahead = next == nullptr ? Row{} : *next;
@@ -554,10 +554,13 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
       if constexpr (kCarry) {
         if (j < carry_end)
           next_max = hn::Max(next_max, hn::LoadU(d, ahead.x + j));
-      }
-      if (j % kLineFloats == 0) {
-        if (j < next_end) PrefetchColumns(ahead, j);
-        if (j < after_end) PrefetchLine<kRowAfterNextLocality>(after_x + j);
+        if (j < prefetch_end && j % kLineFloats == 0)
+          PrefetchLine<kRowAfterNextLocality>(after_x + j);
+      } else if (j < prefetch_end && j % kLineFloats == 0) {
+        PrefetchColumns(ahead, j);
+        if (after_x != nullptr) {
+          PrefetchLine<kRowAfterNextLocality>(after_x + j);
+        }
       }
       const V e = ExpTimes2To64(
           d,
@@ -594,10 +597,11 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
     *carry = CarriedMax{ahead.x, carry_end,
                         hn::GetLane(hn::MaxOfLanes(d, next_max))};
   } else if (next != nullptr) {
-    PrefetchRow(*next, next_end);
+    PrefetchRow(*next, prefetch_end);
   }
+  // `after`'s lines that the loop left out.
   if (after != nullptr) {
-    PrefetchRow<kRowAfterNextLocality>(*after, after_end);
+    PrefetchRow<kRowAfterNextLocality>(*after, prefetch_end);
   }
   p.total = hn::GetLane(hn::SumOfLanes(dd, hn::Add(sum_lo, sum_hi)));
 }
@@ -641,7 +645,8 @@ HWY_INLINE void PassThree(D d, bool stream, const RowPasses& p) {
 // is written once, by pass 3). During row g's pass 2, next[g] (g <
 // next_count) is prefetched to L1, or, for a row alone (kAlone: count is 1)
 // whose Form CarriesMax, its max found (into `carried`, which holds
-// rows[0]'s on the way in); after[g] (g < after_count) is prefetched to L2.
+// rows[0]'s on the way in); after[g] (g < after_count) is prefetched to L2,
+// except by a row alone that does not carry.
 template <Form kForm, bool kBoolean, bool kAlone>
 HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
                           size_t next_count, const Row* after,
@@ -676,7 +681,11 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
         continue;
       }
     }
-    PassTwo<kForm, kBoolean>(d, scaling, stage, prefetched, passes[g], later);
+    // A long row that does not carry the max (masked or otherwise scaled
+    // scores) prefetches only the next one, as measured before the L2
+    // prefetch: that was for groups of rows.
+    PassTwo<kForm, kBoolean>(d, scaling, stage, prefetched, passes[g],
+                             kAlone ? nullptr : later);
   }
   for (size_t g = count; g < next_count; ++g) PrefetchRow(next[g], 0);
   for (size_t g = 0; g < count; ++g) {
