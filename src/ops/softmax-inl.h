@@ -13,8 +13,9 @@
 //   pass 2: e = exp(v - max) 2^64, summed and stored into an L1 stage (rows of
 //           up to 4096 columns; longer rows use y itself); meanwhile the
 //           task's next row (group) is prefetched to L1, a line per vector,
-//           or, for long rows, the next row's pass 1 is done (CarriesMax),
-//           and the row (group) after it is prefetched to L2.
+//           or, for long rows, the next row's pass 1 is done (CarriesMax);
+//           the row (group) after it is prefetched to L2, except by long
+//           rows that do not carry.
 //   pass 3: y = e / sum, with non-temporal stores when y exceeds 8 MiB
 //           (Output, StreamScaled).
 // Special rows: max = -inf (every column masked, or every v = -inf) gives
@@ -463,6 +464,7 @@ HWY_INLINE void PassOne(D d, const Row& r, const Scaling& scaling,
   // through the group loops (-Wmaybe-uninitialized).
   p.end = 0;
   p.e = nullptr;
+  p.total = 0.0;
   const size_t tail = limit - p.full;
   p.t = Tail{r.x, r.additive, r.masked, p.full, tail};
   // With a causal or length cut, the tail vector usually fits in the row:
@@ -666,7 +668,11 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
   }
   for (size_t g = 0; g < count; ++g) {
     const Row* prefetched = g < next_count ? &next[g] : nullptr;
-    const Row* later = g < after_count ? &after[g] : nullptr;
+    // A long row that does not carry the max (masked or otherwise scaled
+    // scores) prefetches only the next one: the L2 prefetch was measured
+    // for groups and for carrying rows.
+    const Row* later =
+        (kCarry || !kAlone) && g < after_count ? &after[g] : nullptr;
     if (passes[g].done) {
       if (prefetched != nullptr) PrefetchRow(*prefetched, 0);
       if (later != nullptr) PrefetchRow<kRowAfterNextLocality>(*later, 0);
@@ -681,11 +687,7 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
         continue;
       }
     }
-    // A long row that does not carry the max (masked or otherwise scaled
-    // scores) prefetches only the next one, as measured before the L2
-    // prefetch: that was for groups of rows.
-    PassTwo<kForm, kBoolean>(d, scaling, stage, prefetched, passes[g],
-                             kAlone ? nullptr : later);
+    PassTwo<kForm, kBoolean>(d, scaling, stage, prefetched, passes[g], later);
   }
   for (size_t g = count; g < next_count; ++g) PrefetchRow(next[g], 0);
   for (size_t g = 0; g < count; ++g) {
