@@ -702,9 +702,10 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
 // for its walk. A prefetch of one line of the page makes the walk early (and
 // reads that line, 1/64 of the page). On one AVX3 thread (AMD EPYC),
 // alternating runs took 8x12x256x256 from 1.96-2.00 to 1.85-1.865 ms and
-// 1x12x1024x1024 from 3.74-3.89 to 3.55-3.59 ms (medians of the runs'
-// minimums, two sets), near what 2 MiB pages give the same kernel (1.84-1.88
-// and 3.41-3.47 ms); prefetcht1 instead of prefetchnta gained nothing.
+// 1x12x1024x1024 from 3.74-3.90 to 3.55-3.72 ms (medians of the runs'
+// minimums, three sets), near what 2 MiB pages give the same kernel
+// (1.84-1.88 and 3.41-3.47 ms); prefetcht1 instead of prefetchnta gained
+// nothing, and touching the first line of every row instead gained less.
 class PageTouch {
  public:
   void Touch(const float* begin, size_t floats) {
