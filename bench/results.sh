@@ -54,7 +54,8 @@ trap 'rm -f "$warnings" "$section"' EXIT
   echo "Machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1)," \
        "$(nproc) CPUs; simdattn $("$bin" --version)," \
        "commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown)$(
-         git diff --quiet HEAD 2> /dev/null || echo ' + local changes')," \
+         git diff --quiet HEAD -- . ':!bench/results.json' ':!bench/results.png' \
+           ':!bench/RESULTS.md' 2> /dev/null || echo ' + local changes')," \
        "$(date -u +%Y-%m-%d)."
   echo
   echo '```text'
