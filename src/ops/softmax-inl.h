@@ -701,11 +701,12 @@ HWY_INLINE void PassGroup(const Row* rows, size_t count, const Row* next,
 // non-temporal stores into a page whose translation is not in the TLB wait
 // for its walk. A prefetch of one line of the page makes the walk early (and
 // reads that line, 1/64 of the page). On one AVX3 thread (AMD EPYC),
-// alternating runs took 8x12x256x256 from 1.96-2.00 to 1.85-1.865 ms and
-// 1x12x1024x1024 from 3.74-3.90 to 3.55-3.72 ms (medians of the runs'
-// minimums, three sets), near what 2 MiB pages give the same kernel
-// (1.84-1.88 and 3.41-3.47 ms); prefetcht1 instead of prefetchnta gained
-// nothing, and touching the first line of every row instead gained less.
+// alternating runs took 8x12x256x256 from 1.87-2.00 to 1.845-1.865 ms and
+// 1x12x1024x1024 from 3.62-3.90 to 3.475-3.72 ms (medians of the runs'
+// minimums, four sets; the least gain in the quietest), near what 2 MiB
+// pages give the same kernel (1.84-1.88 and 3.41-3.47 ms); prefetcht1 instead
+// of prefetchnta gained nothing, and touching the first line of every row
+// instead gained less.
 class PageTouch {
  public:
   void Touch(const float* begin, size_t floats) {
@@ -715,7 +716,7 @@ class PageTouch {
     for (uintptr_t at = first; at <= last; at = (at | (kPage - 1)) + 1) {
       if (at / kPage == touched_) continue;
       touched_ = at / kPage;
-      PrefetchLine<0>(reinterpret_cast<const float*>(at));
+      PrefetchLine</*prefetchnta*/ 0>(reinterpret_cast<const float*>(at));
     }
   }
 
