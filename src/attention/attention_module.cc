@@ -18,6 +18,7 @@
 #include "simdattn/random.h"
 #include "src/common/check.h"
 #include "src/common/scratch.h"
+#include "src/ops/mask.h"
 
 namespace simdattn {
 
@@ -489,7 +490,7 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
     mask.causal = c.causal;
     Softmax(weights, weights, 1.0f, mask);
     if (training_dropout) Dropout(weights, c.dropout, options.dropout_key);
-    BatchedMatMul(weights, v, context);
+    internal::MaskedWeightsTimesValues(weights, v, context, mask);
   }
 
   // 6. Output projection.

@@ -45,8 +45,9 @@
 #include "src/common/scratch.h"
 #include "src/ops/dropout-inl.h"
 #include "src/ops/exp-inl.h"
+#include "src/ops/mask-inl.h"
+#include "src/ops/mask.h"
 #include "src/ops/matmul-inl.h"
-#include "src/ops/softmax-inl.h"  // MaskedLanes
 
 HWY_BEFORE_NAMESPACE();
 namespace simdattn {
@@ -54,6 +55,8 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 namespace attention_detail {
+
+using internal::TileKind;
 
 // Query rows per tile of scores: whole micro-kernel tiles.
 constexpr size_t kQueryBlock = 8 * matmul_detail::kRows;
@@ -82,27 +85,11 @@ struct Problem {
   ConstTensor4 q, k, v;
   Tensor4 out;
   float scale;
-  AttentionMask mask;
+  internal::MaskModel mask;
   bool dropout;
   dropout_detail::Params dropout_params;
   size_t group;  // Query heads per key/value head.
 };
-
-// Keys [0, limit) that row i of batch item b may attend to, before the
-// boolean and additive masks.
-HWY_INLINE size_t RowLimit(const Problem& pr, size_t b, size_t i) {
-  const size_t keys = pr.k.dims[2];
-  size_t limit = keys;
-  const size_t offset = pr.mask.causal_offset;
-  // j <= i + offset, written so that nothing overflows.
-  if (pr.mask.causal && offset < keys && i < keys - 1 - offset) {
-    limit = i + offset + 1;
-  }
-  if (pr.mask.key_lengths != nullptr) {
-    limit = std::min(limit, pr.mask.key_lengths[b]);
-  }
-  return limit;
-}
 
 // The running softmax state of a block's rows: max and sum of exp(s - max)
 // per row, and whether a score was NaN (as 0 or 1: everything here lives in
@@ -113,6 +100,52 @@ struct RowStates {
   float* nan;
 };
 
+// The keys of a partial tile (mask.h's TileKind) whose value row holds a
+// non-finite element: there, and only there, a masked key's P = 0 times V
+// would not be 0. Such rows are zeroed in what the product reads, and each
+// row that sees the key gets P V added on its own (AddNonFiniteValues).
+struct NonFiniteValues {
+  uint32_t* keys;  // Offsets in the tile, up to kKeyBlock.
+  size_t count;
+};
+
+// Lists the rows [j0, j0 + cols) of v with a non-finite element.
+template <class D>
+HWY_INLINE void FindNonFiniteValues(D d, ConstMatrix v, size_t j0, size_t cols,
+                                    NonFiniteValues& out) {
+  const size_t N = hn::Lanes(d);
+  out.count = 0;
+  for (size_t jj = 0; jj < cols; ++jj) {
+    const float* row = v.Row(j0 + jj);
+    auto bad = hn::FirstN(d, 0);
+    size_t c = 0;
+    for (; c + N <= v.cols; c += N) {
+      bad = hn::Or(bad, hn::Not(hn::IsFinite(hn::LoadU(d, row + c))));
+    }
+    bool any = !hn::AllFalse(d, bad);
+    for (; c < v.cols; ++c) any = any || !std::isfinite(row[c]);
+    if (any) out.keys[out.count++] = static_cast<uint32_t>(jj);
+  }
+}
+
+// acc[r] += P[r][jj] V[j0 + jj] for the listed keys and the rows r (query
+// i0 + r of (b, h)) that see them; P's rows are kKeyBlock apart.
+inline void AddNonFiniteValues(const Problem& pr, const NonFiniteValues& nf,
+                               ConstMatrix v, size_t b, size_t h, size_t i0,
+                               size_t rows, size_t j0, const float* p,
+                               float* acc, size_t acc_stride) {
+  for (size_t n = 0; n < nf.count; ++n) {
+    const size_t jj = nf.keys[n];
+    const float* value = v.Row(j0 + jj);
+    for (size_t r = 0; r < rows; ++r) {
+      if (!pr.mask.Visible(b, h, i0 + r, j0 + jj)) continue;
+      const float weight = p[r * kKeyBlock + jj];
+      float* out = acc + r * acc_stride;
+      for (size_t c = 0; c < v.cols; ++c) out[c] += weight * value[c];
+    }
+  }
+}
+
 // One task's scratch, carved from a float buffer of Floats(...) floats.
 struct Workspace {
   float* scores;    // kQueryBlock x kKeyBlock: S, then P.
@@ -121,12 +154,13 @@ struct Workspace {
   float* corr;      // kQueryBlock accumulator corrections.
   float* additive;  // kKeyBlock: one row's additive mask, in bounds.
   uint8_t* masked;  // kKeyBlock bytes: one row's boolean mask.
+  NonFiniteValues nonfinite;
 
   static size_t Floats(size_t nr, size_t head_dim, size_t value_dim) {
     return kQueryBlock * kKeyBlock +
            hwy::DivCeil(kKeyBlock, nr) * nr * head_dim +
            kKeyBlock * hwy::DivCeil(value_dim, nr) * nr + kQueryBlock +
-           kKeyBlock + kKeyBlock / sizeof(float) + kMaxLanes;
+           kKeyBlock + kKeyBlock / sizeof(float) + kKeyBlock + kMaxLanes;
   }
   Workspace(float* p, size_t nr, size_t head_dim, size_t value_dim) {
     scores = p;
@@ -135,6 +169,8 @@ struct Workspace {
     corr = v_panels + kKeyBlock * hwy::DivCeil(value_dim, nr) * nr;
     additive = corr + kQueryBlock;
     masked = reinterpret_cast<uint8_t*>(additive + kKeyBlock);
+    nonfinite.keys =
+        reinterpret_cast<uint32_t*>(additive + kKeyBlock + kKeyBlock / 4);
   }
 };
 
@@ -142,62 +178,59 @@ struct Workspace {
 // at or past `limit` are masked), returns its max and sets *nan if an
 // unmasked score is NaN. Rows of S and the mask copies have kKeyBlock
 // entries, a multiple of the vector length: whole vectors stay inside.
-template <class D>
-HWY_INLINE float MaskRow(D d, const Problem& pr, Workspace& ws, float* srow,
-                         size_t b, size_t h, size_t i, size_t j0, size_t cols,
+template <bool kAdditive, bool kBoolean, class D>
+HWY_INLINE float MaskRow(D d, const internal::RowMasks& masks, float* srow,
                          size_t limit, bool* nan) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
-  const float* additive = nullptr;
-  const uint8_t* masked = nullptr;
-  if (pr.mask.additive.data != nullptr) {
-    const ConstTensor4& m = pr.mask.additive;
-    std::memcpy(
-        ws.additive,
-        m.data + b * m.strides[0] + h * m.strides[1] + i * m.strides[2] + j0,
-        cols * sizeof(float));
-    std::fill(ws.additive + cols, ws.additive + kKeyBlock, 0.0f);
-    additive = ws.additive;
-  }
-  if (pr.mask.boolean.data != nullptr) {
-    const Tensor4View<const uint8_t>& m = pr.mask.boolean;
-    std::memcpy(
-        ws.masked,
-        m.data + b * m.strides[0] + h * m.strides[1] + i * m.strides[2] + j0,
-        cols);
-    std::fill(ws.masked + cols, ws.masked + kKeyBlock, uint8_t{0});
-    masked = ws.masked;
-  }
-  const hn::RebindToSigned<D> di;
-  const auto lane = hn::Iota(di, 0);
-  const auto vlimit = hn::Set(di, static_cast<int32_t>(limit));
+  const V one = hn::Set(d, 1.0f);
   V vmax = hn::Set(d, -kInf);
   auto any_nan = hn::FirstN(d, 0);
-  size_t j = 0;
-  if (additive == nullptr && masked == nullptr) {
-    // Nothing to mask in whole vectors below the limit: read only.
-    for (; j + N <= limit; j += N) {
-      const V s = hn::LoadU(d, srow + j);
-      any_nan = hn::Or(any_nan, hn::IsNaN(s));
-      vmax = hn::Max(vmax, s);
-    }
-  }
-  for (; j < limit; j += N) {
+  for (size_t j = 0; j < limit; j += N) {
     V s = hn::LoadU(d, srow + j);
-    // Lanes past the limit are masked (past cols, S was never written).
-    auto keep = hn::RebindMask(
-        d, hn::Lt(hn::Add(lane, hn::Set(di, static_cast<int32_t>(j))), vlimit));
-    if (additive != nullptr) s = hn::Add(s, hn::LoadU(d, additive + j));
-    if (masked != nullptr) {
-      keep = hn::AndNot(softmax_detail::MaskedLanes(d, masked + j), keep);
+    const bool whole = j + N <= limit;
+    if (kAdditive || kBoolean || !whole) {
+      s = mask_detail::MaskedScores<kAdditive, kBoolean, false>(d, one, s,
+                                                                masks, j);
+      // Lanes past the limit are masked (past cols, S was never written).
+      if (!whole) {
+        s = hn::IfThenElse(mask_detail::LanesBelow(d, j, limit), s,
+                           hn::Set(d, -kInf));
+      }
+      hn::StoreU(s, d, srow + j);
     }
-    s = hn::IfThenElse(keep, s, hn::Set(d, -kInf));
     any_nan = hn::Or(any_nan, hn::IsNaN(s));
     vmax = hn::Max(vmax, s);
-    hn::StoreU(s, d, srow + j);
   }
   if (!hn::AllFalse(d, any_nan)) *nan = true;
   return hn::GetLane(hn::MaxOfLanes(d, vmax));
+}
+
+// MaskRow for row i of (b, h) over keys j0 + [0, cols): the row's element
+// masks are copied into the workspace, in bounds for whole vectors.
+template <class D>
+HWY_INLINE float MaskTileRow(D d, const Problem& pr, Workspace& ws, float* srow,
+                             size_t b, size_t h, size_t i, size_t j0,
+                             size_t cols, size_t limit, bool* nan) {
+  internal::RowMasks masks = pr.mask.Row(b, h, i);
+  if (masks.additive != nullptr) {
+    std::memcpy(ws.additive, masks.additive + j0, cols * sizeof(float));
+    std::fill(ws.additive + cols, ws.additive + kKeyBlock, 0.0f);
+    masks.additive = ws.additive;
+  }
+  if (masks.boolean != nullptr) {
+    std::memcpy(ws.masked, masks.boolean + j0, cols);
+    std::fill(ws.masked + cols, ws.masked + kKeyBlock, uint8_t{0});
+    masks.boolean = ws.masked;
+  }
+  if (masks.additive != nullptr) {
+    return masks.boolean != nullptr
+               ? MaskRow<true, true>(d, masks, srow, limit, nan)
+               : MaskRow<true, false>(d, masks, srow, limit, nan);
+  }
+  return masks.boolean != nullptr
+             ? MaskRow<false, true>(d, masks, srow, limit, nan)
+             : MaskRow<false, false>(d, masks, srow, limit, nan);
 }
 
 // P = exp(S - max) over columns [0, end) of the row (end a multiple of the
@@ -227,13 +260,13 @@ inline void SoftmaxTile(const Problem& pr, size_t b, size_t h, size_t i0,
   for (size_t r = 0; r < rows; ++r) {
     const size_t i = i0 + r;
     float* srow = ws.scores + r * kKeyBlock;
-    const size_t row_limit = RowLimit(pr, b, i);
+    const size_t row_limit = pr.mask.End(b, i);
     const size_t limit = row_limit <= j0 ? 0 : std::min(cols, row_limit - j0);
     ws.corr[r] = 1.0f;
     bool nan = false;
-    const float tile_max =
-        limit == 0 ? -kInf
-                   : MaskRow(d, pr, ws, srow, b, h, i, j0, cols, limit, &nan);
+    const float tile_max = limit == 0 ? -kInf
+                                      : MaskTileRow(d, pr, ws, srow, b, h, i,
+                                                    j0, cols, limit, &nan);
     if (nan) st.nan[r] = 1.0f;
     const float new_max = std::max(st.max[r], tile_max);
     if (new_max == -kInf) {  // Nothing unmasked yet: P = 0.
@@ -283,7 +316,8 @@ inline void AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
   MatMulOptions scores_options;
   scores_options.transpose_b = Transpose::kYes;
   scores_options.alpha = pr.scale;
-  const size_t j_stop = std::min(j_end, RowLimit(pr, b, i1 - 1));
+  const size_t j_stop = std::min(j_end, pr.mask.End(b, i1 - 1));
+  const hn::ScalableTag<float> d;
   for (size_t j0 = j_begin; j0 < j_stop; j0 += kKeyBlock) {
     const size_t cols = std::min(kKeyBlock, j_stop - j0);
     DirectColumns(ConstMatrix(q.Row(i0), rows, head_dim, q.stride),
@@ -295,10 +329,27 @@ inline void AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
     if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);
     MatMulOptions accumulate;
     accumulate.beta = first ? 0.0f : 1.0f;
-    DirectColumns(ConstMatrix(ws.scores, rows, cols, kKeyBlock),
-                  ConstMatrix(v.Row(j0), cols, value_dim, v.stride),
+    ConstMatrix v_tile(v.Row(j0), cols, value_dim, v.stride);
+    ws.nonfinite.count = 0;
+    if (pr.mask.Classify(b, i0, i1, j0, j0 + cols) != TileKind::kFull) {
+      FindNonFiniteValues(d, v, j0, cols, ws.nonfinite);
+    }
+    if (ws.nonfinite.count != 0) {  // A copy with those rows zeroed.
+      for (size_t jj = 0; jj < cols; ++jj) {
+        std::memcpy(ws.v_panels + jj * value_dim, v.Row(j0 + jj),
+                    value_dim * sizeof(float));
+      }
+      for (size_t n = 0; n < ws.nonfinite.count; ++n) {
+        std::fill_n(ws.v_panels + ws.nonfinite.keys[n] * value_dim, value_dim,
+                    0.0f);
+      }
+      v_tile = ConstMatrix(ws.v_panels, cols, value_dim, value_dim);
+    }
+    DirectColumns(ConstMatrix(ws.scores, rows, cols, kKeyBlock), v_tile,
                   Matrix(acc, rows, value_dim, acc_stride), accumulate, 0,
                   value_dim);
+    AddNonFiniteValues(pr, ws.nonfinite, v, b, h, i0, rows, j0, ws.scores, acc,
+                       acc_stride);
   }
 }
 
@@ -320,7 +371,7 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
   }
   // Limits grow with the row, so a block's last row bounds its keys.
   const auto stop = [&](size_t last_row) {
-    return std::min(j_end, RowLimit(pr, b, last_row));
+    return std::min(j_end, pr.mask.End(b, last_row));
   };
   if (rows <= kSkinnyRows) {
     AttendFewRows(pr, b, h, i0, i1, j_begin, j_end, acc, acc_stride, st, ws);
@@ -345,6 +396,16 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
         PackPanel(v, /*transposed=*/false, j0, tile_cols, n0,
                   std::min(nr, value_dim - n0), nr,
                   ws.v_panels + n0 * kKeyBlock);
+      }
+      ws.nonfinite.count = 0;
+      if (pr.mask.Classify(b, i0, i1, j0, j0 + tile_cols) != TileKind::kFull) {
+        FindNonFiniteValues(d, v, j0, tile_cols, ws.nonfinite);
+      }
+      for (size_t n = 0; n < ws.nonfinite.count; ++n) {
+        for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
+          std::fill_n(ws.v_panels + n0 * kKeyBlock + ws.nonfinite.keys[n] * nr,
+                      nr, 0.0f);
+        }
       }
       for (size_t qb = i0; qb < i1; qb += kQueryBlock) {
         const size_t qb_end = std::min(i1, qb + kQueryBlock);
@@ -388,6 +449,8 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
                             std::min(nr, value_dim - n0), accumulate);
           }
         }
+        AddNonFiniteValues(pr, ws.nonfinite, v, b, h, qb, qb_rows, j0,
+                           ws.scores, qb_acc, acc_stride);
       }
     }
   }
@@ -435,7 +498,15 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
     }
     return;
   }
-  Problem pr{q, k, v, out, scale, mask, dropout > 0.0f, {}, heads / k.dims[1]};
+  Problem pr{q,
+             k,
+             v,
+             out,
+             scale,
+             internal::MaskModel(mask, k_tokens),
+             dropout > 0.0f,
+             {},
+             heads / k.dims[1]};
   if (pr.dropout)
     pr.dropout_params = dropout_detail::MakeParams(dropout, dropout_key);
 

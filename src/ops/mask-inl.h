@@ -1,0 +1,72 @@
+// Per-target application of the mask model (mask.h) to vectors of scores,
+// shared by softmax-inl.h and attention-inl.h.
+
+#if defined(SIMDATTN_SRC_OPS_MASK_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SIMDATTN_SRC_OPS_MASK_INL_H_
+#undef SIMDATTN_SRC_OPS_MASK_INL_H_
+#else
+#define SIMDATTN_SRC_OPS_MASK_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "hwy/highway.h"
+#include "src/ops/mask.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace simdattn {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+namespace mask_detail {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Lanes whose boolean-mask byte is nonzero. Reads Lanes(d) bytes at p.
+template <class D>
+HWY_INLINE auto BooleanLanes(D d, const uint8_t* HWY_RESTRICT p) {
+  const hn::Rebind<uint8_t, D> d8;
+  const hn::RebindToUnsigned<D> du;
+  const auto bytes = hn::PromoteTo(du, hn::LoadU(d8, p));
+  return hn::RebindMask(d, hn::Ne(bytes, hn::Zero(du)));
+}
+
+// Lanes of columns [j, j + Lanes(d)) below `end`.
+template <class D>
+HWY_INLINE auto LanesBelow(D d, size_t j, size_t end) {
+  return hn::FirstN(d, end > j ? end - j : 0);
+}
+
+// The scores of columns [j, j + Lanes(d)) of a row under its element masks:
+// scale * x (x alone without kScaled) plus the additive mask, rounded once,
+// and -inf in the lanes the boolean or additive mask masks, whatever x holds
+// there. Reads Lanes(d) elements at index j of each mask in use.
+template <bool kAdditive, bool kBoolean, bool kScaled = true, class D,
+          class V = hn::Vec<D>>
+HWY_INLINE V MaskedScores(D d, V scale, V x, const internal::RowMasks& m,
+                          size_t j) {
+  V v = x;
+  auto masked = hn::FirstN(d, 0);
+  if constexpr (kAdditive) {
+    const V additive = hn::LoadU(d, m.additive + j);
+    v = hn::MulAdd(scale, x, additive);
+    masked = hn::Eq(additive, hn::Set(d, -kInf));
+  } else if constexpr (kScaled) {
+    v = hn::Mul(scale, x);
+  }
+  if constexpr (kBoolean)
+    masked = hn::Or(masked, BooleanLanes(d, m.boolean + j));
+  if constexpr (kAdditive || kBoolean) {
+    v = hn::IfThenElse(masked, hn::Set(d, -kInf), v);
+  }
+  return v;
+}
+
+}  // namespace mask_detail
+}  // namespace HWY_NAMESPACE
+}  // namespace simdattn
+HWY_AFTER_NAMESPACE();
+
+#endif  // SIMDATTN_SRC_OPS_MASK_INL_H_

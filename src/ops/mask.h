@@ -1,0 +1,111 @@
+// The one mask model: which keys a query row sees and what joins its scores.
+// Softmax, fused attention (prefill and split-KV decode) and the unfused
+// module path all read an AttentionMask (kernels.h) through it; the
+// per-target code that applies it in registers is mask-inl.h.
+//
+// Key j is visible to row i of (batch b, head h) iff
+//   j < End(b, i)               causal: j <= i + causal_offset;
+//                               key lengths: j < key_lengths[b]
+//   boolean[b, h, i, j] == 0
+//   additive[b, h, i, j] != -inf
+// and its score is scale * x + additive[b, h, i, j] (x = q . k in attention).
+// A masked key contributes exactly nothing, whatever x, K or V hold there:
+// its score is selected to -inf, never computed with, and its value row is
+// never multiplied in (attention-inl.h's NonFiniteValues). NaN at a visible
+// key propagates to its row, as in PyTorch.
+#ifndef SIMDATTN_SRC_OPS_MASK_H_
+#define SIMDATTN_SRC_OPS_MASK_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "simdattn/kernels.h"
+
+namespace simdattn {
+namespace internal {
+
+// One row's element masks, null when absent; indexed by key.
+struct RowMasks {
+  const float* additive = nullptr;
+  const uint8_t* boolean = nullptr;
+};
+
+// How a block of rows meets a range of keys.
+enum class TileKind {
+  kEmpty,    // No row sees any key: skip it.
+  kPartial,  // Some (row, key) may be masked: apply the masks.
+  kFull,     // Every row sees every key: no masking at all.
+};
+
+class MaskModel {
+ public:
+  // `keys`: the scores' last dimension. The mask was validated against it.
+  MaskModel(const AttentionMask& mask, size_t keys)
+      : mask_(mask), keys_(keys) {}
+
+  const AttentionMask& mask() const { return mask_; }
+  bool has_additive() const { return mask_.additive.data != nullptr; }
+  bool has_boolean() const { return mask_.boolean.data != nullptr; }
+  bool HasElementMasks() const { return has_additive() || has_boolean(); }
+
+  // Keys [End(b, i), keys) are masked for row i; End grows with i.
+  size_t End(size_t b, size_t i) const {
+    size_t end = keys_;
+    const size_t offset = mask_.causal_offset;
+    // j <= i + offset, written so that nothing overflows.
+    if (mask_.causal && offset < keys_ && i < keys_ - 1 - offset) {
+      end = i + offset + 1;
+    }
+    if (mask_.key_lengths != nullptr) end = std::min(end, mask_.key_lengths[b]);
+    return end;
+  }
+
+  RowMasks Row(size_t b, size_t h, size_t i) const {
+    RowMasks r;
+    if (has_additive()) {
+      const ConstTensor4& m = mask_.additive;
+      r.additive =
+          m.data + b * m.strides[0] + h * m.strides[1] + i * m.strides[2];
+    }
+    if (has_boolean()) {
+      const Tensor4View<const uint8_t>& m = mask_.boolean;
+      r.boolean =
+          m.data + b * m.strides[0] + h * m.strides[1] + i * m.strides[2];
+    }
+    return r;
+  }
+
+  bool Visible(size_t b, size_t h, size_t i, size_t j) const {
+    if (j >= End(b, i)) return false;
+    const RowMasks r = Row(b, h, i);
+    if (r.boolean != nullptr && r.boolean[j] != 0) return false;
+    return r.additive == nullptr ||
+           r.additive[j] != -std::numeric_limits<float>::infinity();
+  }
+
+  // Rows [i_begin, i_end) (non-empty) against keys [j_begin, j_end).
+  TileKind Classify(size_t b, size_t i_begin, size_t i_end, size_t j_begin,
+                    size_t j_end) const {
+    if (End(b, i_end - 1) <= j_begin) return TileKind::kEmpty;
+    if (End(b, i_begin) >= j_end && !HasElementMasks()) return TileKind::kFull;
+    return TileKind::kPartial;
+  }
+
+ private:
+  AttentionMask mask_;
+  size_t keys_;
+};
+
+// The unfused path's out = weights V (BatchedMatMul's grouped heads), where
+// weights (batch, heads, rows, keys) are a softmax under `mask`: a value row
+// holding Inf or NaN reaches only the rows that see its key, as in the fused
+// path. Arguments are validated by BatchedMatMul.
+void MaskedWeightsTimesValues(ConstTensor4 weights, ConstTensor4 v, Tensor4 out,
+                              const AttentionMask& mask);
+
+}  // namespace internal
+}  // namespace simdattn
+
+#endif  // SIMDATTN_SRC_OPS_MASK_H_
