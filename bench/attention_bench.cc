@@ -1,6 +1,6 @@
 // Fused ScaledDotProductAttention beside this library's unfused path
 // (BatchedMatMul -> Softmax -> BatchedMatMul, the (T x T) weights stored),
-// at the shapes of bench/util/shapes.h: prefill causal and not, with
+// at the shapes of tools/measure/shapes.h: prefill causal and not, with
 // dropout, grouped-query heads, and decode against a KV cache. GFLOP/s count
 // the useful FLOPs (causal prefill: about half); decode also reports GB/s of
 // K and V read, the bound it runs against.
@@ -10,22 +10,22 @@
 #include <memory>
 #include <string>
 
-#include "bench/util/shapes.h"
-#include "bench/util/workloads.h"
 #include "benchmark/benchmark.h"
 #include "simdattn/targets.h"
 #include "tbb/task_arena.h"
+#include "tools/measure/shapes.h"
+#include "tools/measure/workloads.h"
 
 namespace simdattn {
 namespace {
 
-using bench::AttentionShape;
+using measure::AttentionShape;
 
 void BM_Attention(benchmark::State& state, AttentionShape shape, bool unfused) {
   tbb::task_arena arena(static_cast<int>(state.range(0)));
-  const std::unique_ptr<bench::Workload> workload =
-      unfused ? bench::MakeUnfusedAttention(shape)
-              : bench::MakeAttention(shape);
+  const std::unique_ptr<measure::Workload> workload =
+      unfused ? measure::MakeUnfusedAttention(shape)
+              : measure::MakeAttention(shape);
   arena.execute([&] {
     for (auto _ : state) {
       workload->Run();
@@ -53,13 +53,13 @@ void Register(const char* kind, const AttentionShape& shape, bool unfused) {
 }
 
 const int kRegistered = [] {
-  for (const AttentionShape& shape : bench::StandardAttentionShapes()) {
+  for (const AttentionShape& shape : measure::StandardAttentionShapes()) {
     Register("Prefill", shape, false);
     // The unfused baseline beside causal prefill; at T = 4096 its weights
     // alone would take 800 MB.
     if (shape.causal && shape.tokens <= 1024) Register("Prefill", shape, true);
   }
-  for (const AttentionShape& shape : bench::StandardDecodeShapes()) {
+  for (const AttentionShape& shape : measure::StandardDecodeShapes()) {
     Register("Decode", shape, false);
   }
   return 0;

@@ -1,6 +1,6 @@
 // In-place dropout (p = 0.1) throughput on attention-sized score tensors,
 // per SIMD target. Bytes processed = bytes read + written (each element is
-// read and written once). Shapes and the workload come from bench/util,
+// read and written once). Shapes and the workload come from tools/measure,
 // shared with `simdattn bench`.
 //
 //   dropout_bench --benchmark_filter=AVX3          one target
@@ -9,19 +9,19 @@
 #include <memory>
 #include <string>
 
-#include "bench/util/shapes.h"
-#include "bench/util/workloads.h"
 #include "benchmark/benchmark.h"
 #include "simdattn/targets.h"
+#include "tools/measure/shapes.h"
+#include "tools/measure/workloads.h"
 
 namespace simdattn {
 namespace {
 
-using bench::ScoresShape;
+using measure::ScoresShape;
 
 void BM_Dropout(benchmark::State& state, std::string target, ScoresShape s) {
   UseTarget(target);
-  const std::unique_ptr<bench::Workload> w = bench::MakeDropout(s);
+  const std::unique_ptr<measure::Workload> w = measure::MakeDropout(s);
   for (auto _ : state) {
     w->Run();
     benchmark::ClobberMemory();
@@ -37,7 +37,7 @@ void BM_Dropout(benchmark::State& state, std::string target, ScoresShape s) {
 // benchmark per (target, shape).
 [[maybe_unused]] const bool kRegistered = [] {
   for (const std::string& target : SupportedTargets()) {
-    for (const ScoresShape& s : bench::StandardDropoutShapes()) {
+    for (const ScoresShape& s : measure::StandardDropoutShapes()) {
       const std::string name = "Dropout/" + target + "/" + s.Name() + "/p0.1";
       benchmark::RegisterBenchmark(name.c_str(), BM_Dropout, target, s)
           ->Unit(benchmark::kMillisecond)

@@ -16,7 +16,7 @@
 // AVX-512 ones (compare those with AVX3, and Haswell with AVX2).
 //
 // Shapes and workloads (operands, oneDNN and OpenBLAS adapters) come from
-// bench/util, shared with `simdattn bench`.
+// tools/measure, shared with `simdattn bench`.
 //
 // Libraries whose idle workers spin (OpenMP under oneDNN, OpenBLAS's
 // pthreads) steal a core from the next benchmark for a few milliseconds on a
@@ -28,17 +28,17 @@
 #include <string>
 #include <vector>
 
-#include "bench/util/shapes.h"
-#include "bench/util/workloads.h"
 #include "benchmark/benchmark.h"
 #include "simdattn/targets.h"
 #include "tbb/task_arena.h"
+#include "tools/measure/shapes.h"
+#include "tools/measure/workloads.h"
 
 namespace simdattn {
 namespace {
 
-using bench::Library;
-using bench::MatMulShape;
+using measure::Library;
+using measure::MatMulShape;
 
 // SIMDATTN_BENCH_THREADS="1,2,4"; default {1, 2}.
 std::vector<int> ThreadCounts() {
@@ -73,7 +73,7 @@ void BM_SimdattnMatMul(benchmark::State& state, std::string target,
   state.SetLabel(ActiveTarget());
   tbb::task_arena arena(threads);
   arena.execute([&] {
-    const std::unique_ptr<bench::Workload> w = bench::MakeMatMul(s);
+    const std::unique_ptr<measure::Workload> w = measure::MakeMatMul(s);
     w->Run();  // Warm the scratch pool and TBB's workers.
     for (auto _ : state) {
       w->Run();
@@ -92,8 +92,8 @@ void BM_LibraryMatMul(benchmark::State& state, Library library, MatMulShape s) {
   const int threads = static_cast<int>(state.range(0));
   tbb::task_arena arena(threads);
   arena.execute([&] {
-    const std::unique_ptr<bench::Workload> w =
-        bench::MakeMatMul(s, library, threads);
+    const std::unique_ptr<measure::Workload> w =
+        measure::MakeMatMul(s, library, threads);
     state.SetLabel(w->Impl());
     w->Run();  // Warm up: first-touch, thread start.
     for (auto _ : state) {
@@ -116,16 +116,16 @@ void Configure(benchmark::internal::Benchmark* b) {
   const std::vector<std::string> targets =
       AllTargets() ? SupportedTargets()
                    : std::vector<std::string>{ActiveTarget()};
-  for (const MatMulShape& s : bench::StandardMatMulShapes()) {
+  for (const MatMulShape& s : measure::StandardMatMulShapes()) {
     for (const std::string& target : targets) {
       Configure(benchmark::RegisterBenchmark(
           ("MatMul/simdattn/" + target + "/" + s.Name()).c_str(),
           BM_SimdattnMatMul, target, s));
     }
     for (Library lib : {Library::kOneDnn, Library::kOpenBlas}) {
-      if (!bench::LibraryAvailable(lib)) continue;
+      if (!measure::LibraryAvailable(lib)) continue;
       Configure(benchmark::RegisterBenchmark(
-          ("MatMul/" + std::string(bench::LibraryName(lib)) + "/" + s.Name())
+          ("MatMul/" + std::string(measure::LibraryName(lib)) + "/" + s.Name())
               .c_str(),
           BM_LibraryMatMul, lib, s));
     }

@@ -9,17 +9,17 @@
 #include <string>
 #include <vector>
 
-#include "bench/util/shapes.h"
-#include "bench/util/workloads.h"
 #include "benchmark/benchmark.h"
 #include "simdattn/attention.h"
 #include "simdattn/targets.h"
 #include "tbb/task_arena.h"
+#include "tools/measure/shapes.h"
+#include "tools/measure/workloads.h"
 
 namespace simdattn {
 namespace {
 
-using bench::MhaShape;
+using measure::MhaShape;
 
 void SetCounters(benchmark::State& state, const MhaShape& s) {
   state.counters["GFLOP/s"] = benchmark::Counter(
@@ -30,7 +30,7 @@ void SetCounters(benchmark::State& state, const MhaShape& s) {
 void BM_MultiHeadAttention(benchmark::State& state, MhaShape s) {
   tbb::task_arena arena(static_cast<int>(state.range(0)));
   arena.execute([&] {
-    const std::unique_ptr<bench::Workload> w = bench::MakeMha(s);
+    const std::unique_ptr<measure::Workload> w = measure::MakeMha(s);
     for (auto _ : state) {
       w->Run();
       benchmark::ClobberMemory();
@@ -80,7 +80,7 @@ void BM_MultiHeadAttentionMatMulsOnly(benchmark::State& state, MhaShape s) {
 }
 
 void Register() {
-  for (const MhaShape& s : bench::StandardMhaShapes()) {
+  for (const MhaShape& s : measure::StandardMhaShapes()) {
     if (s.d_in != s.d_out) {
       // The seeds' toy, MultiHeadAttention(3, 2, 6, 0.0, num_heads=2) on a
       // batch of 2: one thread, nothing to split.

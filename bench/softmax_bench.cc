@@ -2,7 +2,7 @@
 // unmasked and causal; with oneDNN's softmax on the same tensors when it is
 // available. Bytes processed = bytes read + written (a causal row reads only
 // its first i + 1 columns but writes all of them). Shapes and workloads come
-// from bench/util, shared with `simdattn bench`.
+// from tools/measure, shared with `simdattn bench`.
 //
 //   softmax_bench --benchmark_filter=AVX3          one target
 //   taskset -c 0 softmax_bench                     one thread (TBB and oneDNN
@@ -11,16 +11,16 @@
 #include <memory>
 #include <string>
 
-#include "bench/util/shapes.h"
-#include "bench/util/workloads.h"
 #include "benchmark/benchmark.h"
 #include "simdattn/targets.h"
+#include "tools/measure/shapes.h"
+#include "tools/measure/workloads.h"
 
 namespace simdattn {
 namespace {
 
-using bench::Library;
-using bench::ScoresShape;
+using measure::Library;
+using measure::ScoresShape;
 
 void SetCounters(benchmark::State& state, const ScoresShape& s) {
   state.SetBytesProcessed(state.iterations() *
@@ -31,7 +31,7 @@ void SetCounters(benchmark::State& state, const ScoresShape& s) {
 
 void BM_Softmax(benchmark::State& state, std::string target, ScoresShape s) {
   UseTarget(target);
-  const std::unique_ptr<bench::Workload> w = bench::MakeSoftmax(s);
+  const std::unique_ptr<measure::Workload> w = measure::MakeSoftmax(s);
   for (auto _ : state) {
     w->Run();
     benchmark::ClobberMemory();
@@ -43,8 +43,8 @@ void BM_Softmax(benchmark::State& state, std::string target, ScoresShape s) {
 // oneDNN's softmax (accurate algorithm) over the last axis, out of place. It
 // has no causal mask, so only the unmasked case is compared.
 void BM_OneDnnSoftmax(benchmark::State& state, ScoresShape s) {
-  const std::unique_ptr<bench::Workload> w =
-      bench::MakeSoftmax(s, Library::kOneDnn);
+  const std::unique_ptr<measure::Workload> w =
+      measure::MakeSoftmax(s, Library::kOneDnn);
   state.SetLabel(w->Impl());
   for (auto _ : state) {
     w->Run();
@@ -63,15 +63,15 @@ std::string Name(const ScoresShape& s) {
 // benchmark per (target, shape, mask).
 [[maybe_unused]] const bool kRegistered = [] {
   for (const std::string& target : SupportedTargets()) {
-    for (const ScoresShape& s : bench::StandardSoftmaxShapes()) {
+    for (const ScoresShape& s : measure::StandardSoftmaxShapes()) {
       benchmark::RegisterBenchmark(
           ("Softmax/" + target + "/" + Name(s)).c_str(), BM_Softmax, target, s)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
   }
-  if (bench::LibraryAvailable(Library::kOneDnn)) {
-    for (const ScoresShape& s : bench::StandardSoftmaxShapes()) {
+  if (measure::LibraryAvailable(Library::kOneDnn)) {
+    for (const ScoresShape& s : measure::StandardSoftmaxShapes()) {
       if (s.causal) continue;
       benchmark::RegisterBenchmark(("OneDNN/" + Name(s)).c_str(),
                                    BM_OneDnnSoftmax, s)

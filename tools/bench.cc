@@ -22,20 +22,20 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "bench/util/peak.h"
-#include "bench/util/timing.h"
-#include "bench/util/workloads.h"
 #include "nlohmann/json.hpp"
 #include "simdattn/targets.h"
 #include "tbb/info.h"
 #include "tbb/task_arena.h"
 #include "tools/bench_ops.h"
+#include "tools/measure/peak.h"
+#include "tools/measure/timing.h"
+#include "tools/measure/workloads.h"
 
 namespace simdattn {
 namespace tools {
 namespace {
 
-using bench::Library;
+using measure::Library;
 
 std::string Join(const std::vector<std::string>& items, const char* sep) {
   std::string out;
@@ -183,7 +183,7 @@ struct Record {
   std::string op, shape, target, library;
   int threads = 0;
   Metric metric = Metric::kGflops;
-  bench::Timing timing;
+  measure::Timing timing;
   double rate = 0;  // GFLOP/s or GB/s at the median.
   double peak = 0;  // The matching peak (FMA or copy loop).
   std::map<std::string, double> versus;  // Library name -> our rate / theirs.
@@ -284,7 +284,7 @@ std::string Table(const std::vector<Record>& records,
                                      "target", "median", "min",     "spread",
                                      "rate",   "of peak"};
   for (Library lib : compared) {
-    header.push_back(std::string("vs ") + bench::LibraryName(lib));
+    header.push_back(std::string("vs ") + measure::LibraryName(lib));
   }
   std::vector<std::vector<std::string>> rows = {header};
   for (const Record& r : records) {
@@ -300,7 +300,7 @@ std::string Table(const std::vector<Record>& records,
         Fixed(r.rate, r.rate < 10 ? 2 : 1) + " " + Unit(r.metric),
         r.peak > 0 ? Fixed(100 * r.rate / r.peak, 0) + "%" : "-"};
     for (Library lib : compared) {
-      const auto it = r.versus.find(bench::LibraryName(lib));
+      const auto it = r.versus.find(measure::LibraryName(lib));
       row.push_back(it == r.versus.end() ? "" : Fixed(it->second, 2) + "x");
     }
     rows.push_back(std::move(row));
@@ -406,7 +406,7 @@ int RunChecks(const BenchOptions& options, const std::vector<Selected>& ops,
 int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
                   const std::vector<std::string>& targets,
                   const std::vector<int>& threads) {
-  bench::TimingOptions timing;
+  measure::TimingOptions timing;
   timing.repetitions = options.repetitions;
   timing.min_seconds = options.min_time_ms * 1e-3;
   timing.warmup_seconds = 2.5 * timing.min_seconds;
@@ -414,13 +414,13 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
   std::vector<Library> compared;
   if (options.compare) {
     for (Library lib : {Library::kOneDnn, Library::kOpenBlas}) {
-      if (bench::LibraryAvailable(lib)) {
+      if (measure::LibraryAvailable(lib)) {
         compared.push_back(lib);
       } else {
         std::fprintf(stderr,
                      "simdattn bench: %s was not found when simdattn was "
                      "built; not compared\n",
-                     bench::LibraryName(lib));
+                     measure::LibraryName(lib));
       }
     }
   }
@@ -446,10 +446,10 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
     for (int t : threads) {
       progress.Step("peak FMA loop " + target + " " + std::to_string(t) +
                     " threads");
-      const double gflops = bench::MeasureFmaGflops(t, timing);
+      const double gflops = measure::MeasureFmaGflops(t, timing);
       progress.Step("peak copy loop " + target + " " + std::to_string(t) +
                     " threads");
-      peaks[{target, t}] = {gflops, bench::MeasureCopyGbPerSec(t, timing)};
+      peaks[{target, t}] = {gflops, measure::MeasureCopyGbPerSec(t, timing)};
     }
   }
   UseTarget("");
@@ -473,7 +473,7 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
         struct Entry {
           Library library;
           std::string target;  // simdattn's; empty for the libraries.
-          std::unique_ptr<bench::Workload> workload;
+          std::unique_ptr<measure::Workload> workload;
         };
         std::vector<Entry> entries;
         for (const std::string& target : targets) {
@@ -484,14 +484,14 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
         }
         UseTarget("");
         for (Library lib : compared) {
-          std::unique_ptr<bench::Workload> w;
+          std::unique_ptr<measure::Workload> w;
           arena.execute([&] { w = c.make(lib, t); });
           if (w) entries.push_back({lib, "", std::move(w)});
         }
-        std::vector<bench::Contender> contenders;
+        std::vector<measure::Contender> contenders;
         for (const Entry& e : entries) {
-          bench::Contender contender;
-          bench::Workload* w = e.workload.get();
+          measure::Contender contender;
+          measure::Workload* w = e.workload.get();
           contender.run = [&arena, w](int64_t calls) {
             arena.execute([&] {
               for (int64_t i = 0; i < calls; ++i) w->Run();
@@ -510,15 +510,15 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
           }
           contenders.push_back(std::move(contender));
         }
-        const std::vector<bench::Timing> timings =
-            bench::MeasureInterleaved(contenders, timing);
+        const std::vector<measure::Timing> timings =
+            measure::MeasureInterleaved(contenders, timing);
 
         const size_t first = records.size();
         for (size_t i = 0; i < entries.size(); ++i) {
           Record r;
           r.op = s.op->name;
           r.shape = c.shape;
-          r.library = bench::LibraryName(entries[i].library);
+          r.library = measure::LibraryName(entries[i].library);
           r.threads = t;
           r.metric = metric;
           r.timing = timings[i];

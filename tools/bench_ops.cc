@@ -11,17 +11,17 @@
 #include <string>
 #include <vector>
 
-#include "bench/util/shapes.h"
-#include "bench/util/workloads.h"
 #include "simdattn/attention.h"
 #include "simdattn/kernels.h"
 #include "simdattn/random.h"
+#include "tools/measure/shapes.h"
+#include "tools/measure/workloads.h"
 
 namespace simdattn {
 namespace tools {
 namespace {
 
-using bench::Library;
+using measure::Library;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -43,7 +43,7 @@ double Ratio(double error, double bound) {
 // C = 0.5 A op(B) + 0.25 C + bias with padded row strides, so that alpha,
 // beta, bias and strides are all exercised. Bound per element (as in
 // tests/matmul_test.cc): 2 (k + 2) eps sum |terms|.
-double CheckMatMul(const bench::MatMulShape& s) {
+double CheckMatMul(const measure::MatMulShape& s) {
   const size_t lda = s.k + 3, ldc = s.n + 5;
   const size_t b_rows = s.transpose_b ? s.n : s.k;
   const size_t b_cols = s.transpose_b ? s.k : s.n;
@@ -91,7 +91,7 @@ double CheckMatMul(const bench::MatMulShape& s) {
 // (16 + |v - max|) 2^-24 for outputs far below the row's largest, where the
 // rounding of exp's float argument dominates (softmax-inl.h); masked columns
 // exactly 0.
-double CheckSoftmax(const bench::ScoresShape& s) {
+double CheckSoftmax(const measure::ScoresShape& s) {
   const float scale = 0.3f;
   const std::vector<float> x = Random(s.Elements(), 5, -8.0f, 8.0f);
   std::vector<float> y(x.size(), -1.0f);
@@ -129,7 +129,7 @@ double CheckSoftmax(const bench::ScoresShape& s) {
 
 // Bit-exact against the scalar Philox reference of simdattn/random.h: the
 // mask may not depend on the target or the thread count.
-double CheckDropout(const bench::ScoresShape& s) {
+double CheckDropout(const measure::ScoresShape& s) {
   constexpr float kP = 0.1f;
   const DropoutKey key{7, 3};
   const std::vector<float> x = Random(s.Elements(), 6, -1.0f, 1.0f);
@@ -157,7 +157,7 @@ double CheckDropout(const bench::ScoresShape& s) {
 // MultiHeadAttention (causal, eval, out_proj with bias) with random weights
 // loaded through its state_dict, against the module computed in float64.
 // Bound: 1e-5 of the output's largest magnitude (the golden tests' bound).
-double CheckMha(const bench::MhaShape& s) {
+double CheckMha(const measure::MhaShape& s) {
   const size_t t_len = s.tokens, d_in = s.d_in, d = s.d_out;
   const size_t hd = d / s.heads;
   const float w_range = 1.0f / std::sqrt(float(d_in));
@@ -241,7 +241,7 @@ double CheckMha(const bench::MhaShape& s) {
 // being the last positions (decode: one query seeing the whole cache).
 // Bound: 1e-5 of max |v| (each output is a convex combination of values).
 // Dropout is left to CheckDropout: the fused kernel draws the same bits.
-double CheckAttention(const bench::AttentionShape& s) {
+double CheckAttention(const measure::AttentionShape& s) {
   const size_t tq = s.QueryTokens(), tk = s.tokens, d = s.head_dim;
   const size_t group = s.heads / s.kv_heads;
   const std::vector<float> q = Random(s.batch * s.heads * tq * d, 13, -1, 1);
@@ -297,50 +297,50 @@ std::vector<std::string> Names(const std::vector<Shape>& shapes) {
 }
 
 OpCase MatMulCase(const std::string& text) {
-  const bench::MatMulShape s = bench::ParseMatMulShape(text);
+  const measure::MatMulShape s = measure::ParseMatMulShape(text);
   return {s.Name(), s.Flops(),
           [s](Library lib, int threads) {
-            return bench::MakeMatMul(s, lib, threads);
+            return measure::MakeMatMul(s, lib, threads);
           },
           [s] { return CheckMatMul(s); }};
 }
 
 OpCase SoftmaxCase(const std::string& text) {
-  const bench::ScoresShape s = bench::ParseScoresShape(text, true);
+  const measure::ScoresShape s = measure::ParseScoresShape(text, true);
   return {s.Name(), s.SoftmaxBytes(),
           [s](Library lib, int threads) {
-            return bench::MakeSoftmax(s, lib, threads);
+            return measure::MakeSoftmax(s, lib, threads);
           },
           [s] { return CheckSoftmax(s); }};
 }
 
 OpCase DropoutCase(const std::string& text) {
-  const bench::ScoresShape s = bench::ParseScoresShape(text, false);
+  const measure::ScoresShape s = measure::ParseScoresShape(text, false);
   return {s.Name(), s.DropoutBytes(),
-          [s](Library lib, int) -> std::unique_ptr<bench::Workload> {
+          [s](Library lib, int) -> std::unique_ptr<measure::Workload> {
             if (lib != Library::kSimdattn) return nullptr;
-            return bench::MakeDropout(s);
+            return measure::MakeDropout(s);
           },
           [s] { return CheckDropout(s); }};
 }
 
 OpCase MhaCase(const std::string& text) {
-  const bench::MhaShape s = bench::ParseMhaShape(text);
+  const measure::MhaShape s = measure::ParseMhaShape(text);
   return {s.Name(), s.Flops(),
-          [s](Library lib, int) -> std::unique_ptr<bench::Workload> {
+          [s](Library lib, int) -> std::unique_ptr<measure::Workload> {
             if (lib != Library::kSimdattn) return nullptr;
-            return bench::MakeMha(s);
+            return measure::MakeMha(s);
           },
           [s] { return CheckMha(s); }};
 }
 
 // Prefill is counted in FLOPs, decode (memory-bound) in bytes.
 OpCase AttentionCase(const std::string& text, bool decode) {
-  const bench::AttentionShape s = bench::ParseAttentionShape(text, decode);
+  const measure::AttentionShape s = measure::ParseAttentionShape(text, decode);
   return {s.Name(), decode ? s.Bytes() : s.Flops(),
-          [s](Library lib, int) -> std::unique_ptr<bench::Workload> {
+          [s](Library lib, int) -> std::unique_ptr<measure::Workload> {
             if (lib != Library::kSimdattn) return nullptr;
-            return bench::MakeAttention(s);
+            return measure::MakeAttention(s);
           },
           [s] { return CheckAttention(s); }};
 }
@@ -352,39 +352,39 @@ const std::vector<OpSpec>& Ops() {
       {"matmul",
        Metric::kGflops,
        "MxKxN[_Bt]  C = A op(B), op(B) = B^T with _Bt",
-       Names(bench::StandardMatMulShapes()),
+       Names(measure::StandardMatMulShapes()),
        {"6x3x2", "67x45x33", "67x45x33_Bt", "1x64x300_Bt", "130x257x129"},
        MatMulCase},
       {"softmax",
        Metric::kGbPerSec,
        "BxHxRxC[_causal]  softmax(0.125 x) over C columns",
-       Names(bench::StandardSoftmaxShapes()),
+       Names(measure::StandardSoftmaxShapes()),
        {"2x3x37x37", "2x3x37x37_causal", "1x2x5x300", "1x1x70x70_causal"},
        SoftmaxCase},
       {"dropout",
        Metric::kGbPerSec,
        "BxHxRxC  in-place dropout, p = 0.1",
-       Names(bench::StandardDropoutShapes()),
+       Names(measure::StandardDropoutShapes()),
        {"2x3x37x130", "1x1x3x1000"},
        DropoutCase},
       {"mha",
        Metric::kGflops,
        "BxTxDxH or BxTxDINxDOUTxH  MultiHeadAttention forward, causal, eval",
-       Names(bench::StandardMhaShapes()),
+       Names(measure::StandardMhaShapes()),
        {"2x6x3x2x2", "2x7x16x4", "1x33x24x12x3"},
        MhaCase},
       {"attention",
        Metric::kGflops,
        "BxHxTxD[_kvG][_causal][_dropout]  fused softmax(Q K^T / sqrt(D)) V, "
        "G key/value heads, dropout 0.1; useful FLOPs",
-       Names(bench::StandardAttentionShapes()),
+       Names(measure::StandardAttentionShapes()),
        {"1x2x5x8", "2x3x37x16_causal", "1x4x70x8_kv2_causal", "1x2x130x32"},
        [](const std::string& text) { return AttentionCase(text, false); }},
       {"decode",
        Metric::kGbPerSec,
        "BxHxNxD[_kvG]  one query per sequence against N cached keys; bytes "
        "of K and V read",
-       Names(bench::StandardDecodeShapes()),
+       Names(measure::StandardDecodeShapes()),
        {"1x2x5x8", "2x4x300x16_kv2", "1x3x1000x64"},
        [](const std::string& text) { return AttentionCase(text, true); }},
   };

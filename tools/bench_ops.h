@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/util/workloads.h"
+#include "tools/measure/workloads.h"
 
 namespace simdattn {
 namespace tools {
@@ -25,7 +25,7 @@ struct OpCase {
   std::string shape;  // As the table prints it; the op's parse accepts it.
   double work = 0;    // FLOPs or bytes per call, per the op's Metric.
   // A library's workload at a thread count; nullptr when it lacks the op.
-  std::function<std::unique_ptr<bench::Workload>(bench::Library, int)> make;
+  std::function<std::unique_ptr<measure::Workload>(measure::Library, int)> make;
   // Runs simdattn's op on random data (current target, current task arena)
   // and returns the worst |error| / allowed error over all outputs against a
   // float64 reference: <= 1 passes.

@@ -6,15 +6,15 @@
 // A shape is written the way the tables print it: extents joined by 'x',
 // then optional '_'-separated flags, e.g. "1024x64x1024_Bt" (a matmul with
 // op(B) = B^T) or "1x12x1024x1024_causal" (a causal softmax).
-#ifndef SIMDATTN_BENCH_UTIL_SHAPES_H_
-#define SIMDATTN_BENCH_UTIL_SHAPES_H_
+#ifndef SIMDATTN_TOOLS_MEASURE_SHAPES_H_
+#define SIMDATTN_TOOLS_MEASURE_SHAPES_H_
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
 namespace simdattn {
-namespace bench {
+namespace measure {
 
 // C = A op(B): A is m x k, op(B) is k x n.
 struct MatMulShape {
@@ -101,7 +101,7 @@ MhaShape ParseMhaShape(const std::string& text);
 // Decode shapes take only the _kvN flag.
 AttentionShape ParseAttentionShape(const std::string& text, bool decode);
 
-}  // namespace bench
+}  // namespace measure
 }  // namespace simdattn
 
-#endif  // SIMDATTN_BENCH_UTIL_SHAPES_H_
+#endif  // SIMDATTN_TOOLS_MEASURE_SHAPES_H_

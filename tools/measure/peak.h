@@ -1,15 +1,15 @@
 // This machine's attainable peaks, per SIMD target and thread count: the
 // denominators of "fraction of peak" in `simdattn bench`. Measured, not
 // looked up: clock, turbo, SMT and a VM's CPU quota all show in them.
-#ifndef SIMDATTN_BENCH_UTIL_PEAK_H_
-#define SIMDATTN_BENCH_UTIL_PEAK_H_
+#ifndef SIMDATTN_TOOLS_MEASURE_PEAK_H_
+#define SIMDATTN_TOOLS_MEASURE_PEAK_H_
 
 #include <cstddef>
 
-#include "bench/util/timing.h"
+#include "tools/measure/timing.h"
 
 namespace simdattn {
-namespace bench {
+namespace measure {
 
 // Independent MulAdd chains in the FMA loop: enough accumulators to cover
 // FMA latency x FMA ports (4 x 2 on Skylake-X and Zen 4, 5 x 2 on Zen 2/3),
@@ -26,7 +26,7 @@ double MeasureFmaGflops(int threads, const TimingOptions& options);
 // 48 MiB score tensors of the softmax and dropout shapes. Best repetition.
 double MeasureCopyGbPerSec(int threads, const TimingOptions& options);
 
-}  // namespace bench
+}  // namespace measure
 }  // namespace simdattn
 
-#endif  // SIMDATTN_BENCH_UTIL_PEAK_H_
+#endif  // SIMDATTN_TOOLS_MEASURE_PEAK_H_

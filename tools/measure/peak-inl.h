@@ -1,21 +1,21 @@
 // Per-target peak loops, included once per SIMD target by peak.cc.
 
-#if defined(SIMDATTN_BENCH_UTIL_PEAK_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef SIMDATTN_BENCH_UTIL_PEAK_INL_H_
-#undef SIMDATTN_BENCH_UTIL_PEAK_INL_H_
+#if defined(SIMDATTN_TOOLS_MEASURE_PEAK_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SIMDATTN_TOOLS_MEASURE_PEAK_INL_H_
+#undef SIMDATTN_TOOLS_MEASURE_PEAK_INL_H_
 #else
-#define SIMDATTN_BENCH_UTIL_PEAK_INL_H_
+#define SIMDATTN_TOOLS_MEASURE_PEAK_INL_H_
 #endif
 
 #include <cstddef>
 #include <cstdint>
 
-#include "bench/util/peak.h"
 #include "hwy/highway.h"
+#include "tools/measure/peak.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace simdattn {
-namespace bench {
+namespace measure {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
@@ -74,7 +74,7 @@ HWY_NOINLINE void CopyLoop(const float* HWY_RESTRICT from,
 }
 
 }  // namespace HWY_NAMESPACE
-}  // namespace bench
+}  // namespace measure
 }  // namespace simdattn
 HWY_AFTER_NAMESPACE();
 

@@ -1,5 +1,5 @@
 // Peak loops: one dispatch per thread per measurement, like the kernels.
-#include "bench/util/peak.h"
+#include "tools/measure/peak.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -7,21 +7,21 @@
 #include <thread>
 #include <vector>
 
-#include "bench/util/timing.h"
+#include "tools/measure/timing.h"
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "bench/util/peak.cc"
+#define HWY_TARGET_INCLUDE "tools/measure/peak.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 // After highway.h, in every per-target pass (a separate block, so that
 // include sorting keeps it there).
-#include "bench/util/peak-inl.h"
+#include "tools/measure/peak-inl.h"
 
 #if HWY_ONCE
 #include "hwy/aligned_allocator.h"
 
 namespace simdattn {
-namespace bench {
+namespace measure {
 HWY_EXPORT(FloatLanes);
 HWY_EXPORT(FmaLoop);
 HWY_EXPORT(CopyLoop);
@@ -89,6 +89,6 @@ double MeasureCopyGbPerSec(int threads, const TimingOptions& options) {
   return 2.0 * double(kFloats) * sizeof(float) / t.min_s * 1e-9;
 }
 
-}  // namespace bench
+}  // namespace measure
 }  // namespace simdattn
 #endif  // HWY_ONCE

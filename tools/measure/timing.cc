@@ -1,4 +1,4 @@
-#include "bench/util/timing.h"
+#include "tools/measure/timing.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <vector>
 
 namespace simdattn {
-namespace bench {
+namespace measure {
 
 Timing Summarize(std::vector<double> per_call_s, int64_t calls_per_rep) {
   Timing t;
@@ -84,5 +84,5 @@ std::vector<Timing> MeasureInterleaved(const std::vector<Contender>& contenders,
   return timings;
 }
 
-}  // namespace bench
+}  // namespace measure
 }  // namespace simdattn

@@ -3,15 +3,15 @@
 // to the median, min and spread per call; several implementations of one op
 // are timed in interleaved rounds. (The Google Benchmark binaries use
 // Google Benchmark's own loop; they share the shapes and workloads instead.)
-#ifndef SIMDATTN_BENCH_UTIL_TIMING_H_
-#define SIMDATTN_BENCH_UTIL_TIMING_H_
+#ifndef SIMDATTN_TOOLS_MEASURE_TIMING_H_
+#define SIMDATTN_TOOLS_MEASURE_TIMING_H_
 
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 namespace simdattn {
-namespace bench {
+namespace measure {
 
 struct TimingOptions {
   int repetitions = 5;
@@ -65,7 +65,7 @@ Timing Measure(const Call& call, const TimingOptions& options) {
   return MeasureInterleaved({only}, options).front();
 }
 
-}  // namespace bench
+}  // namespace measure
 }  // namespace simdattn
 
-#endif  // SIMDATTN_BENCH_UTIL_TIMING_H_
+#endif  // SIMDATTN_TOOLS_MEASURE_TIMING_H_

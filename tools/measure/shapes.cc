@@ -1,4 +1,4 @@
-#include "bench/util/shapes.h"
+#include "tools/measure/shapes.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -7,7 +7,7 @@
 #include <vector>
 
 namespace simdattn {
-namespace bench {
+namespace measure {
 namespace {
 
 std::string Join(const std::vector<size_t>& dims) {
@@ -269,5 +269,5 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   return s;
 }
 
-}  // namespace bench
+}  // namespace measure
 }  // namespace simdattn

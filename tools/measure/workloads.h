@@ -3,16 +3,16 @@
 // through oneDNN or OpenBLAS when they were found at configure time
 // (SIMDATTN_HAVE_ONEDNN, SIMDATTN_HAVE_OPENBLAS in workloads.cc only: users
 // of this header need no #ifdef).
-#ifndef SIMDATTN_BENCH_UTIL_WORKLOADS_H_
-#define SIMDATTN_BENCH_UTIL_WORKLOADS_H_
+#ifndef SIMDATTN_TOOLS_MEASURE_WORKLOADS_H_
+#define SIMDATTN_TOOLS_MEASURE_WORKLOADS_H_
 
 #include <memory>
 #include <string>
 
-#include "bench/util/shapes.h"
+#include "tools/measure/shapes.h"
 
 namespace simdattn {
-namespace bench {
+namespace measure {
 
 enum class Library { kSimdattn, kOneDnn, kOpenBlas };
 
@@ -58,7 +58,7 @@ std::unique_ptr<Workload> MakeAttention(const AttentionShape& shape);
 // do when the caller asks for the weights; the fused kernel's baseline.
 std::unique_ptr<Workload> MakeUnfusedAttention(const AttentionShape& shape);
 
-}  // namespace bench
+}  // namespace measure
 }  // namespace simdattn
 
-#endif  // SIMDATTN_BENCH_UTIL_WORKLOADS_H_
+#endif  // SIMDATTN_TOOLS_MEASURE_WORKLOADS_H_

@@ -1,4 +1,4 @@
-#include "bench/util/workloads.h"
+#include "tools/measure/workloads.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,11 +9,11 @@
 #include <string>
 #include <unordered_map>
 
-#include "bench/util/shapes.h"
 #include "hwy/aligned_allocator.h"
 #include "simdattn/attention.h"
 #include "simdattn/kernels.h"
 #include "simdattn/targets.h"
+#include "tools/measure/shapes.h"
 
 #ifdef SIMDATTN_HAVE_ONEDNN
 #include "oneapi/dnnl/dnnl.hpp"
@@ -28,7 +28,7 @@
 #endif
 
 namespace simdattn {
-namespace bench {
+namespace measure {
 namespace {
 
 // A tensor's floats, 64-byte aligned as frameworks allocate tensors
@@ -433,5 +433,5 @@ std::unique_ptr<Workload> MakeUnfusedAttention(const AttentionShape& shape) {
   return std::make_unique<UnfusedAttention>(shape);
 }
 
-}  // namespace bench
+}  // namespace measure
 }  // namespace simdattn
