@@ -12,6 +12,7 @@
 #include "benchmark/benchmark.h"
 #include "simdattn/targets.h"
 #include "tools/measure/shapes.h"
+#include "tools/measure/target_scope.h"
 #include "tools/measure/workloads.h"
 
 namespace simdattn {
@@ -20,13 +21,12 @@ namespace {
 using measure::ScoresShape;
 
 void BM_Dropout(benchmark::State& state, std::string target, ScoresShape s) {
-  UseTarget(target);
+  const measure::TargetScope scope(target);
   const std::unique_ptr<measure::Workload> w = measure::MakeDropout(s);
   for (auto _ : state) {
     w->Run();
     benchmark::ClobberMemory();
   }
-  UseTarget("");
   state.SetBytesProcessed(state.iterations() *
                           static_cast<int64_t>(s.DropoutBytes()));
   state.SetItemsProcessed(state.iterations() *

@@ -32,6 +32,7 @@
 #include "simdattn/targets.h"
 #include "tbb/task_arena.h"
 #include "tools/measure/shapes.h"
+#include "tools/measure/target_scope.h"
 #include "tools/measure/workloads.h"
 
 namespace simdattn {
@@ -69,7 +70,7 @@ void SetFlops(benchmark::State& state, const MatMulShape& s) {
 void BM_SimdattnMatMul(benchmark::State& state, std::string target,
                        MatMulShape s) {
   const int threads = static_cast<int>(state.range(0));
-  UseTarget(target);
+  const measure::TargetScope scope(target);
   state.SetLabel(ActiveTarget());
   tbb::task_arena arena(threads);
   arena.execute([&] {
@@ -80,7 +81,6 @@ void BM_SimdattnMatMul(benchmark::State& state, std::string target,
       benchmark::ClobberMemory();
     }
   });
-  UseTarget("");
   SetFlops(state, s);
 }
 

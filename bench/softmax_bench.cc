@@ -14,6 +14,7 @@
 #include "benchmark/benchmark.h"
 #include "simdattn/targets.h"
 #include "tools/measure/shapes.h"
+#include "tools/measure/target_scope.h"
 #include "tools/measure/workloads.h"
 
 namespace simdattn {
@@ -30,13 +31,12 @@ void SetCounters(benchmark::State& state, const ScoresShape& s) {
 }
 
 void BM_Softmax(benchmark::State& state, std::string target, ScoresShape s) {
-  UseTarget(target);
+  const measure::TargetScope scope(target);
   const std::unique_ptr<measure::Workload> w = measure::MakeSoftmax(s);
   for (auto _ : state) {
     w->Run();
     benchmark::ClobberMemory();
   }
-  UseTarget("");
   SetCounters(state, s);
 }
 

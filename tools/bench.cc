@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,7 @@
 #include "tbb/task_arena.h"
 #include "tools/bench_ops.h"
 #include "tools/measure/peak.h"
+#include "tools/measure/target_scope.h"
 #include "tools/measure/timing.h"
 #include "tools/measure/workloads.h"
 
@@ -381,7 +383,7 @@ int RunChecks(const BenchOptions& options, const std::vector<Selected>& ops,
   for (const Selected& s : ops) {
     for (const OpCase& c : s.cases) {
       for (const std::string& target : targets) {
-        UseTarget(target);
+        const measure::TargetScope scope(target);
         for (int t : threads) {
           progress.Step(s.op->name + " " + c.shape + " " + target + " " +
                         std::to_string(t) + " threads");
@@ -392,7 +394,6 @@ int RunChecks(const BenchOptions& options, const std::vector<Selected>& ops,
       }
     }
   }
-  UseTarget("");
   progress.Clear();
   nlohmann::ordered_json json = nlohmann::ordered_json::array();
   for (const CheckRecord& r : records) json.push_back(ToJson(r));
@@ -442,7 +443,7 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
   // (target, threads) -> GFLOP/s and GB/s.
   std::map<std::pair<std::string, int>, std::pair<double, double>> peaks;
   for (const std::string& target : peak_targets) {
-    UseTarget(target);
+    const measure::TargetScope scope(target);
     for (int t : threads) {
       progress.Step("peak FMA loop " + target + " " + std::to_string(t) +
                     " threads");
@@ -452,7 +453,6 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
       peaks[{target, t}] = {gflops, measure::MeasureCopyGbPerSec(t, timing)};
     }
   }
-  UseTarget("");
   const auto peak_of = [&](const std::string& target, int t, Metric m) {
     const auto& p = peaks.at({target, t});
     return m == Metric::kGflops ? p.first : p.second;
@@ -477,12 +477,11 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
         };
         std::vector<Entry> entries;
         for (const std::string& target : targets) {
-          UseTarget(target);
+          const measure::TargetScope scope(target);
           entries.push_back({Library::kSimdattn, target, nullptr});
           arena.execute(
               [&] { entries.back().workload = c.make(Library::kSimdattn, t); });
         }
-        UseTarget("");
         for (Library lib : compared) {
           std::unique_ptr<measure::Workload> w;
           arena.execute([&] { w = c.make(lib, t); });
@@ -498,8 +497,14 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
             });
           };
           if (e.library == Library::kSimdattn) {
-            contender.before = [target = e.target] { UseTarget(target); };
-            contender.after = [] { UseTarget(""); };
+            // The target is pinned for each timed batch: from the untimed
+            // before hook to the after hook.
+            auto scope =
+                std::make_shared<std::optional<measure::TargetScope>>();
+            contender.before = [scope, target = e.target] {
+              scope->emplace(target);
+            };
+            contender.after = [scope] { scope->reset(); };
           } else {
             // OpenBLAS's idle workers spin for tens of milliseconds after a
             // call (OpenMP's for less); on a 2-core machine they would
@@ -524,9 +529,10 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
           r.timing = timings[i];
           r.rate = c.work / r.timing.median_s * 1e-9;
           const bool ours = entries[i].library == Library::kSimdattn;
-          if (ours) UseTarget(entries[i].target);
-          r.target = entries[i].workload->Impl();
-          UseTarget("");
+          {
+            const measure::TargetScope scope(entries[i].target);
+            r.target = entries[i].workload->Impl();
+          }
           r.peak = peak_of(ours ? entries[i].target : best, t, metric);
           records.push_back(r);
         }

@@ -17,7 +17,7 @@ namespace measure {
 constexpr size_t kFmaChains = 12;
 
 // GFLOP/s of independent float MulAdd chains (2 FLOPs per lane) on `threads`
-// threads at the target simdattn::UseTarget selected; best repetition.
+// threads at the target a TargetScope selects; best repetition.
 // Targets without FMA (SSE4, SSSE3) run a multiply and an add: their peak.
 double MeasureFmaGflops(int threads, const TimingOptions& options);
 

@@ -25,7 +25,7 @@ class Workload {
  public:
   virtual ~Workload() = default;
   // One call of the op. simdattn's run on the caller's tbb::task_arena and
-  // the target chosen by simdattn::UseTarget.
+  // the target a TargetScope selects (target_scope.h).
   virtual void Run() = 0;
   // What runs: simdattn's dispatched target, oneDNN's implementation
   // ("brg:avx512_core"), OpenBLAS's core ("SkylakeX").
