@@ -28,6 +28,7 @@
 #include "tbb/info.h"
 #include "tbb/task_arena.h"
 #include "tools/bench_ops.h"
+#include "tools/join.h"
 #include "tools/measure/peak.h"
 #include "tools/measure/target_scope.h"
 #include "tools/measure/timing.h"
@@ -38,12 +39,6 @@ namespace tools {
 namespace {
 
 using measure::Library;
-
-std::string Join(const std::vector<std::string>& items, const char* sep) {
-  std::string out;
-  for (const std::string& s : items) out += (out.empty() ? "" : sep) + s;
-  return out;
-}
 
 // --- What to run ----------------------------------------------------------
 

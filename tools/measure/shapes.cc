@@ -6,14 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "tools/join.h"
+
 namespace simdattn {
 namespace measure {
 namespace {
 
-std::string Join(const std::vector<size_t>& dims) {
-  std::string out;
-  for (size_t d : dims) out += (out.empty() ? "" : "x") + std::to_string(d);
-  return out;
+// Extents as a shape's name starts: "1x12x1024x64".
+std::string Dims(const std::vector<size_t>& dims) {
+  return tools::Join(dims, "x");
 }
 
 // A decimal count of at most 12 digits: stoul alone would accept "+3",
@@ -61,7 +62,7 @@ Parsed Parse(const std::string& text, const char* expected) {
 }  // namespace
 
 std::string MatMulShape::Name() const {
-  return Join({m, k, n}) + (transpose_b ? "_Bt" : "");
+  return Dims({m, k, n}) + (transpose_b ? "_Bt" : "");
 }
 
 double MatMulShape::Flops() const {
@@ -69,7 +70,7 @@ double MatMulShape::Flops() const {
 }
 
 std::string ScoresShape::Name() const {
-  return Join({batch, heads, rows, cols}) + (causal ? "_causal" : "");
+  return Dims({batch, heads, rows, cols}) + (causal ? "_causal" : "");
 }
 
 size_t ScoresShape::Elements() const { return batch * heads * rows * cols; }
@@ -90,8 +91,8 @@ double ScoresShape::DropoutBytes() const {
 }
 
 std::string MhaShape::Name() const {
-  return d_in == d_out ? Join({batch, tokens, d_in, heads})
-                       : Join({batch, tokens, d_in, d_out, heads});
+  return d_in == d_out ? Dims({batch, tokens, d_in, heads})
+                       : Dims({batch, tokens, d_in, d_out, heads});
 }
 
 double MhaShape::Flops() const {
@@ -104,7 +105,7 @@ double MhaShape::Flops() const {
 }
 
 std::string AttentionShape::Name() const {
-  std::string name = Join({batch, heads, tokens, head_dim});
+  std::string name = Dims({batch, heads, tokens, head_dim});
   if (kv_heads != heads) name += "_kv" + std::to_string(kv_heads);
   if (causal) name += "_causal";
   if (dropout) name += "_dropout";
