@@ -143,6 +143,50 @@ TEST_F(CliTest, HelpAndBadFlags) {
   EXPECT_NE(info.output.find("dispatch picks"), std::string::npos);
 }
 
+// Usage errors of any kind (a value out of range, an unknown option, a
+// missing value or subcommand) exit 2 with one line, as bad files do, not
+// with CLI11's own codes; --help and --version still exit 0.
+TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
+  EXPECT_EQ(Simdattn("--version").exit_code, 0);
+  const std::string files = " --weights a --input b --output c";
+  for (const std::string& bad : std::vector<std::string>{
+           "run --module mha --train --dropout -0.5" + files,
+           "run --module mha --dropout 2" + files, "demo --bogus",
+           "run --module mha --bogus 1" + files, "run --module" + files,
+           "run --module mha --weights a --input b --output",
+           "run --module mha", "bench --threads", "bench --reps 0",
+           "bench --op nope", "nope", std::string()}) {
+    const Result r = Simdattn(bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1)
+        << bad << "\n"
+        << r.output;
+    EXPECT_EQ(r.output.rfind("simdattn: ", 0), 0u) << bad << "\n" << r.output;
+  }
+}
+
+// The module name is checked before the files are read: an unknown one is
+// reported as such, not as a tensor the file lacks.
+TEST_F(CliTest, UnknownModuleIsReportedBeforeTheFiles) {
+  for (const std::string& files : std::vector<std::string>{
+           // Its W_query is no nn.Linear: the old order reported that.
+           "--weights " + kGolden + "self_attention_v1_toy.safetensors" +
+               " --input " + kGolden + "self_attention_v1_toy.input.npy",
+           "--weights " + Path("missing.safetensors") + " --input " +
+               Path("missing.npy")}) {
+    const Result r = Simdattn("run --module MultiHeadAttentionV9 " + files +
+                              " --output " + Path("y.npy"));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1)
+        << r.output;
+    EXPECT_NE(r.output.find("unknown module 'MultiHeadAttentionV9'"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("tensor"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(Path("y.npy")));
+  }
+}
+
 // Every op, on every target this CPU supports, at 1 and 2 threads, against
 // the float64 references.
 TEST_F(CliTest, BenchCheckPassesOnEveryTarget) {

@@ -11,19 +11,27 @@
 #include "tools/bench.h"
 #include "tools/commands.h"
 #include "tools/io/module_spec.h"
+#include "tools/join.h"
 
 namespace {
 
-std::string Join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const std::string& s : items) out += (out.empty() ? "" : " ") + s;
-  return out;
+using simdattn::tools::Join;
+
+// Messages (CLI11's included) as one line: newlines become spaces.
+std::string OneLine(std::string message) {
+  for (char& c : message) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!message.empty() && message.back() == ' ') message.pop_back();
+  return message;
 }
 
 void Info() {
   std::printf("simdattn %s\n", simdattn::Version());
-  std::printf("compiled targets:  %s\n", Join(simdattn::CompiledTargets()).c_str());
-  std::printf("supported on CPU:  %s\n", Join(simdattn::SupportedTargets()).c_str());
+  std::printf("compiled targets:  %s\n",
+              Join(simdattn::CompiledTargets(), " ").c_str());
+  std::printf("supported on CPU:  %s\n",
+              Join(simdattn::SupportedTargets(), " ").c_str());
   std::printf("dispatch picks:    %s\n", simdattn::ActiveTarget().c_str());
   std::printf("TBB threads:       %d\n", tbb::info::default_concurrency());
 }
@@ -34,17 +42,15 @@ int main(int argc, char** argv) {
   CLI::App app{"simdattn: SIMD CPU kernels for transformer attention"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(simdattn::Version()));
-  // Bad flags and values: one line, like the program's other errors.
-  app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return std::string("simdattn: ") + e.what() + " (see --help)\n";
-  });
 
-  app.add_subcommand("info", "SIMD targets compiled, supported and dispatched; threads")
+  app.add_subcommand("info",
+                     "SIMD targets compiled, supported and dispatched; threads")
       ->callback(Info);
 
   simdattn::tools::DemoOptions demo;
   CLI::App* demo_cmd = app.add_subcommand(
-      "demo", "The seeds' attention ladder on their toy input, then a short benchmark");
+      "demo",
+      "The seeds' attention ladder on their toy input, then a short benchmark");
   demo_cmd->add_flag("--no-bench", demo.skip_benchmark,
                      "Skip the MultiHeadAttention benchmark");
   demo_cmd->callback([&] { simdattn::tools::Demo(demo); });
@@ -56,11 +62,14 @@ int main(int argc, char** argv) {
       ->required();
   run_cmd->add_option("--weights", run.weights, "state_dict as .safetensors")
       ->required();
-  run_cmd->add_option("--input", run.input, "float32 .npy, (T, d_in) or (b, T, d_in)")
+  run_cmd
+      ->add_option("--input", run.input,
+                   "float32 .npy, (T, d_in) or (b, T, d_in)")
       ->required();
   run_cmd->add_option("--output", run.output, ".npy to write")->required();
-  run_cmd->add_option("--attn-weights", run.attn_weights,
-                      ".npy to write the (b, heads, T, T) attention weights to");
+  run_cmd->add_option(
+      "--attn-weights", run.attn_weights,
+      ".npy to write the (b, heads, T, T) attention weights to");
   run_cmd->add_option("--heads", run.heads, "MultiHeadAttention's num_heads")
       ->check(CLI::PositiveNumber);
   run_cmd->add_option("--kv-heads", run.kv_heads,
@@ -78,13 +87,20 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   simdattn::tools::AddBenchCommand(app, bench, &exit_code);
 
+  // Usage errors, bad files and bad shapes: one line on stderr, exit code 2
+  // (not CLI11's own codes, which differ by kind of usage error).
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version arrive as "errors" that succeed.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      return app.exit(e);
+    }
+    std::fprintf(stderr, "simdattn: %s (see --help)\n",
+                 OneLine(e.what()).c_str());
+    return 2;
   } catch (const std::exception& e) {
-    // Bad files and bad shapes: one line, exit code 2.
-    std::fprintf(stderr, "simdattn: %s\n", e.what());
+    std::fprintf(stderr, "simdattn: %s\n", OneLine(e.what()).c_str());
     return 2;
   }
   return exit_code;

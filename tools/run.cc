@@ -14,10 +14,13 @@ namespace simdattn {
 namespace tools {
 
 void Run(const RunOptions& o) {
+  // An unknown name is the user's first mistake to report, before any file.
+  io::ParseModuleKind(o.module);
   const io::SafeTensors weights = io::SafeTensors::Load(o.weights);
   const io::NpyArray x = io::ReadNpy(o.input);
   if (x.shape.size() != 2 && x.shape.size() != 3) {
-    throw std::runtime_error(o.input + ": expected a (tokens, d_in) or (batch, "
+    throw std::runtime_error(o.input +
+                             ": expected a (tokens, d_in) or (batch, "
                              "tokens, d_in) array, got " +
                              std::to_string(x.shape.size()) + " dimensions");
   }
@@ -35,7 +38,8 @@ void Run(const RunOptions& o) {
   if (o.context_length != 0) spec.context_length = o.context_length;
   if (spec.context_length == 0) spec.context_length = tokens;
   if (o.qkv_bias && !spec.qkv_bias) {
-    throw std::runtime_error(o.weights + ": --qkv-bias given but the file has "
+    throw std::runtime_error(o.weights +
+                             ": --qkv-bias given but the file has "
                              "no W_query.bias");
   }
   AttentionModule module = io::MakeModule(spec);

@@ -5,31 +5,40 @@
 
 namespace simdattn::io {
 
-AttentionModule MakeModule(const ModuleSpec& s) {
-  const std::string& m = s.module;
+ModuleKind ParseModuleKind(const std::string& m) {
   if (m == "SimplifiedSelfAttention" || m == "simplified") {
-    return SimplifiedSelfAttention(s.d_in);
+    return ModuleKind::kSimplified;
   }
-  if (m == "SelfAttention_v1" || m == "v1") {
-    return SelfAttentionV1(s.d_in, s.d_out);
-  }
-  if (m == "SelfAttention_v2" || m == "v2") {
-    return SelfAttentionV2(s.d_in, s.d_out, s.qkv_bias);
-  }
-  if (m == "CausalAttention" || m == "causal") {
-    return CausalAttention(s.d_in, s.d_out, s.context_length, s.dropout,
-                           s.qkv_bias);
-  }
+  if (m == "SelfAttention_v1" || m == "v1") return ModuleKind::kV1;
+  if (m == "SelfAttention_v2" || m == "v2") return ModuleKind::kV2;
+  if (m == "CausalAttention" || m == "causal") return ModuleKind::kCausal;
   if (m == "MultiHeadAttentionWrapper" || m == "wrapper") {
-    return MultiHeadAttentionWrapper(s.d_in, s.d_out, s.context_length,
-                                     s.dropout, s.num_heads, s.qkv_bias);
+    return ModuleKind::kWrapper;
   }
-  if (m == "MultiHeadAttention" || m == "mha") {
-    return MultiHeadAttention(s.d_in, s.d_out, s.context_length, s.dropout,
-                              s.num_heads, s.qkv_bias, 0, s.num_kv_heads);
+  if (m == "MultiHeadAttention" || m == "mha") return ModuleKind::kMha;
+  throw std::invalid_argument("unknown module '" + m +
+                              "' (known: " + ModuleNames() + ")");
+}
+
+AttentionModule MakeModule(const ModuleSpec& s) {
+  switch (ParseModuleKind(s.module)) {
+    case ModuleKind::kSimplified:
+      return SimplifiedSelfAttention(s.d_in);
+    case ModuleKind::kV1:
+      return SelfAttentionV1(s.d_in, s.d_out);
+    case ModuleKind::kV2:
+      return SelfAttentionV2(s.d_in, s.d_out, s.qkv_bias);
+    case ModuleKind::kCausal:
+      return CausalAttention(s.d_in, s.d_out, s.context_length, s.dropout,
+                             s.qkv_bias);
+    case ModuleKind::kWrapper:
+      return MultiHeadAttentionWrapper(s.d_in, s.d_out, s.context_length,
+                                       s.dropout, s.num_heads, s.qkv_bias);
+    case ModuleKind::kMha:
+      return MultiHeadAttention(s.d_in, s.d_out, s.context_length, s.dropout,
+                                s.num_heads, s.qkv_bias, 0, s.num_kv_heads);
   }
-  throw std::invalid_argument("unknown module '" + m + "' (known: " +
-                              ModuleNames() + ")");
+  throw std::logic_error("MakeModule: unhandled ModuleKind");
 }
 
 StateDict StateDictOf(const SafeTensors& file) {
@@ -51,14 +60,11 @@ ModuleSpec CompleteSpec(ModuleSpec spec, const SafeTensors& file) {
     }
     return t->shape;
   };
-  const bool v1 = spec.module == "SelfAttention_v1" || spec.module == "v1";
-  const bool wrapper =
-      spec.module == "MultiHeadAttentionWrapper" || spec.module == "wrapper";
-  const bool simplified =
-      spec.module == "SimplifiedSelfAttention" || spec.module == "simplified";
+  const ModuleKind kind = ParseModuleKind(spec.module);
+  const bool wrapper = kind == ModuleKind::kWrapper;
   const std::string prefix = wrapper ? "heads.0." : "";
-  if (simplified) return spec;
-  if (v1) {
+  if (kind == ModuleKind::kSimplified) return spec;
+  if (kind == ModuleKind::kV1) {
     spec.d_out = require("W_query", 2)[1];
     return spec;
   }

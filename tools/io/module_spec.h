@@ -26,6 +26,14 @@ struct ModuleSpec {
   bool qkv_bias = false;
 };
 
+// The seed module classes.
+enum class ModuleKind { kSimplified, kV1, kV2, kCausal, kWrapper, kMha };
+
+// Resolves ModuleSpec::module; throws std::invalid_argument naming the known
+// names for anything else. Cheap: callers validate a name with it before
+// reading any file.
+ModuleKind ParseModuleKind(const std::string& name);
+
 // Throws std::invalid_argument for an unknown module name or bad arguments.
 AttentionModule MakeModule(const ModuleSpec& spec);
 
@@ -35,7 +43,8 @@ StateDict StateDictOf(const SafeTensors& file);
 // Fills in d_out, qkv_bias, context_length (from the mask buffer) and, for
 // the wrapper, num_heads from a state_dict's names and shapes; `spec` brings
 // module, d_in, and num_heads for MultiHeadAttention. Throws
-// std::runtime_error naming the file when it lacks the module's tensors.
+// std::invalid_argument for an unknown module name, std::runtime_error naming
+// the file when it lacks the module's tensors.
 ModuleSpec CompleteSpec(ModuleSpec spec, const SafeTensors& file);
 
 // Names accepted by ModuleSpec::module, for help texts.
