@@ -1,6 +1,8 @@
 // MultiHeadAttention forward (causal, eval) at GPT-2-like shapes, beside the
 // same module's matrix products timed alone: the module is matmul-bound when
-// the two are close (softmax, masking and glue cost the difference).
+// the two are close (softmax, masking and glue cost the difference). Both
+// report GFLOP/s of the module's useful FLOPs (MhaShape::Flops: causal
+// attention's visible half), so their rates compare as their times do.
 //
 //   mha_bench --benchmark_filter='/threads:1'
 #include <cmath>

@@ -548,7 +548,10 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
                       " bench: " + std::to_string(options.repetitions) +
                       " repetitions of >= " + Fixed(options.min_time_ms, 0) +
                       " ms each; median per call, spread = (max - min) / "
-                      "median\npeaks measured here (FMA loop, copy loop):\n";
+                      "median\nrates: GFLOP/s of useful FLOPs (causal "
+                      "attention: the visible pairs only, diagonal included), "
+                      "GB/s of bytes read + written\npeaks measured here (FMA "
+                      "loop, copy loop):\n";
   std::vector<std::vector<std::string>> peak_rows;
   for (const auto& [key, value] : peaks) {
     peak_rows.push_back({"  " + key.first,

@@ -369,7 +369,8 @@ const std::vector<OpSpec>& Ops() {
        DropoutCase},
       {"mha",
        Metric::kGflops,
-       "BxTxDxH or BxTxDINxDOUTxH  MultiHeadAttention forward, causal, eval",
+       "BxTxDxH or BxTxDINxDOUTxH  MultiHeadAttention forward, causal, "
+       "eval; useful FLOPs",
        Names(measure::StandardMhaShapes()),
        {"2x6x3x2x2", "2x7x16x4", "1x33x24x12x3"},
        MhaCase},

@@ -11,6 +11,7 @@
 #include "simdattn/kernels.h"
 #include "simdattn/targets.h"
 #include "tools/commands.h"
+#include "tools/measure/shapes.h"
 
 namespace simdattn {
 namespace tools {
@@ -128,11 +129,11 @@ void Benchmark() {
     best = std::min(best, ms.count());
   }
   if (terminal) std::printf("\r%40s\r", "");
-  // Projections 4 * T d^2, scores and weights @ V 2 * T^2 d (all computed).
-  const double flops = 2.0 * (4.0 * tokens * d_model * d_model +
-                              2.0 * double(tokens) * tokens * d_model);
-  std::printf("  best of %d: %.2f ms, %.1f GFLOP/s on %s\n", kRuns, best,
-              flops / best * 1e-6, ActiveTarget().c_str());
+  // Counted as `simdattn bench --op mha` counts: the useful FLOPs.
+  const double flops =
+      measure::MhaShape{1, tokens, d_model, d_model, heads}.Flops();
+  std::printf("  best of %d: %.2f ms, %.1f GFLOP/s (useful FLOPs) on %s\n",
+              kRuns, best, flops / best * 1e-6, ActiveTarget().c_str());
 }
 
 }  // namespace

@@ -95,13 +95,26 @@ std::string MhaShape::Name() const {
                        : Dims({batch, tokens, d_in, d_out, heads});
 }
 
+double AttentionFlops(size_t batch, size_t heads, size_t queries, size_t keys,
+                      size_t head_dim, bool causal) {
+  double pairs = double(queries) * double(keys);
+  if (causal) {
+    pairs = 0;
+    for (size_t i = 0; i < queries; ++i) {
+      // Keys 0 .. i + keys - queries, none when that is negative.
+      const double seen = double(i) + double(keys) - double(queries) + 1;
+      pairs += std::clamp(seen, 0.0, double(keys));
+    }
+  }
+  return 4.0 * double(batch) * double(heads) * pairs * double(head_dim);
+}
+
 double MhaShape::Flops() const {
   const double bt = double(batch) * double(tokens);
   // Q, K, V: (bt x d_in) (d_in x d_out) each; out_proj: d_out x d_out.
   const double projections = 3.0 * bt * d_in * d_out + bt * d_out * d_out;
-  // Per head: T x T scores over head_dim, then T x head_dim outputs over T.
-  const double attention = 2.0 * bt * double(tokens) * d_out;
-  return 2.0 * (projections + attention);
+  return 2.0 * projections +
+         AttentionFlops(batch, heads, tokens, tokens, d_out / heads, true);
 }
 
 std::string AttentionShape::Name() const {
@@ -113,10 +126,7 @@ std::string AttentionShape::Name() const {
 }
 
 double AttentionShape::Flops() const {
-  const double t = double(tokens);
-  double pairs = double(QueryTokens()) * t;
-  if (causal && !decode) pairs = t * (t + 1) / 2;
-  return 4.0 * double(batch) * double(heads) * pairs * double(head_dim);
+  return AttentionFlops(batch, heads, QueryTokens(), tokens, head_dim, causal);
 }
 
 double AttentionShape::Bytes() const {

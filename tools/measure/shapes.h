@@ -41,15 +41,25 @@ struct ScoresShape {
   double DropoutBytes() const;
 };
 
+// The useful FLOPs of attention's two products, Q K^T and P V, for `heads`
+// heads of `queries` queries against `keys` keys, head_dim wide: 4 head_dim
+// per (query, key) pair a query sees. Causal: query i sees keys
+// j <= i + keys - queries (the library's causal_offset), diagonal included,
+// so causal prefill counts T (T + 1) / 2 pairs, about half of T x T, and a
+// decode query all its keys. Every FLOP rate of attention (the attention op,
+// MultiHeadAttention, `simdattn demo`) counts with it, so that none can
+// exceed the FMA peak by counting masked work.
+double AttentionFlops(size_t batch, size_t heads, size_t queries, size_t keys,
+                      size_t head_dim, bool causal);
+
 // MultiHeadAttention forward: causal, eval, no qkv bias, out_proj.
 struct MhaShape {
   size_t batch = 0, tokens = 0, d_in = 0, d_out = 0, heads = 0;
 
   // "BxTxDxH" when d_in == d_out, else "BxTxDINxDOUTxH".
   std::string Name() const;
-  // The unfused module's multiply-adds x 2: Q, K, V and output projections,
-  // then Q K^T and weights V over all T x T scores (masked ones included:
-  // the unfused module computes them).
+  // Useful FLOPs: Q, K, V and output projections (2 per multiply-add), then
+  // causal attention's AttentionFlops.
   double Flops() const;
 };
 
@@ -66,8 +76,7 @@ struct AttentionShape {
   size_t QueryTokens() const { return decode ? 1 : tokens; }
   // "BxHxTxD", then "_kvN" when kv_heads != heads, "_causal", "_dropout".
   std::string Name() const;
-  // The useful FLOPs: 4 D per (query, key) pair a query sees (Q K^T and
-  // P V), so causal prefill counts about half of non-causal.
+  // AttentionFlops: causal prefill counts about half of non-causal.
   double Flops() const;
   // Decode is memory-bound: bytes of K and V read plus Q read and out
   // written.
