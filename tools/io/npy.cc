@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <stdexcept>
@@ -14,8 +12,15 @@
 #include <utility>
 #include <vector>
 
+#include "tools/io/io_util.h"
+
 namespace simdattn::io {
 namespace {
+
+using internal::Fail;
+using internal::HostIsLittleEndian;
+using internal::InputFile;
+using internal::Printable;
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
@@ -25,29 +30,6 @@ constexpr size_t kMagicSize = 6;
 constexpr uint64_t kMaxHeaderSize = uint64_t{1} << 20;
 // NumPy pads so that the data starts at a multiple of this (memory mapping).
 constexpr size_t kAlignment = 64;
-
-[[noreturn]] void Fail(const std::string& path, const std::string& what) {
-  throw std::runtime_error(path + ": " + what);
-}
-
-// Text that came out of a file, made safe for a one-line message: anything
-// but printable ASCII becomes \xNN, and long text is cut.
-std::string Printable(std::string_view text) {
-  constexpr size_t kMaxChars = 64;
-  std::string out;
-  for (size_t i = 0; i < text.size() && i < kMaxChars; ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
-      out += escaped;
-    }
-  }
-  if (text.size() > kMaxChars) out += "...";
-  return out;
-}
 
 // Python's spelling of a tuple, as in the header: (), (3,), (2, 3).
 std::string TupleString(const std::vector<size_t>& shape) {
@@ -71,13 +53,6 @@ bool ElementCount(const std::vector<size_t>& shape, size_t* count) {
   return true;
 }
 
-bool HostIsLittleEndian() {
-  const uint32_t one = 1;
-  unsigned char first;
-  std::memcpy(&first, &one, 1);
-  return first == 1;
-}
-
 void SwapBytes4(void* data, size_t count) {
   auto* bytes = static_cast<unsigned char*>(data);
   for (size_t i = 0; i < count; ++i, bytes += 4) {
@@ -85,46 +60,6 @@ void SwapBytes4(void* data, size_t count) {
     std::swap(bytes[1], bytes[2]);
   }
 }
-
-// A regular file opened for reading, with its size known up front so that
-// every length read from it can be checked before it is trusted.
-class InputFile {
- public:
-  explicit InputFile(const std::string& path) : path_(path) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    const fs::file_status status = fs::status(path, ec);
-    if (status.type() == fs::file_type::not_found) {
-      Fail(path, "cannot open: no such file");
-    }
-    if (ec) Fail(path, "cannot open: " + ec.message());
-    // Directories and pipes would "open" and then fail in odd ways.
-    if (!fs::is_regular_file(status)) Fail(path, "not a regular file");
-    size_ = fs::file_size(path, ec);
-    if (ec) Fail(path, "cannot determine the file size: " + ec.message());
-    in_.open(path, std::ios::binary);
-    if (!in_) Fail(path, "cannot open for reading");
-  }
-
-  uint64_t size() const { return size_; }
-
-  // Reads bytes [offset, offset + count); the caller has checked that this
-  // lies within size(), so a short read means the file changed under us.
-  void ReadAt(uint64_t offset, void* dst, uint64_t count) {
-    if (count == 0) return;
-    in_.seekg(static_cast<std::streamoff>(offset));
-    in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(count));
-    if (!in_ || static_cast<uint64_t>(in_.gcount()) != count) {
-      Fail(path_, "read of " + std::to_string(count) + " bytes at offset " +
-                      std::to_string(offset) + " failed (file truncated?)");
-    }
-  }
-
- private:
-  std::string path_;
-  uint64_t size_ = 0;
-  std::ifstream in_;
-};
 
 // Parses the header, a Python dict literal such as
 //   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }

@@ -4,10 +4,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <stdexcept>
@@ -17,9 +14,15 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "tools/io/io_util.h"
 
 namespace simdattn::io {
 namespace {
+
+using internal::Fail;
+using internal::HostIsLittleEndian;
+using internal::InputFile;
+using internal::Printable;
 
 using Json = nlohmann::json;
 
@@ -29,30 +32,6 @@ constexpr uint64_t kMaxHeaderSize = 100'000'000;
 // The deepest valid nesting is tensor entry -> shape array (depth 2); the
 // bound stops absurd nesting before it costs memory.
 constexpr int kMaxJsonDepth = 3;
-
-[[noreturn]] void Fail(const std::string& path, const std::string& what) {
-  throw std::runtime_error(path + ": " + what);
-}
-
-// Text that came out of a file, made safe for a one-line message: anything
-// but printable ASCII (including UTF-8 line separators) becomes \xNN, and
-// long text is cut.
-std::string Printable(std::string_view text) {
-  constexpr size_t kMaxChars = 64;
-  std::string out;
-  for (size_t i = 0; i < text.size() && i < kMaxChars; ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
-      out += escaped;
-    }
-  }
-  if (text.size() > kMaxChars) out += "...";
-  return out;
-}
 
 std::string ListString(const std::vector<size_t>& values) {
   std::string out = "[";
@@ -78,13 +57,6 @@ size_t DtypeSize(const std::string& dtype) {
     if (dtype == name) return size;
   }
   return 0;
-}
-
-bool HostIsLittleEndian() {
-  const uint32_t one = 1;
-  unsigned char first;
-  std::memcpy(&first, &one, 1);
-  return first == 1;
 }
 
 // Assembled byte by byte, so the result does not depend on host endianness
@@ -135,46 +107,6 @@ float DoubleToFloat(double d) {
   }
   return static_cast<float>(d);
 }
-
-// A regular file opened for reading, with its size known up front so that
-// every length read from it can be checked before it is trusted.
-class InputFile {
- public:
-  explicit InputFile(const std::string& path) : path_(path) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    const fs::file_status status = fs::status(path, ec);
-    if (status.type() == fs::file_type::not_found) {
-      Fail(path, "cannot open: no such file");
-    }
-    if (ec) Fail(path, "cannot open: " + ec.message());
-    // Directories and pipes would "open" and then fail in odd ways.
-    if (!fs::is_regular_file(status)) Fail(path, "not a regular file");
-    size_ = fs::file_size(path, ec);
-    if (ec) Fail(path, "cannot determine the file size: " + ec.message());
-    in_.open(path, std::ios::binary);
-    if (!in_) Fail(path, "cannot open for reading");
-  }
-
-  uint64_t size() const { return size_; }
-
-  // Reads bytes [offset, offset + count); the caller has checked that this
-  // lies within size(), so a short read means the file changed under us.
-  void ReadAt(uint64_t offset, void* dst, uint64_t count) {
-    if (count == 0) return;
-    in_.seekg(static_cast<std::streamoff>(offset));
-    in_.read(static_cast<char*>(dst), static_cast<std::streamsize>(count));
-    if (!in_ || static_cast<uint64_t>(in_.gcount()) != count) {
-      Fail(path_, "read of " + std::to_string(count) + " bytes at offset " +
-                      std::to_string(offset) + " failed (file truncated?)");
-    }
-  }
-
- private:
-  std::string path_;
-  uint64_t size_ = 0;
-  std::ifstream in_;
-};
 
 // One header entry after validation.
 struct Entry {
