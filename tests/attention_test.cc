@@ -16,6 +16,7 @@
 #include "src/common/scratch.h"
 #include "tbb/task_arena.h"
 #include "tests/test_util.h"
+#include "tools/reference/reference.h"
 
 namespace simdattn {
 namespace {
@@ -57,50 +58,7 @@ struct Operands {
 // softmax(scale q k^T + mask) v in double; rows with nothing to attend are 0.
 std::vector<double> Reference(const Operands& o, double scale,
                               const AttentionMask& mask) {
-  const Shape& s = o.s;
-  const size_t group = s.q_heads / s.kv_heads;
-  std::vector<double> out(o.out.size(), 0.0);
-  std::vector<double> w(s.k_tokens);
-  for (size_t b = 0; b < s.batch; ++b) {
-    for (size_t h = 0; h < s.q_heads; ++h) {
-      const size_t kh = h / group;
-      for (size_t i = 0; i < s.q_tokens; ++i) {
-        double row_max = -INFINITY;
-        for (size_t j = 0; j < s.k_tokens; ++j) {
-          bool masked = mask.causal && j > i + mask.causal_offset;
-          if (mask.key_lengths && j >= mask.key_lengths[b]) masked = true;
-          if (mask.boolean.data && mask.boolean.Slice(b, h)(i, j))
-            masked = true;
-          double dot = 0.0;
-          for (size_t c = 0; c < s.head_dim; ++c) {
-            dot +=
-                double(o.q[((b * s.q_heads + h) * s.q_tokens + i) * s.head_dim +
-                           c]) *
-                o.k[((b * s.kv_heads + kh) * s.k_tokens + j) * s.head_dim + c];
-          }
-          dot *= scale;
-          if (mask.additive.data) dot += mask.additive.Slice(b, h)(i, j);
-          w[j] = masked ? -INFINITY : dot;
-          row_max = std::max(row_max, w[j]);
-        }
-        if (row_max == -INFINITY) continue;
-        double sum = 0.0;
-        for (size_t j = 0; j < s.k_tokens; ++j) {
-          w[j] = std::exp(w[j] - row_max);
-          sum += w[j];
-        }
-        double* y = &out[((b * s.q_heads + h) * s.q_tokens + i) * s.value_dim];
-        for (size_t j = 0; j < s.k_tokens; ++j) {
-          for (size_t c = 0; c < s.value_dim; ++c) {
-            y[c] +=
-                w[j] / sum *
-                o.v[((b * s.kv_heads + kh) * s.k_tokens + j) * s.value_dim + c];
-          }
-        }
-      }
-    }
-  }
-  return out;
+  return reference::Attention(o.Q(), o.K(), o.V(), scale, mask);
 }
 
 // Outputs are convex combinations of rows of v (|v| <= 1): absolute error.

@@ -14,6 +14,7 @@
 #include "simdattn/random.h"
 #include "tbb/task_arena.h"
 #include "tests/test_util.h"
+#include "tools/reference/reference.h"
 
 namespace simdattn {
 namespace {
@@ -53,8 +54,8 @@ TEST(Philox4x32, DropoutBitsFollowTheDocumentedLayout) {
   const PhiloxKey key = DropoutStreamKey(5, 9);
   EXPECT_EQ(key, (PhiloxKey{Philox4x32({9, 0, 0, 0}, {5, 0})[0],
                             Philox4x32({9, 0, 0, 0}, {5, 0})[1]}));
-  for (uint64_t j : {0, 1, 15, 16, 17, 31, 32, 47, 63, 64, 65, 127, 128, 130,
-                     1000}) {
+  for (uint64_t j :
+       {0, 1, 15, 16, 17, 31, 32, 47, 63, 64, 65, 127, 128, 130, 1000}) {
     const PhiloxCounter out = Philox4x32(
         {static_cast<uint32_t>(16 * (j / 128) + j % 16), 3, 2, 1}, key);
     const uint32_t word = out[(j % 128) / 32];
@@ -109,13 +110,9 @@ void ExpectMatchesReference(const Buffer& in, float p, DropoutKey key,
   Buffer out = in;
   Dropout(out.view, p, key);
   Buffer expected = in;
-  const PhiloxKey stream = DropoutStreamKey(key.seed, key.offset);
-  const uint32_t threshold = DropoutThreshold(p);
-  const float scale = 1.0f / (1.0f - p);
+  const reference::Dropout dropout(p, key);
   in.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
-    const bool drop =
-        p >= 1.0f || DropoutBits(stream, b, h, i, j) < threshold;
-    expected(b, h, i, j) = drop ? 0.0f : in(b, h, i, j) * scale;
+    expected(b, h, i, j) = dropout(in(b, h, i, j), b, h, i, j);
   });
   for (size_t k = 0; k < out.store.size(); ++k) {
     ASSERT_EQ(std::memcmp(&out.store[k], &expected.store[k], sizeof(float)), 0)

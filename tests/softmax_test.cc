@@ -17,6 +17,7 @@
 #include "simdattn/kernels.h"
 #include "tbb/task_arena.h"
 #include "tests/test_util.h"
+#include "tools/reference/reference.h"
 
 namespace simdattn {
 namespace {
@@ -24,11 +25,11 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // Per-element bound of kernels.h, and the rows' sum.
-constexpr double kRelError = 2e-6;
+constexpr double kRelError = reference::kSoftmaxRelativeError;
 constexpr double kSumError = 1e-6;
 // Outputs below FLT_MIN are denormal: the relative bound continued down to
 // there, in absolute terms.
-constexpr double kAbsFloor = 2e-6 * std::numeric_limits<float>::min();
+constexpr double kAbsFloor = reference::kSoftmaxAbsoluteFloor;
 
 using Dims = std::array<size_t, 4>;
 
@@ -98,60 +99,14 @@ Buffer<float> RandomScores(Dims dims, size_t pad, size_t offset, uint64_t seed,
   return t;
 }
 
-// softmax(scale * x + mask) of row (b, h, i) in double, with the kernel's
-// conventions: no unmasked column or max = -inf gives zeros; a NaN score or
-// max = +inf gives NaN everywhere.
-struct Expected {
-  double value;
-  // The bound on |error| / value for this element (softmax-inl.h): 2e-6, or
-  // (16 + |v - max| (+ |v| with an additive mask)) 2^-24 where the rounding
-  // of exp's argument, a float, exceeds it (outputs below ~e^-18 of the
-  // row's largest).
-  double relative_error;
-};
-
-std::vector<Expected> ReferenceRow(ConstTensor4 x, float scale,
-                                   const AttentionMask& m, size_t b, size_t h,
-                                   size_t i) {
-  const size_t n = x.dims[3];
-  std::vector<double> v(n, -HUGE_VAL);
-  std::vector<bool> unmasked(n, false);
-  bool nan = false;
-  double max = -HUGE_VAL;
-  for (size_t j = 0; j < n; ++j) {
-    if (m.causal && j > i + m.causal_offset) continue;
-    if (m.key_lengths && j >= m.key_lengths[b]) continue;
-    if (m.boolean.data && At(m.boolean, b, h, i, j) != 0) continue;
-    unmasked[j] = true;
-    v[j] = double(scale) * At(x, b, h, i, j);
-    if (m.additive.data) v[j] += At(m.additive, b, h, i, j);
-    nan |= std::isnan(v[j]);
-    if (v[j] > max) max = v[j];
-  }
-  if (nan || max == HUGE_VAL) return std::vector<Expected>(n, {NAN, 0.0});
-  std::vector<Expected> out(n, {0.0, kRelError});
-  if (max == -HUGE_VAL) return out;
-  double sum = 0.0;
-  for (size_t j = 0; j < n; ++j) {
-    if (!unmasked[j]) continue;
-    sum += out[j].value = std::exp(v[j] - max);
-    double ulps = 16.0 + std::abs(v[j] - max);
-    if (m.additive.data) ulps += std::abs(v[j]);
-    if (std::isfinite(ulps)) {  // Else exp gave exactly 0.
-      out[j].relative_error = std::max(kRelError, ulps * 0x1p-24);
-    }
-  }
-  for (Expected& o : out) o.value /= sum;
-  return out;
-}
-
 // Compares every row of y with the reference, and checks that rows sum to 1.
 void ExpectMatchesReference(ConstTensor4 x, ConstTensor4 y, float scale,
                             const AttentionMask& m, const std::string& what) {
   for (size_t b = 0; b < x.dims[0]; ++b) {
     for (size_t h = 0; h < x.dims[1]; ++h) {
       for (size_t i = 0; i < x.dims[2]; ++i) {
-        const std::vector<Expected> ref = ReferenceRow(x, scale, m, b, h, i);
+        const std::vector<reference::SoftmaxValue> ref =
+            reference::SoftmaxRow(x, scale, m, b, h, i);
         double sum = 0.0, ref_sum = 0.0;
         for (size_t j = 0; j < x.dims[3]; ++j) {
           const float got = At(y, b, h, i, j);

@@ -1,4 +1,5 @@
-// The op table of `simdattn bench` and the float64 references of --check.
+// The op table of `simdattn bench` and its --check cases, which hold the
+// kernels to the float64 references of tools/reference (the tests' own).
 #include "tools/bench_ops.h"
 
 #include <algorithm>
@@ -13,9 +14,9 @@
 
 #include "simdattn/attention.h"
 #include "simdattn/kernels.h"
-#include "simdattn/random.h"
 #include "tools/measure/shapes.h"
 #include "tools/measure/workloads.h"
+#include "tools/reference/reference.h"
 
 namespace simdattn {
 namespace tools {
@@ -41,8 +42,8 @@ double Ratio(double error, double bound) {
 }
 
 // C = 0.5 A op(B) + 0.25 C + bias with padded row strides, so that alpha,
-// beta, bias and strides are all exercised. Bound per element (as in
-// tests/matmul_test.cc): 2 (k + 2) eps sum |terms|.
+// beta, bias and strides are all exercised; reference::MatMulElement's
+// componentwise bound.
 double CheckMatMul(const measure::MatMulShape& s) {
   const size_t lda = s.k + 3, ldc = s.n + 5;
   const size_t b_rows = s.transpose_b ? s.n : s.k;
@@ -57,25 +58,15 @@ double CheckMatMul(const measure::MatMulShape& s) {
   options.alpha = 0.5f;
   options.beta = 0.25f;
   options.bias = bias.data();
-  MatMul(ConstMatrix(a.data(), s.m, s.k, lda),
-         ConstMatrix(b.data(), b_rows, b_cols), Matrix(c.data(), s.m, s.n, ldc),
-         options);
-  const double eps = std::numeric_limits<float>::epsilon();
+  const ConstMatrix a_view(a.data(), s.m, s.k, lda);
+  const ConstMatrix b_view(b.data(), b_rows, b_cols);
+  MatMul(a_view, b_view, Matrix(c.data(), s.m, s.n, ldc), options);
   double worst = 0;
   for (size_t i = 0; i < s.m; ++i) {
     for (size_t j = 0; j < s.n; ++j) {
-      double exact = 0, magnitude = 0;
-      for (size_t p = 0; p < s.k; ++p) {
-        const double term = double(a[i * lda + p]) *
-                            (s.transpose_b ? b[j * s.k + p] : b[p * s.n + j]);
-        exact += term;
-        magnitude += std::abs(term);
-      }
-      const double old = 0.25 * c0[i * ldc + j];
-      exact = 0.5 * exact + old + bias[j];
-      magnitude = 0.5 * magnitude + std::abs(old) + std::abs(bias[j]);
-      const double bound = 2.0 * double(s.k + 2) * eps * magnitude + 1e-30;
-      worst = std::max(worst, Ratio(c[i * ldc + j] - exact, bound));
+      const reference::Bounded want = reference::MatMulElement(
+          a_view, b_view, options, c0[i * ldc + j], i, j);
+      worst = std::max(worst, Ratio(c[i * ldc + j] - want.value, want.bound));
     }
   }
   // Row padding of C is never written.
@@ -87,47 +78,38 @@ double CheckMatMul(const measure::MatMulShape& s) {
   return worst;
 }
 
-// Per element relative to the exact softmax: 2e-6 (kernels.h), or
-// (16 + |v - max|) 2^-24 for outputs far below the row's largest, where the
-// rounding of exp's float argument dominates (softmax-inl.h); masked columns
-// exactly 0.
+// reference::SoftmaxRow's bound per element; masked columns exactly 0.
 double CheckSoftmax(const measure::ScoresShape& s) {
   const float scale = 0.3f;
   const std::vector<float> x = Random(s.Elements(), 5, -8.0f, 8.0f);
   std::vector<float> y(x.size(), -1.0f);
   AttentionMask mask;
   mask.causal = s.causal;
-  Softmax(ConstTensor4::Dense(x.data(), s.batch, s.heads, s.rows, s.cols),
-          Tensor4::Dense(y.data(), s.batch, s.heads, s.rows, s.cols), scale,
-          mask);
-  const double floor = 2e-6 * std::numeric_limits<float>::min();
+  const ConstTensor4 x_view =
+      ConstTensor4::Dense(x.data(), s.batch, s.heads, s.rows, s.cols);
+  Softmax(x_view, Tensor4::Dense(y.data(), s.batch, s.heads, s.rows, s.cols),
+          scale, mask);
   double worst = 0;
-  std::vector<double> v(s.cols);
-  for (size_t row = 0; row < s.batch * s.heads * s.rows; ++row) {
-    const size_t i = row % s.rows;
-    const size_t keep = s.causal ? std::min(i + 1, s.cols) : s.cols;
-    const float* xr = x.data() + row * s.cols;
-    const float* yr = y.data() + row * s.cols;
-    double max = -kInf, sum = 0;
-    for (size_t j = 0; j < keep; ++j) {
-      v[j] = double(scale) * xr[j];
-      max = std::max(max, v[j]);
-    }
-    for (size_t j = 0; j < keep; ++j) sum += std::exp(v[j] - max);
-    for (size_t j = 0; j < keep; ++j) {
-      const double exact = std::exp(v[j] - max) / sum;
-      const double relative =
-          std::max(2e-6, (16.0 + std::abs(v[j] - max)) * 0x1p-24);
-      worst = std::max(worst, Ratio(yr[j] - exact, relative * exact + floor));
-    }
-    for (size_t j = keep; j < s.cols; ++j) {
-      worst = std::max(worst, Ratio(yr[j], 0));
+  const float* yr = y.data();
+  for (size_t b = 0; b < s.batch; ++b) {
+    for (size_t h = 0; h < s.heads; ++h) {
+      for (size_t i = 0; i < s.rows; ++i, yr += s.cols) {
+        const std::vector<reference::SoftmaxValue> ref =
+            reference::SoftmaxRow(x_view, scale, mask, b, h, i);
+        for (size_t j = 0; j < s.cols; ++j) {
+          const double bound = ref[j].masked
+                                   ? 0.0
+                                   : ref[j].relative_error * ref[j].value +
+                                         reference::kSoftmaxAbsoluteFloor;
+          worst = std::max(worst, Ratio(yr[j] - ref[j].value, bound));
+        }
+      }
     }
   }
   return worst;
 }
 
-// Bit-exact against the scalar Philox reference of simdattn/random.h: the
+// Bit-exact against reference::Dropout (the scalar Philox draw): the
 // mask may not depend on the target or the thread count.
 double CheckDropout(const measure::ScoresShape& s) {
   constexpr float kP = 0.1f;
@@ -135,17 +117,14 @@ double CheckDropout(const measure::ScoresShape& s) {
   const std::vector<float> x = Random(s.Elements(), 6, -1.0f, 1.0f);
   std::vector<float> y = x;
   Dropout(Tensor4::Dense(y.data(), s.batch, s.heads, s.rows, s.cols), kP, key);
-  const PhiloxKey stream = DropoutStreamKey(key.seed, key.offset);
-  const uint32_t threshold = DropoutThreshold(kP);
-  const float scale = 1.0f / (1.0f - kP);
+  const reference::Dropout dropout(kP, key);
   double worst = 0;
   size_t e = 0;
   for (size_t b = 0; b < s.batch; ++b) {
     for (size_t h = 0; h < s.heads; ++h) {
       for (size_t i = 0; i < s.rows; ++i) {
         for (size_t j = 0; j < s.cols; ++j, ++e) {
-          const bool drop = DropoutBits(stream, b, h, i, j) < threshold;
-          const float expected = drop ? 0.0f : x[e] * scale;
+          const float expected = dropout(x[e], b, h, i, j);
           worst = std::max(worst, Ratio(double(y[e]) - expected, 0));
         }
       }
@@ -178,13 +157,11 @@ double CheckMha(const measure::MhaShape& s) {
   mha.Forward(ConstTensor3(x.data(), s.batch, t_len, d_in),
               Tensor3(y.data(), s.batch, t_len, d));
 
-  std::vector<double> ref(y.size());
-  std::vector<double> q(t_len * d), k(t_len * d), v(t_len * d),
-      context(t_len * d), p(t_len);
-  // out[t][o] = sum_i in[t][i] * w[o][i] (+ bias[o]): nn.Linear.
-  const auto linear = [](const float* in, size_t rows, size_t n_in,
+  // out[r][o] = sum_i in[r][i] * w[o][i] (+ bias[o]): nn.Linear, float64.
+  const auto linear = [](const auto* in, size_t rows, size_t n_in,
                          const std::vector<float>& w, size_t n_out,
-                         const float* bias, double* out) {
+                         const float* bias) {
+    std::vector<double> out(rows * n_out);
     for (size_t r = 0; r < rows; ++r) {
       for (size_t o = 0; o < n_out; ++o) {
         double acc = bias ? bias[o] : 0.0;
@@ -194,40 +171,35 @@ double CheckMha(const measure::MhaShape& s) {
         out[r * n_out + o] = acc;
       }
     }
+    return out;
   };
+  const size_t rows = s.batch * t_len;
+  const std::vector<double> q = linear(x.data(), rows, d_in, wq, d, nullptr);
+  const std::vector<double> k = linear(x.data(), rows, d_in, wk, d, nullptr);
+  const std::vector<double> v = linear(x.data(), rows, d_in, wv, d, nullptr);
+  // The heads of a (b, T, d) projection, where they lie.
+  const auto heads = [&](const std::vector<double>& p) {
+    return Tensor4View<const double>(p.data(), s.batch, s.heads, t_len, hd,
+                                     t_len * d, hd, d);
+  };
+  AttentionMask causal;
+  causal.causal = true;
+  const std::vector<double> per_head = reference::Attention(
+      heads(q), heads(k), heads(v), 1.0 / std::sqrt(double(hd)), causal);
+  // (b, heads, T, hd) back to (b, T, d) for out_proj.
+  std::vector<double> context(rows * d);
   for (size_t b = 0; b < s.batch; ++b) {
-    const float* xb = x.data() + b * t_len * d_in;
-    linear(xb, t_len, d_in, wq, d, nullptr, q.data());
-    linear(xb, t_len, d_in, wk, d, nullptr, k.data());
-    linear(xb, t_len, d_in, wv, d, nullptr, v.data());
     for (size_t h = 0; h < s.heads; ++h) {
       for (size_t i = 0; i < t_len; ++i) {
-        double max = -kInf, sum = 0;
-        for (size_t j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (size_t c = 0; c < hd; ++c) {
-            dot += q[i * d + h * hd + c] * k[j * d + h * hd + c];
-          }
-          p[j] = dot / std::sqrt(double(hd));
-          max = std::max(max, p[j]);
-        }
-        for (size_t j = 0; j <= i; ++j) sum += p[j] = std::exp(p[j] - max);
         for (size_t c = 0; c < hd; ++c) {
-          double acc = 0;
-          for (size_t j = 0; j <= i; ++j) acc += p[j] * v[j * d + h * hd + c];
-          context[i * d + h * hd + c] = acc / sum;
+          context[(b * t_len + i) * d + h * hd + c] =
+              per_head[((b * s.heads + h) * t_len + i) * hd + c];
         }
-      }
-    }
-    for (size_t i = 0; i < t_len; ++i) {
-      for (size_t o = 0; o < d; ++o) {
-        double acc = bo[o];
-        for (size_t c = 0; c < d; ++c)
-          acc += context[i * d + c] * wo[o * d + c];
-        ref[(b * t_len + i) * d + o] = acc;
       }
     }
   }
+  const std::vector<double> ref =
+      linear(context.data(), rows, d, wo, d, bo.data());
   double scale = 0;
   for (double r : ref) scale = std::max(scale, std::abs(r));
   double worst = 0;
@@ -237,13 +209,13 @@ double CheckMha(const measure::MhaShape& s) {
   return worst;
 }
 
-// ScaledDotProductAttention on random data against float64, the queries
-// being the last positions (decode: one query seeing the whole cache).
-// Bound: 1e-5 of max |v| (each output is a convex combination of values).
-// Dropout is left to CheckDropout: the fused kernel draws the same bits.
+// ScaledDotProductAttention on random data against reference::Attention,
+// the queries being the last positions (decode: one query seeing the whole
+// cache). Bound: 1e-5 of max |v| (each output is a convex combination of
+// values). Dropout is left to CheckDropout: the fused kernel draws the same
+// bits.
 double CheckAttention(const measure::AttentionShape& s) {
   const size_t tq = s.QueryTokens(), tk = s.tokens, d = s.head_dim;
-  const size_t group = s.heads / s.kv_heads;
   const std::vector<float> q = Random(s.batch * s.heads * tq * d, 13, -1, 1);
   const std::vector<float> k = Random(s.batch * s.kv_heads * tk * d, 14, -1, 1);
   const std::vector<float> v = Random(k.size(), 15, -1, 1);
@@ -251,40 +223,20 @@ double CheckAttention(const measure::AttentionShape& s) {
   AttentionOptions options;
   options.mask.causal = s.causal || s.decode;
   options.mask.causal_offset = tk - tq;
-  ScaledDotProductAttention(
-      ConstTensor4::Dense(q.data(), s.batch, s.heads, tq, d),
-      ConstTensor4::Dense(k.data(), s.batch, s.kv_heads, tk, d),
-      ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, tk, d),
-      Tensor4::Dense(out.data(), s.batch, s.heads, tq, d), options);
-  const double scale = 1.0 / std::sqrt(double(d));
+  const ConstTensor4 q_view =
+      ConstTensor4::Dense(q.data(), s.batch, s.heads, tq, d);
+  const ConstTensor4 k_view =
+      ConstTensor4::Dense(k.data(), s.batch, s.kv_heads, tk, d);
+  const ConstTensor4 v_view =
+      ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, tk, d);
+  ScaledDotProductAttention(q_view, k_view, v_view,
+                            Tensor4::Dense(out.data(), s.batch, s.heads, tq, d),
+                            options);
+  const std::vector<double> ref = reference::Attention(
+      q_view, k_view, v_view, 1.0 / std::sqrt(double(d)), options.mask);
   double worst = 0;
-  std::vector<double> p(tk), acc(d);
-  for (size_t b = 0; b < s.batch; ++b) {
-    for (size_t h = 0; h < s.heads; ++h) {
-      const size_t kv = b * s.kv_heads + h / group;
-      const float* kh = k.data() + kv * tk * d;
-      const float* vh = v.data() + kv * tk * d;
-      for (size_t i = 0; i < tq; ++i) {
-        const float* qi = q.data() + ((b * s.heads + h) * tq + i) * d;
-        const size_t seen = options.mask.causal ? i + tk - tq + 1 : tk;
-        double max = -kInf, sum = 0;
-        for (size_t j = 0; j < seen; ++j) {
-          double dot = 0;
-          for (size_t c = 0; c < d; ++c) dot += double(qi[c]) * kh[j * d + c];
-          p[j] = scale * dot;
-          max = std::max(max, p[j]);
-        }
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (size_t j = 0; j < seen; ++j) {
-          sum += p[j] = std::exp(p[j] - max);
-          for (size_t c = 0; c < d; ++c) acc[c] += p[j] * vh[j * d + c];
-        }
-        const float* oi = out.data() + ((b * s.heads + h) * tq + i) * d;
-        for (size_t c = 0; c < d; ++c) {
-          worst = std::max(worst, Ratio(oi[c] - acc[c] / sum, 1e-5));
-        }
-      }
-    }
+  for (size_t e = 0; e < out.size(); ++e) {
+    worst = std::max(worst, Ratio(out[e] - ref[e], 1e-5));
   }
   return worst;
 }
