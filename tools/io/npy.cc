@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tools/io/io_util.h"
+#include "tools/join.h"
 
 namespace simdattn::io {
 namespace {
@@ -33,13 +34,7 @@ constexpr size_t kAlignment = 64;
 
 // Python's spelling of a tuple, as in the header: (), (3,), (2, 3).
 std::string TupleString(const std::vector<size_t>& shape) {
-  std::string out = "(";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) out += ",";
-  return out + ")";
+  return "(" + tools::Join(shape, ", ") + (shape.size() == 1 ? ",)" : ")");
 }
 
 // False when the product of the dimensions does not fit in size_t.

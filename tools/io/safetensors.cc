@@ -15,6 +15,7 @@
 
 #include "nlohmann/json.hpp"
 #include "tools/io/io_util.h"
+#include "tools/join.h"
 
 namespace simdattn::io {
 namespace {
@@ -34,12 +35,7 @@ constexpr uint64_t kMaxHeaderSize = 100'000'000;
 constexpr int kMaxJsonDepth = 3;
 
 std::string ListString(const std::vector<size_t>& values) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(values[i]);
-  }
-  return out + "]";
+  return "[" + tools::Join(values, ", ") + "]";
 }
 
 std::string RangeString(uint64_t begin, uint64_t end) {
