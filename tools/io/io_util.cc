@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace simdattn::io::internal {
+namespace simdattn::io {
 
 void Fail(const std::string& path, const std::string& what) {
   throw std::runtime_error(path + ": " + what);
@@ -64,4 +64,4 @@ void InputFile::ReadAt(uint64_t offset, void* dst, uint64_t count) {
   }
 }
 
-}  // namespace simdattn::io::internal
+}  // namespace simdattn::io

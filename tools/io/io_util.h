@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace simdattn::io::internal {
+namespace simdattn::io {
 
 // Throws std::runtime_error("path: what").
 [[noreturn]] void Fail(const std::string& path, const std::string& what);
@@ -40,6 +40,6 @@ class InputFile {
   std::ifstream in_;
 };
 
-}  // namespace simdattn::io::internal
+}  // namespace simdattn::io
 
 #endif  // SIMDATTN_TOOLS_IO_IO_UTIL_H_

@@ -18,11 +18,6 @@
 namespace simdattn::io {
 namespace {
 
-using internal::Fail;
-using internal::HostIsLittleEndian;
-using internal::InputFile;
-using internal::Printable;
-
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
 // NumPy's own reader refuses headers over 10000 bytes unless told otherwise;

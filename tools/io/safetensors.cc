@@ -20,11 +20,6 @@
 namespace simdattn::io {
 namespace {
 
-using internal::Fail;
-using internal::HostIsLittleEndian;
-using internal::InputFile;
-using internal::Printable;
-
 using Json = nlohmann::json;
 
 // The reference implementation's limit; a real header is a few KB per
