@@ -18,6 +18,8 @@
 namespace simdattn {
 namespace {
 
+using test::ExpectInvalid;
+
 // Random123's tests/kat_vectors, the "philox4x32 10" lines: counter words,
 // key words, then the expected output words. Quoted from
 // DEShawResearch/Random123-Boost, libs/random/test/test_philox.cpp (commit
@@ -301,20 +303,6 @@ TEST(DropoutStatistics, NeighbouringElementsAreIndependent) {
   }
   EXPECT_LT(ChiSquare(m[0], m[1]), kChiSquare999) << "heads";
   EXPECT_LT(ChiSquare(m[0], m[2]), kChiSquare999) << "batch";
-}
-
-// Expects std::invalid_argument whose message contains every fragment.
-template <typename F>
-void ExpectInvalid(F&& f, std::vector<std::string> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const std::invalid_argument& e) {
-    for (const std::string& s : fragments) {
-      EXPECT_NE(std::string(e.what()).find(s), std::string::npos)
-          << "\"" << e.what() << "\" lacks \"" << s << "\"";
-    }
-  }
 }
 
 TEST(DropoutErrors, NamesTheArgumentAndValues) {

@@ -21,6 +21,8 @@
 namespace simdattn {
 namespace {
 
+using test::ExpectInvalid;
+
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // Per-element bound of kernels.h, and the rows' sum.
@@ -641,20 +643,6 @@ TEST_P(SoftmaxTest, BitIdenticalForAnyThreadCount) {
                             reference.size() * sizeof(float)),
                 0)
           << threads << " threads";
-    }
-  }
-}
-
-// Expects std::invalid_argument whose message contains every fragment.
-template <typename F>
-void ExpectInvalid(F&& f, std::vector<std::string> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const std::invalid_argument& e) {
-    for (const std::string& s : fragments) {
-      EXPECT_NE(std::string(e.what()).find(s), std::string::npos)
-          << "\"" << e.what() << "\" lacks \"" << s << "\"";
     }
   }
 }

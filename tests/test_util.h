@@ -7,6 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "hwy/tests/hwy_gtest.h"
@@ -36,6 +39,29 @@ double FrobeniusNorm(MatrixView<T> m) {
     for (size_t c = 0; c < m.cols; ++c) sum += double(m(r, c)) * m(r, c);
   }
   return std::sqrt(sum);
+}
+
+// Runs f, expecting std::invalid_argument whose message contains every
+// fragment; returns the message ("" when nothing was thrown) for further
+// checks.
+template <typename F>
+std::string ExpectInvalid(F&& f, const std::vector<std::string>& fragments) {
+  try {
+    std::forward<F>(f)();
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    for (const std::string& fragment : fragments) {
+      EXPECT_NE(message.find(fragment), std::string::npos)
+          << "\"" << message << "\" lacks \"" << fragment << "\"";
+    }
+    return message;
+  }
+  ADD_FAILURE() << "no exception; expected \"" << fragments[0] << "\"";
+  return "";
+}
+template <typename F>
+std::string ExpectInvalid(F&& f, const char* fragment) {
+  return ExpectInvalid(std::forward<F>(f), std::vector<std::string>{fragment});
 }
 
 }  // namespace test
