@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "hwy/tests/hwy_gtest.h"
 #include "simdattn/tensor.h"
+#include "tbb/task_arena.h"
 
 namespace simdattn {
 namespace test {
@@ -62,6 +64,27 @@ std::string ExpectInvalid(F&& f, const std::vector<std::string>& fragments) {
 template <typename F>
 std::string ExpectInvalid(F&& f, const char* fragment) {
   return ExpectInvalid(std::forward<F>(f), std::vector<std::string>{fragment});
+}
+
+// Runs `compute` (which returns its output) in arenas of 1, 2 and 7 threads
+// and expects the same bits each time: reductions have a fixed order.
+template <typename Compute>
+void ExpectSameBitsForAnyThreadCount(const Compute& compute,
+                                     const std::string& what = "") {
+  std::vector<float> reference;
+  for (int threads : {1, 2, 7}) {
+    std::vector<float> out;
+    tbb::task_arena(threads).execute([&] { out = compute(); });
+    if (threads == 1) {
+      reference = std::move(out);
+      continue;
+    }
+    ASSERT_EQ(out.size(), reference.size());
+    EXPECT_EQ(
+        std::memcmp(out.data(), reference.data(), out.size() * sizeof(float)),
+        0)
+        << what << ": " << threads << " threads";
+  }
 }
 
 }  // namespace test
