@@ -1,6 +1,8 @@
 // The C API's exception barrier: whatever the C++ code throws comes out as a
 // status code and a message, never as an exception; messages are per thread.
 // tests/c_api_test.c covers the C functions themselves.
+#include <algorithm>
+#include <cstddef>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -10,11 +12,25 @@
 #include "gtest/gtest.h"
 #include "simdattn/simdattn_c.h"
 #include "src/c_api/guard.h"
+#include "tbb/task_arena.h"
 
 namespace simdattn {
 namespace {
 
 using internal::CallGuarded;
+
+// The bound a caller inside a smaller arena sees is that arena's.
+TEST(CApi, MaxThreadsInsideAnArena) {
+  size_t process = 0;
+  ASSERT_EQ(simdattn_get_max_threads(&process), SIMDATTN_STATUS_OK);
+  for (const int threads : {1, 2}) {
+    size_t inside = 0;
+    tbb::task_arena(threads).execute([&] {
+      ASSERT_EQ(simdattn_get_max_threads(&inside), SIMDATTN_STATUS_OK);
+    });
+    EXPECT_EQ(inside, std::min<size_t>(process, threads)) << threads;
+  }
+}
 
 TEST(CApiGuard, EveryExceptionBecomesAStatus) {
   EXPECT_EQ(CallGuarded(

@@ -183,13 +183,14 @@ static void TestMatMul(void) {
   for (r = 0; r < 4; ++r) {
     for (col = 0; col < 2; ++col) bt[col * 4 + r] = b[r * 2 + col];
   }
-  CHECK(options.transpose_b == 0 && options.alpha == 1.0f &&
-        options.beta == 0.0f && options.bias == NULL);
+  CHECK(options.transpose_b == 0 && options.use_alpha == 0 &&
+        options.alpha == 0.0f && options.beta == 0.0f && options.bias == NULL);
 
   for (transpose = 0; transpose < 2; ++transpose) {
     Fill(c_old, 6, 4);
     memcpy(c, c_old, sizeof(c));
     options.transpose_b = transpose;
+    options.use_alpha = 1;
     options.alpha = 0.5f;
     options.beta = 2.0f;
     options.bias = bias;
@@ -215,6 +216,28 @@ static void TestMatMul(void) {
     for (k = 0; k < 4; ++k) sum += (double)a[r * 5 + k] * b[k * 2 + 1];
     CHECK_NEAR(c[r * 2 + 1], sum, 1e-5);
   }
+  /* A zeroed struct means the defaults too; use_alpha = 1 makes alpha 0 real
+   * (C = bias). */
+  memset(&options, 0, sizeof(options));
+  for (k = 0; k < 6; ++k) c[k] = NAN;
+  CHECK_OK(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 4, 2, 2),
+                           Matrix(c, 3, 2, 2), &options));
+  for (r = 0; r < 3; ++r) {
+    double sum = 0.0;
+    for (k = 0; k < 4; ++k) sum += (double)a[r * 5 + k] * b[k * 2];
+    CHECK_NEAR(c[r * 2], sum, 1e-5);
+  }
+  options.use_alpha = 1;
+  options.bias = bias;
+  CHECK_OK(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 4, 2, 2),
+                           Matrix(c, 3, 2, 2), &options));
+  for (k = 0; k < 6; ++k) CHECK(c[k] == bias[k % 2]);
+  options.use_alpha = 0;
+  options.alpha = 0.5f;
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 4, 2, 2),
+                              Matrix(c, 3, 2, 2), &options),
+              INVALID,
+              "options->alpha (0.5) is used only with options->use_alpha = 1");
   /* Empty shapes are valid and touch nothing, even with null data. */
   CHECK_OK(simdattn_matmul(ConstMatrix(NULL, 0, 4, 4), ConstMatrix(b, 4, 2, 2),
                            Matrix(NULL, 0, 2, 2), NULL));
@@ -414,8 +437,8 @@ static simdattn_module_config Config(int32_t kind, size_t d_in, size_t d_out,
   return c;
 }
 
-/* Fills every tensor the module expects with values from Fill (the causal
- * mask buffers left out) and loads them. Returns the number loaded. */
+/* Fills every weight the module lists with values from Fill (the buffers
+ * left out) and loads them. Returns the number loaded. */
 enum { kMaxTensors = 32, kMaxValues = 4096 };
 static float g_values[kMaxTensors][kMaxValues];
 static size_t LoadRandomWeights(simdattn_module* module,
@@ -425,9 +448,12 @@ static size_t LoadRandomWeights(simdattn_module* module,
   CHECK(count <= kMaxTensors);
   for (i = 0; i < count && i < kMaxTensors; ++i) {
     simdattn_named_tensor* t = &tensors[loaded];
-    CHECK_OK(
-        simdattn_module_weight_info(module, i, &t->name, &t->shape, &t->rank));
-    if (strstr(t->name, "mask") != NULL) continue;
+    int32_t is_buffer = -1;
+    CHECK_OK(simdattn_module_weight_info(module, i, &t->name, &t->shape,
+                                         &t->rank, &is_buffer));
+    /* Exactly the causal masks are buffers, and they may be left out. */
+    CHECK(is_buffer == (strstr(t->name, "mask") != NULL));
+    if (is_buffer) continue;
     for (n = 1, r = 0; r < t->rank; ++r) n *= t->shape[r];
     CHECK(n <= kMaxValues);
     if (n > kMaxValues) continue;
@@ -558,7 +584,7 @@ static void TestEveryModule(void) {
     CHECK_OK(simdattn_module_shape(module, NULL, NULL, NULL));
     CHECK_OK(simdattn_module_weight_count(module, &count));
     CHECK(count == 0 || kind != SIMDATTN_SIMPLIFIED_SELF_ATTENTION);
-    CHECK_ERROR(simdattn_module_weight_info(module, count, NULL, NULL, NULL),
+    CHECK_ERROR(simdattn_module_weight_info(module, count, NULL, NULL, NULL, NULL),
                 INVALID, "index (");
     LoadRandomWeights(module, tensors);
 
@@ -683,7 +709,7 @@ static void TestModuleErrors(void) {
               "module is null");
   CHECK_ERROR(simdattn_module_weight_count(module, NULL), INVALID,
               "count is null");
-  CHECK_ERROR(simdattn_module_weight_info(NULL, 0, NULL, NULL, NULL), INVALID,
+  CHECK_ERROR(simdattn_module_weight_info(NULL, 0, NULL, NULL, NULL, NULL), INVALID,
               "module is null");
   /* An empty batch is valid and does nothing. */
   CHECK_OK(simdattn_module_forward(module, Const3(Dense3(NULL, 0, 2, 3)),

@@ -14,6 +14,8 @@
 namespace simdattn {
 namespace {
 
+using test::ExpectInvalid;
+
 class DecodeTest : public test::PerTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(DecodeTest);
 
@@ -73,16 +75,6 @@ TEST_P(DecodeTest, GroupedAndMultiQueryHeads) {
 // partials must equal the unsplit result of a full forward.
 TEST_P(DecodeTest, LongCacheSplitsKeys) {
   ExpectStepsMatchFullForward(2, 0, 1200, 1190, 1);
-}
-
-template <typename Call>
-void ExpectInvalid(Call call, const std::string& part) {
-  try {
-    call();
-    ADD_FAILURE() << "no exception; expected " << part;
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
 }
 
 TEST(DecodeErrors, CacheShapeAndCapacity) {

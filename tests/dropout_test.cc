@@ -19,6 +19,8 @@
 namespace simdattn {
 namespace {
 
+using test::ExpectInvalid;
+
 // Random123's tests/kat_vectors, the "philox4x32 10" lines: counter words,
 // key words, then the expected output words. Quoted from
 // DEShawResearch/Random123-Boost, libs/random/test/test_philox.cpp (commit
@@ -195,20 +197,11 @@ TEST_P(DropoutTest, ZeroIsUntouchedAndOneIsZeros) {
 // Rows are independent and bits depend only on the element's position.
 TEST_P(DropoutTest, BitIdenticalForAnyThreadCount) {
   const Buffer x(2, 3, 64, 333, 0, 0, 9);
-  std::vector<float> reference;
-  for (int threads : {1, 2, 7}) {
+  test::ExpectSameBitsForAnyThreadCount([&] {
     Buffer y = x;
-    tbb::task_arena arena(threads);
-    arena.execute([&] { Dropout(y.view, 0.4f, {3, 4}); });
-    if (reference.empty()) {
-      reference = y.store;
-    } else {
-      ASSERT_EQ(std::memcmp(y.store.data(), reference.data(),
-                            reference.size() * sizeof(float)),
-                0)
-          << threads << " threads";
-    }
-  }
+    Dropout(y.view, 0.4f, {3, 4});
+    return y.store;
+  });
 }
 
 // The statistical tests below run on the best target only: the tests above
@@ -298,20 +291,6 @@ TEST(DropoutStatistics, NeighbouringElementsAreIndependent) {
   }
   EXPECT_LT(ChiSquare(m[0], m[1]), kChiSquare999) << "heads";
   EXPECT_LT(ChiSquare(m[0], m[2]), kChiSquare999) << "batch";
-}
-
-// Expects std::invalid_argument whose message contains every fragment.
-template <typename F>
-void ExpectInvalid(F&& f, std::vector<std::string> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const std::invalid_argument& e) {
-    for (const std::string& s : fragments) {
-      EXPECT_NE(std::string(e.what()).find(s), std::string::npos)
-          << "\"" << e.what() << "\" lacks \"" << s << "\"";
-    }
-  }
 }
 
 TEST(DropoutErrors, NamesTheArgumentAndValues) {

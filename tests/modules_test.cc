@@ -19,6 +19,8 @@
 namespace simdattn {
 namespace {
 
+using test::ExpectInvalid;
+
 const std::string kGolden = std::string(SIMDATTN_TEST_DATA_DIR) + "/golden/";
 
 nlohmann::json Cases() {
@@ -156,17 +158,6 @@ TEST(ModulesDropout, TrainingDropsEvalKeeps) {
   options.dropout_key.offset = 1;  // The next step draws another mask.
   mha.Forward(xv, yv, options);
   EXPECT_NE(train_again, train);
-}
-
-template <typename F>
-void ExpectInvalid(F&& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected \"" << fragment << "\"";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-        << e.what();
-  }
 }
 
 TEST(ModulesErrors, NameTheArgumentAndValues) {

@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "simdattn/attention.h"
 #include "simdattn/kernels.h"
+#include "src/common/check.h"
 #include "src/common/scratch.h"
 #include "tbb/task_arena.h"
 #include "tbb/task_scheduler_observer.h"
@@ -109,6 +110,8 @@ void operator delete[](void* p, std::align_val_t,
 
 namespace simdattn {
 namespace {
+
+using test::ExpectInvalid;
 
 constexpr size_t kBatch = 2, kTokens = 48, kDIn = 32, kDOut = 64, kHeads = 4;
 
@@ -321,15 +324,44 @@ TEST(Robustness, ParallelSteadyStateDoesNotAllocatePerCall) {
       << " bytes of new scratch";
 }
 
-template <typename F>
-void ExpectInvalid(F&& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected \"" << fragment << "\"";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
-        << e.what();
-  }
+// Whether two views share a byte, from the elements they touch: exact for
+// equal strides, whatever the dims (grouped heads, column blocks, offsets
+// that are not a whole element), and by address range otherwise.
+TEST(Robustness, FootprintsOverlapOnlyWhereElementsMeet) {
+  alignas(64) static float buffer[4096];
+  const auto footprint = [](const void* data, size_t d0, size_t d1, size_t d2,
+                            size_t d3, size_t s0, size_t s1, size_t s2) {
+    const size_t dims[4] = {d0, d1, d2, d3};
+    const size_t strides[3] = {s0, s1, s2};
+    return internal::CheckTensor4("f", "t", data, dims, strides, sizeof(float));
+  };
+  // (2, heads, 8 tokens, 4) head blocks in rows of 40 floats: Q has 4 heads
+  // at column 0, K 2 heads at 16, V 2 at 24, O 2 at 32.
+  const auto q = footprint(buffer, 2, 4, 8, 4, 320, 4, 40);
+  const auto k = footprint(buffer + 16, 2, 2, 8, 4, 320, 4, 40);
+  const auto v = footprint(buffer + 24, 2, 2, 8, 4, 320, 4, 40);
+  const auto o = footprint(buffer + 32, 2, 2, 8, 4, 320, 4, 40);
+  EXPECT_FALSE(o.Overlaps(q));
+  EXPECT_FALSE(o.Overlaps(k));
+  EXPECT_FALSE(o.Overlaps(v));
+  EXPECT_FALSE(q.Overlaps(o));
+  // Five heads from column 0 reach K's first head.
+  EXPECT_TRUE(k.Overlaps(footprint(buffer, 2, 5, 8, 4, 320, 4, 40)));
+  EXPECT_TRUE(o.Overlaps(footprint(buffer + 31, 2, 2, 8, 4, 320, 4, 40)));
+  // The last element of O's last row against a view starting right there.
+  EXPECT_TRUE(o.Overlaps(
+      footprint(buffer + 320 + 7 * 40 + 32 + 7, 1, 1, 1, 1, 0, 0, 1)));
+  EXPECT_FALSE(o.Overlaps(
+      footprint(buffer + 320 + 7 * 40 + 32 + 8, 1, 1, 1, 1, 0, 0, 1)));
+  // Half a float apart: the bytes meet although no index does.
+  const char* bytes = reinterpret_cast<const char*>(buffer + 32);
+  EXPECT_TRUE(o.Overlaps(footprint(bytes - 2, 2, 2, 8, 4, 320, 4, 40)));
+  EXPECT_TRUE(o.Overlaps(footprint(bytes + 2, 2, 2, 8, 4, 320, 4, 40)));
+  EXPECT_FALSE(o.Overlaps(footprint(bytes - 34, 2, 2, 8, 4, 320, 4, 40)));
+  // Different strides: the address ranges decide.
+  EXPECT_TRUE(o.Overlaps(footprint(buffer + 36, 1, 1, 8, 4, 0, 0, 41)));
+  EXPECT_FALSE(o.Overlaps(footprint(buffer + 2048, 1, 1, 8, 4, 0, 0, 41)));
+  EXPECT_FALSE(o.Overlaps(internal::Footprint()));  // Empty.
 }
 
 // Views that would make the library write one element from two tasks, read

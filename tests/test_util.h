@@ -6,11 +6,16 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "hwy/tests/hwy_gtest.h"
 #include "simdattn/tensor.h"
+#include "tbb/task_arena.h"
 
 namespace simdattn {
 namespace test {
@@ -36,6 +41,50 @@ double FrobeniusNorm(MatrixView<T> m) {
     for (size_t c = 0; c < m.cols; ++c) sum += double(m(r, c)) * m(r, c);
   }
   return std::sqrt(sum);
+}
+
+// Runs f, expecting std::invalid_argument whose message contains every
+// fragment; returns the message ("" when nothing was thrown) for further
+// checks.
+template <typename F>
+std::string ExpectInvalid(F&& f, const std::vector<std::string>& fragments) {
+  try {
+    std::forward<F>(f)();
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    for (const std::string& fragment : fragments) {
+      EXPECT_NE(message.find(fragment), std::string::npos)
+          << "\"" << message << "\" lacks \"" << fragment << "\"";
+    }
+    return message;
+  }
+  ADD_FAILURE() << "no exception; expected \"" << fragments[0] << "\"";
+  return "";
+}
+template <typename F>
+std::string ExpectInvalid(F&& f, const char* fragment) {
+  return ExpectInvalid(std::forward<F>(f), std::vector<std::string>{fragment});
+}
+
+// Runs `compute` (which returns its output) in arenas of 1, 2 and 7 threads
+// and expects the same bits each time: reductions have a fixed order.
+template <typename Compute>
+void ExpectSameBitsForAnyThreadCount(const Compute& compute,
+                                     const std::string& what = "") {
+  std::vector<float> reference;
+  for (int threads : {1, 2, 7}) {
+    std::vector<float> out;
+    tbb::task_arena(threads).execute([&] { out = compute(); });
+    if (threads == 1) {
+      reference = std::move(out);
+      continue;
+    }
+    ASSERT_EQ(out.size(), reference.size());
+    EXPECT_EQ(
+        std::memcmp(out.data(), reference.data(), out.size() * sizeof(float)),
+        0)
+        << what << ": " << threads << " threads";
+  }
 }
 
 }  // namespace test

@@ -60,13 +60,13 @@ struct AttentionConfig {
   bool out_proj = false;    // A final (d_out, d_out) nn.Linear with bias.
   bool projections = true;  // false: queries = keys = values = input.
   bool scaled = true;       // Scores scaled by 1/sqrt(head_dim).
-  // How state_dict names and layouts map onto the weights.
-  enum class Naming { kNone, kParameter, kLinear, kHeads } naming =
-      Naming::kLinear;
   size_t d_out() const { return num_heads * head_dim; }
 };
 
 class AttentionEngine;
+namespace internal {
+enum class StateDictLayout : int;  // Each seed module's state_dict naming.
+}  // namespace internal
 
 // The keys and values of the tokens seen so far, for one attention layer:
 // (batch, kv_heads, capacity, head_dim) each, in memory the cache owns or
@@ -133,6 +133,9 @@ class SIMDATTN_API AttentionModule {
   void LoadStateDict(const StateDict& state_dict);
   // The names and shapes LoadStateDict expects (buffers included).
   std::map<std::string, std::vector<size_t>> StateDictShapes() const;
+  // The names among StateDictShapes() that are buffers (the causal masks,
+  // derived from the config): LoadStateDict accepts their absence.
+  std::vector<std::string> StateDictBuffers() const;
   // Initialises the weights as PyTorch does (nn.Linear: U(-1/sqrt(in),
   // 1/sqrt(in)); nn.Parameter(torch.rand): U(0, 1)) from a seed. The values
   // differ from PyTorch's (another generator); the distribution does not.
@@ -143,7 +146,7 @@ class SIMDATTN_API AttentionModule {
  protected:
   // `name` (a string literal) starts every error message.
   AttentionModule(const char* name, const AttentionConfig& config,
-                  uint64_t seed);
+                  internal::StateDictLayout layout, uint64_t seed);
 
  private:
   std::unique_ptr<AttentionEngine> engine_;

@@ -80,8 +80,9 @@ SIMDATTN_API simdattn_status simdattn_use_target(const char* name);
  * inside it. Safe to call from several threads; the last call wins. */
 SIMDATTN_API simdattn_status simdattn_set_max_threads(size_t max_threads);
 
-/* The number of threads a parallel call may use now, from every bound alive
- * in the process (not only simdattn_set_max_threads). */
+/* The number of threads a parallel call made from this thread may use now:
+ * the least of every bound alive in the process (not only
+ * simdattn_set_max_threads) and the calling tbb::task_arena's concurrency. */
 SIMDATTN_API simdattn_status simdattn_get_max_threads(size_t* max_threads);
 
 /* ------------------------------------------------------------------------ */
@@ -134,9 +135,13 @@ typedef struct simdattn_const_u8_tensor4 {
 /* ------------------------------------------------------------------------ */
 /* Primitives (kernels.h)                                                    */
 
+/* A zeroed struct means the defaults: C = A * op(B). */
 typedef struct simdattn_matmul_options {
   /* 0: op(B) = B (K x N); 1: op(B) = B^T (B is N x K). Nothing else. */
   int32_t transpose_b;
+  /* 0: alpha is 1 and `alpha` must be 0 or 1 (a value set without this
+   * flag is an error, not ignored); 1: alpha as given. */
+  int32_t use_alpha;
   float alpha;
   /* 0: C is write-only (its old contents, even NaN, are never read). */
   float beta;
@@ -144,8 +149,8 @@ typedef struct simdattn_matmul_options {
   const float* bias;
 } simdattn_matmul_options;
 
-/* transpose_b = 0, alpha = 1, beta = 0, bias = NULL: C = A * B. (A zeroed
- * struct would have alpha = 0.) */
+/* The defaults, as a zeroed struct: transpose_b = 0, use_alpha = 0 (alpha 1),
+ * beta = 0, bias = NULL. */
 SIMDATTN_API simdattn_matmul_options simdattn_matmul_default_options(void);
 
 /* C = alpha * A * op(B) + beta * C + bias; A is M x K, op(B) K x N, C M x N,
@@ -318,13 +323,15 @@ typedef struct simdattn_named_tensor {
 } simdattn_named_tensor;
 
 /* The state_dict the module expects, one tensor at a time in name order
- * (index < count): its name and shape, owned by the module. Any output
- * pointer may be NULL; index past the end is an error. */
+ * (index < count): its name and shape, owned by the module, and is_buffer 1
+ * for a buffer (the causal "mask", derived from the config: PyTorch saves it,
+ * simdattn_module_load_weights accepts its absence), 0 for a weight. Any
+ * output pointer may be NULL; index past the end is an error. */
 SIMDATTN_API simdattn_status
 simdattn_module_weight_count(const simdattn_module* module, size_t* count);
 SIMDATTN_API simdattn_status simdattn_module_weight_info(
     const simdattn_module* module, size_t index, const char** name,
-    const size_t** shape, size_t* rank);
+    const size_t** shape, size_t* rank, int32_t* is_buffer);
 
 /* Copies the weights (PyTorch's names and shapes), strictly: a missing,
  * unexpected, duplicated or misshapen tensor is an error naming it, and a

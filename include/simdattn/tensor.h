@@ -112,11 +112,17 @@ struct Tensor4View {
   }
   // The (batch, heads, tokens, head_dim) view of a (batch, tokens, heads *
   // head_dim) buffer, the layout a projection writes: no transpose needed.
+  // token_stride (elements from one token to the next, at least heads *
+  // head_dim; 0 means heads * head_dim) views one block of a wider row, e.g.
+  // Q, K or V of a fused (batch, tokens, 3 * heads * head_dim) projection:
+  // FromTokenMajor(qkv + heads * head_dim, ..., 3 * heads * head_dim) is K.
   static constexpr Tensor4View FromTokenMajor(T* data, size_t batch,
                                               size_t tokens, size_t heads,
-                                              size_t head_dim) {
-    return Tensor4View(data, batch, heads, tokens, head_dim,
-                       tokens * heads * head_dim, head_dim, heads * head_dim);
+                                              size_t head_dim,
+                                              size_t token_stride = 0) {
+    const size_t row = token_stride != 0 ? token_stride : heads * head_dim;
+    return Tensor4View(data, batch, heads, tokens, head_dim, tokens * row,
+                       head_dim, row);
   }
   // A single matrix as a (1, 1, rows, cols) tensor.
   constexpr explicit Tensor4View(MatrixView<T> m)

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "simdattn/attention.h"
-#include "simdattn/random.h"
+#include "src/attention/state_dict.h"
 #include "src/common/check.h"
 #include "src/common/scratch.h"
 #include "src/ops/mask.h"
@@ -24,34 +24,20 @@ namespace simdattn {
 
 namespace {
 
-using internal::ByteRange;
 using internal::CheckedMul;
+using internal::Footprint;
+using internal::ModuleWeights;
 using internal::ScratchBuffer;
-
-// One tensor of the state_dict and where its values live in the engine.
-struct Slot {
-  enum class Kind { kWeight, kTransposedWeight, kBias, kCausalMask };
-  std::string name;
-  Kind kind;
-  std::vector<size_t> shape;  // PyTorch's shape.
-  float* destination;         // Row-major (out, in) weights; nullptr for masks.
-  float init_low, init_high;  // PyTorch's initial distribution U(low, high).
-};
-
-std::string ShapeToString(const std::vector<size_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  return s + "]";
-}
+using internal::Slot;
+using internal::StateDictLayout;
 
 }  // namespace
 
 class AttentionEngine {
  public:
-  AttentionEngine(const char* name, const AttentionConfig& config)
-      : name_(name), config_(config) {
+  AttentionEngine(const char* name, const AttentionConfig& config,
+                  StateDictLayout layout)
+      : name_(name), config_(config), layout_(layout) {
     Validate();
     // Every size derived from the config must fit in size_t (a wrapped
     // product would size the weights below what the views reach) and in a
@@ -66,90 +52,27 @@ class AttentionEngine {
     SIMDATTN_REQUIRE(!__builtin_add_overflow(q, kv2, &qkv_rows), name_,
                      "the Q, K, V rows overflow size_t (", q, " + ", kv2, ")");
     if (config_.projections) {
-      w_qkv_.assign(Floats("the QKV weights", qkv_rows, config_.d_in), 0.0f);
-      if (config_.qkv_bias) b_qkv_.assign(qkv_rows, 0.0f);
+      weights_.w_qkv.assign(Floats("the QKV weights", qkv_rows, config_.d_in),
+                            0.0f);
+      if (config_.qkv_bias) weights_.b_qkv.assign(qkv_rows, 0.0f);
     }
     if (config_.out_proj) {
-      w_out_.assign(Floats("out_proj", q, q), 0.0f);
-      b_out_.assign(q, 0.0f);
+      weights_.w_out.assign(Floats("out_proj", q, q), 0.0f);
+      weights_.b_out.assign(q, 0.0f);
     }
   }
 
   const AttentionConfig& config() const { return config_; }
 
-  std::map<std::string, std::vector<size_t>> StateDictShapes() {
-    std::map<std::string, std::vector<size_t>> shapes;
-    for (const Slot& slot : Slots()) shapes[slot.name] = slot.shape;
-    return shapes;
+  // The state_dict's tensors, pointing into this engine's weights.
+  std::vector<Slot> Slots() {
+    return internal::StateDictSlots(layout_, config_, weights_);
   }
-
   void LoadStateDict(const StateDict& state_dict) {
-    const std::vector<Slot> slots = Slots();
-    for (const auto& entry : state_dict) {
-      bool known = false;
-      for (const Slot& slot : slots) known |= slot.name == entry.first;
-      SIMDATTN_REQUIRE(known, name_, "unexpected tensor '", entry.first,
-                       "' in the state_dict");
-    }
-    // Check every tensor before changing any weight: a failed load leaves
-    // the module as it was.
-    for (const Slot& slot : slots) {
-      const auto it = state_dict.find(slot.name);
-      // The mask buffer is derived from the config; checked when present.
-      if (it == state_dict.end() && slot.kind == Slot::Kind::kCausalMask) {
-        continue;
-      }
-      SIMDATTN_REQUIRE(it != state_dict.end(), name_, "missing tensor '",
-                       slot.name, "' of shape ", ShapeToString(slot.shape));
-      const TensorRef& t = it->second;
-      SIMDATTN_REQUIRE(t.shape == slot.shape, name_, "tensor '", slot.name,
-                       "' has shape ", ShapeToString(t.shape), ", expected ",
-                       ShapeToString(slot.shape));
-      SIMDATTN_REQUIRE(t.data != nullptr, name_, "tensor '", slot.name,
-                       "' is null");
-      if (slot.kind == Slot::Kind::kCausalMask) CheckCausalMask(slot.name, t);
-    }
-    for (const Slot& slot : slots) {
-      if (slot.destination == nullptr) continue;
-      const TensorRef& t = state_dict.at(slot.name);
-      if (slot.kind == Slot::Kind::kTransposedWeight) {
-        // (in, out) parameter into the engine's (out, in) rows.
-        const size_t in = slot.shape[0], out = slot.shape[1];
-        for (size_t i = 0; i < in; ++i) {
-          for (size_t o = 0; o < out; ++o) {
-            slot.destination[o * in + i] = t.data[i * out + o];
-          }
-        }
-      } else {
-        std::memcpy(slot.destination, t.data, Elements(slot) * sizeof(float));
-      }
-    }
+    internal::LoadSlots(name_, Slots(), state_dict);
   }
-
   void InitializeWeights(uint64_t seed) {
-    const PhiloxKey key = {static_cast<uint32_t>(seed),
-                           static_cast<uint32_t>(seed >> 32)};
-    const std::vector<Slot> slots = Slots();
-    for (size_t s = 0; s < slots.size(); ++s) {
-      const Slot& slot = slots[s];
-      if (slot.destination == nullptr) continue;
-      // Element e of slot s draws word e % 4 of counter (e / 4, s).
-      const size_t n = Elements(slot);
-      for (size_t e = 0; e < n; ++e) {
-        const uint32_t bits = Philox4x32(
-            {static_cast<uint32_t>(e / 4), static_cast<uint32_t>(e >> 34),
-             static_cast<uint32_t>(s), 0},
-            key)[e % 4];
-        const float unit = static_cast<float>(bits >> 8) * 0x1.0p-24f;
-        // Transposed parameters are drawn in PyTorch's element order.
-        size_t index = e;
-        if (slot.kind == Slot::Kind::kTransposedWeight) {
-          index = (e % slot.shape[1]) * slot.shape[0] + e / slot.shape[1];
-        }
-        slot.destination[index] =
-            slot.init_low + (slot.init_high - slot.init_low) * unit;
-      }
-    }
+    internal::InitializeSlots(Slots(), seed);
   }
 
   void Forward(ConstTensor3 x, Tensor3 y, const ForwardOptions& options) const;
@@ -171,7 +94,7 @@ class AttentionEngine {
   // concurrently) and not overlapping x. `total_tokens`, the sequence length
   // including any cached tokens, is held to the context length. Returns the
   // byte ranges of x and y.
-  std::pair<ByteRange, ByteRange> CheckInputOutput(ConstTensor3 x, Tensor3 y,
+  std::pair<Footprint, Footprint> CheckInputOutput(ConstTensor3 x, Tensor3 y,
                                                    size_t total_tokens) const;
 
   // The scratch a forward over (batch, tokens) needs, in floats, computed
@@ -202,8 +125,8 @@ class AttentionEngine {
     const size_t tokens = x.tokens, width = qkv_width();
     MatMulOptions projection;
     projection.transpose_b = Transpose::kYes;
-    projection.bias = c.qkv_bias ? b_qkv_.data() : nullptr;
-    const ConstMatrix w(w_qkv_.data(), width, c.d_in);
+    projection.bias = c.qkv_bias ? weights_.b_qkv.data() : nullptr;
+    const ConstMatrix w(weights_.w_qkv.data(), width, c.d_in);
     if (x.batch == 1 || x.batch_stride == tokens * x.token_stride) {
       MatMul(ConstMatrix(x.data, x.batch * tokens, c.d_in, x.token_stride), w,
              Matrix(qkv, x.batch * tokens, width), projection);
@@ -221,12 +144,12 @@ class AttentionEngine {
                  ConstTensor4* k, ConstTensor4* v) const {
     const AttentionConfig& c = config_;
     const size_t width = qkv_width();
-    *q = ConstTensor4(qkv, batch, c.num_heads, tokens, c.head_dim,
-                      tokens * width, c.head_dim, width);
-    *k = ConstTensor4(qkv + q_dim(), batch, c.num_kv_heads, tokens, c.head_dim,
-                      tokens * width, c.head_dim, width);
-    *v = ConstTensor4(qkv + q_dim() + kv_dim(), batch, c.num_kv_heads, tokens,
-                      c.head_dim, tokens * width, c.head_dim, width);
+    *q = ConstTensor4::FromTokenMajor(qkv, batch, tokens, c.num_heads,
+                                      c.head_dim, width);
+    *k = ConstTensor4::FromTokenMajor(qkv + q_dim(), batch, tokens,
+                                      c.num_kv_heads, c.head_dim, width);
+    *v = ConstTensor4::FromTokenMajor(qkv + q_dim() + kv_dim(), batch, tokens,
+                                      c.num_kv_heads, c.head_dim, width);
   }
 
   // y = context W_out^T + b_out, context dense (batch * tokens, d_out).
@@ -234,8 +157,8 @@ class AttentionEngine {
     const size_t tokens = y.tokens;
     MatMulOptions out;
     out.transpose_b = Transpose::kYes;
-    out.bias = b_out_.data();
-    const ConstMatrix w(w_out_.data(), q_dim(), q_dim());
+    out.bias = weights_.b_out.data();
+    const ConstMatrix w(weights_.w_out.data(), q_dim(), q_dim());
     if (y.batch == 1 || y.batch_stride == tokens * y.token_stride) {
       MatMul(ConstMatrix(context, y.batch * tokens, q_dim()), w,
              Matrix(y.data, y.batch * tokens, q_dim(), y.token_stride), out);
@@ -271,124 +194,13 @@ class AttentionEngine {
                      "without projections d_out must equal d_in");
   }
 
-  static size_t Elements(const Slot& slot) {
-    size_t n = 1;
-    for (size_t d : slot.shape) n *= d;
-    return n;
-  }
-
-  void CheckCausalMask(const std::string& name, const TensorRef& t) const {
-    const size_t n = t.shape[0];
-    for (size_t i = 0; i < n; ++i) {
-      for (size_t j = 0; j < n; ++j) {
-        const float expected = j > i ? 1.0f : 0.0f;
-        SIMDATTN_REQUIRE(t.data[i * n + j] == expected, name_, "buffer '", name,
-                         "' is not the causal mask triu(ones, diagonal=1): (",
-                         i, ", ", j, ") is ", t.data[i * n + j]);
-      }
-    }
-  }
-
-  // The state_dict of this configuration, in PyTorch's order.
-  std::vector<Slot> Slots() {
-    const AttentionConfig& c = config_;
-    std::vector<Slot> slots;
-    const float linear = 1.0f / std::sqrt(static_cast<float>(c.d_in));
-    const char* const kProjections[3] = {"W_query", "W_key", "W_value"};
-    const size_t rows[3] = {q_dim(), kv_dim(), kv_dim()};
-    const size_t first_row[3] = {0, q_dim(), q_dim() + kv_dim()};
-    const std::vector<size_t> mask_shape = {c.context_length, c.context_length};
-    switch (c.naming) {
-      case AttentionConfig::Naming::kNone:
-        break;
-      case AttentionConfig::Naming::kParameter:
-        for (int p = 0; p < 3; ++p) {
-          slots.push_back({kProjections[p],
-                           Slot::Kind::kTransposedWeight,
-                           {c.d_in, rows[p]},
-                           &w_qkv_[first_row[p] * c.d_in],
-                           0.0f,
-                           1.0f});
-        }
-        break;
-      case AttentionConfig::Naming::kLinear:
-        for (int p = 0; p < 3; ++p) {
-          const std::string n = kProjections[p];
-          slots.push_back({n + ".weight",
-                           Slot::Kind::kWeight,
-                           {rows[p], c.d_in},
-                           &w_qkv_[first_row[p] * c.d_in],
-                           -linear,
-                           linear});
-          if (c.qkv_bias) {
-            slots.push_back({n + ".bias",
-                             Slot::Kind::kBias,
-                             {rows[p]},
-                             &b_qkv_[first_row[p]],
-                             -linear,
-                             linear});
-          }
-        }
-        if (c.out_proj) {
-          const float out = 1.0f / std::sqrt(static_cast<float>(q_dim()));
-          slots.push_back({"out_proj.weight",
-                           Slot::Kind::kWeight,
-                           {q_dim(), q_dim()},
-                           w_out_.data(),
-                           -out,
-                           out});
-          slots.push_back({"out_proj.bias",
-                           Slot::Kind::kBias,
-                           {q_dim()},
-                           b_out_.data(),
-                           -out,
-                           out});
-        }
-        if (c.causal) {
-          slots.push_back({"mask", Slot::Kind::kCausalMask, mask_shape, nullptr,
-                           0.0f, 0.0f});
-        }
-        break;
-      case AttentionConfig::Naming::kHeads:
-        // heads.h.W_query is rows [h * head_dim, (h + 1) * head_dim) of the
-        // stacked Q weights (likewise K and V): concatenating the heads'
-        // outputs is then the engine's usual head layout.
-        for (size_t h = 0; h < c.num_heads; ++h) {
-          const std::string prefix = "heads." + std::to_string(h) + ".";
-          for (int p = 0; p < 3; ++p) {
-            const size_t row = first_row[p] + h * c.head_dim;
-            slots.push_back({prefix + kProjections[p] + ".weight",
-                             Slot::Kind::kWeight,
-                             {c.head_dim, c.d_in},
-                             &w_qkv_[row * c.d_in],
-                             -linear,
-                             linear});
-            if (c.qkv_bias) {
-              slots.push_back({prefix + kProjections[p] + ".bias",
-                               Slot::Kind::kBias,
-                               {c.head_dim},
-                               &b_qkv_[row],
-                               -linear,
-                               linear});
-            }
-          }
-          slots.push_back({prefix + "mask", Slot::Kind::kCausalMask, mask_shape,
-                           nullptr, 0.0f, 0.0f});
-        }
-        break;
-    }
-    return slots;
-  }
-
   const char* name_;
   AttentionConfig config_;
-  std::vector<float> w_qkv_;  // (q_dim + 2 kv_dim, d_in): Q, K, V rows.
-  std::vector<float> b_qkv_;  // Empty without qkv_bias.
-  std::vector<float> w_out_;  // (d_out, d_out).
-  std::vector<float> b_out_;
+  StateDictLayout layout_;
+  ModuleWeights weights_;
 };
 
-std::pair<ByteRange, ByteRange> AttentionEngine::CheckInputOutput(
+std::pair<Footprint, Footprint> AttentionEngine::CheckInputOutput(
     ConstTensor3 x, Tensor3 y, size_t total_tokens) const {
   const AttentionConfig& c = config_;
   const size_t batch = x.batch, tokens = x.tokens;
@@ -405,8 +217,8 @@ std::pair<ByteRange, ByteRange> AttentionEngine::CheckInputOutput(
                         x.token_stride);
   const Tensor4 y4(y.data, batch, 1, tokens, y.features, y.batch_stride, 0,
                    y.token_stride);
-  const ByteRange x_range = internal::CheckTensor4(name_, "x", x4);
-  const ByteRange y_range = internal::CheckTensor4(name_, "y", y4);
+  const Footprint x_range = internal::CheckTensor4(name_, "x", x4);
+  const Footprint y_range = internal::CheckTensor4(name_, "y", y4);
   internal::CheckDistinctElements(name_, "y", y4.dims, y4.strides);
   SIMDATTN_REQUIRE(!y_range.Overlaps(x_range), name_, "y overlaps x");
   return {x_range, y_range};
@@ -442,7 +254,7 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
                      name_, "attention_weights has shape ",
                      internal::ShapeString(weights.dims), ", expected (", batch,
                      ", ", heads, ", ", tokens, ", ", tokens, ")");
-    const ByteRange w_range =
+    const Footprint w_range =
         internal::CheckTensor4(name_, "attention_weights", weights);
     internal::CheckDistinctElements(name_, "attention_weights", weights.dims,
                                     weights.strides);
@@ -540,8 +352,10 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
 }
 
 AttentionModule::AttentionModule(const char* name,
-                                 const AttentionConfig& config, uint64_t seed)
-    : engine_(std::make_unique<AttentionEngine>(name, config)) {
+                                 const AttentionConfig& config,
+                                 internal::StateDictLayout layout,
+                                 uint64_t seed)
+    : engine_(std::make_unique<AttentionEngine>(name, config, layout)) {
   engine_->InitializeWeights(seed);
 }
 AttentionModule::AttentionModule(AttentionModule&&) noexcept = default;
@@ -566,7 +380,16 @@ void AttentionModule::LoadStateDict(const StateDict& state_dict) {
 }
 std::map<std::string, std::vector<size_t>> AttentionModule::StateDictShapes()
     const {
-  return engine_->StateDictShapes();
+  std::map<std::string, std::vector<size_t>> shapes;
+  for (const Slot& slot : engine_->Slots()) shapes[slot.name] = slot.shape;
+  return shapes;
+}
+std::vector<std::string> AttentionModule::StateDictBuffers() const {
+  std::vector<std::string> names;
+  for (const Slot& slot : engine_->Slots()) {
+    if (slot.buffer()) names.push_back(slot.name);
+  }
+  return names;
 }
 void AttentionModule::InitializeWeights(uint64_t seed) {
   engine_->InitializeWeights(seed);

@@ -28,8 +28,8 @@ KVCache::KVCache(Tensor4 keys, Tensor4 values) : keys_(keys), values_(values) {
   SIMDATTN_REQUIRE(internal::SameDims(keys.dims, values.dims), kFn,
                    "keys have shape ", ShapeString(keys.dims),
                    " but values have shape ", ShapeString(values.dims));
-  const internal::ByteRange rk = internal::CheckTensor4(kFn, "keys", keys);
-  const internal::ByteRange rv = internal::CheckTensor4(kFn, "values", values);
+  const internal::Footprint rk = internal::CheckTensor4(kFn, "keys", keys);
+  const internal::Footprint rv = internal::CheckTensor4(kFn, "values", values);
   internal::CheckDistinctElements(kFn, "keys", keys.dims, keys.strides);
   internal::CheckDistinctElements(kFn, "values", values.dims, values.strides);
   SIMDATTN_REQUIRE(!rk.Overlaps(rv), kFn, "keys overlap values");

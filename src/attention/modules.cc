@@ -1,24 +1,24 @@
 // The seed modules as configurations of AttentionModule.
 #include "simdattn/attention.h"
+#include "src/attention/state_dict.h"
 #include "src/common/check.h"
 
 namespace simdattn {
 namespace {
 
-using Naming = AttentionConfig::Naming;
+using internal::StateDictLayout;
 
-AttentionConfig SingleHead(size_t d_in, size_t d_out, Naming naming) {
+AttentionConfig SingleHead(size_t d_in, size_t d_out) {
   AttentionConfig c;
   c.d_in = d_in;
   c.head_dim = d_out;
-  c.naming = naming;
   return c;
 }
 
 AttentionConfig Causal(size_t d_in, size_t d_out, size_t context_length,
                        float dropout, bool qkv_bias, const char* name) {
   SIMDATTN_REQUIRE(context_length > 0, name, "context_length must be positive");
-  AttentionConfig c = SingleHead(d_in, d_out, Naming::kLinear);
+  AttentionConfig c = SingleHead(d_in, d_out);
   c.context_length = context_length;
   c.dropout = dropout;
   c.qkv_bias = qkv_bias;
@@ -27,7 +27,7 @@ AttentionConfig Causal(size_t d_in, size_t d_out, size_t context_length,
 }
 
 AttentionConfig Simplified(size_t d_in) {
-  AttentionConfig c = SingleHead(d_in, d_in, Naming::kNone);
+  AttentionConfig c = SingleHead(d_in, d_in);
   c.projections = false;
   c.scaled = false;
   return c;
@@ -40,7 +40,6 @@ AttentionConfig Wrapper(size_t d_in, size_t d_out, size_t context_length,
   AttentionConfig c =
       Causal(d_in, d_out, context_length, dropout, qkv_bias, kName);
   c.num_heads = c.num_kv_heads = num_heads;
-  c.naming = Naming::kHeads;
   return c;
 }
 
@@ -51,8 +50,8 @@ AttentionConfig MultiHead(size_t d_in, size_t d_out, size_t context_length,
   SIMDATTN_REQUIRE(num_heads > 0, kName, "num_heads must be positive");
   SIMDATTN_REQUIRE(d_out % num_heads == 0, kName, "d_out (", d_out,
                    ") is not divisible by num_heads (", num_heads, ")");
-  AttentionConfig c = Causal(d_in, d_out / num_heads, context_length, dropout,
-                             qkv_bias, kName);
+  AttentionConfig c =
+      Causal(d_in, d_out / num_heads, context_length, dropout, qkv_bias, kName);
   c.num_heads = num_heads;
   c.num_kv_heads = num_kv_heads == 0 ? num_heads : num_kv_heads;
   c.out_proj = true;
@@ -62,22 +61,23 @@ AttentionConfig MultiHead(size_t d_in, size_t d_out, size_t context_length,
 }  // namespace
 
 SimplifiedSelfAttention::SimplifiedSelfAttention(size_t d_in)
-    : AttentionModule("SimplifiedSelfAttention", Simplified(d_in), 0) {}
+    : AttentionModule("SimplifiedSelfAttention", Simplified(d_in),
+                      StateDictLayout::kNone, 0) {}
 
 SelfAttentionV1::SelfAttentionV1(size_t d_in, size_t d_out, uint64_t seed)
-    : AttentionModule("SelfAttentionV1",
-                      SingleHead(d_in, d_out, Naming::kParameter), seed) {}
+    : AttentionModule("SelfAttentionV1", SingleHead(d_in, d_out),
+                      StateDictLayout::kParameter, seed) {}
 
 SelfAttentionV2::SelfAttentionV2(size_t d_in, size_t d_out, bool qkv_bias,
                                  uint64_t seed)
-    : AttentionModule("SelfAttentionV2",
-                      [&] {
-                        AttentionConfig c =
-                            SingleHead(d_in, d_out, Naming::kLinear);
-                        c.qkv_bias = qkv_bias;
-                        return c;
-                      }(),
-                      seed) {}
+    : AttentionModule(
+          "SelfAttentionV2",
+          [&] {
+            AttentionConfig c = SingleHead(d_in, d_out);
+            c.qkv_bias = qkv_bias;
+            return c;
+          }(),
+          StateDictLayout::kLinear, seed) {}
 
 CausalAttention::CausalAttention(size_t d_in, size_t d_out,
                                  size_t context_length, float dropout,
@@ -85,23 +85,23 @@ CausalAttention::CausalAttention(size_t d_in, size_t d_out,
     : AttentionModule("CausalAttention",
                       Causal(d_in, d_out, context_length, dropout, qkv_bias,
                              "CausalAttention"),
-                      seed) {}
+                      StateDictLayout::kLinear, seed) {}
 
 MultiHeadAttentionWrapper::MultiHeadAttentionWrapper(
     size_t d_in, size_t d_out, size_t context_length, float dropout,
     size_t num_heads, bool qkv_bias, uint64_t seed)
-    : AttentionModule("MultiHeadAttentionWrapper",
-                      Wrapper(d_in, d_out, context_length, dropout, num_heads,
-                              qkv_bias),
-                      seed) {}
+    : AttentionModule(
+          "MultiHeadAttentionWrapper",
+          Wrapper(d_in, d_out, context_length, dropout, num_heads, qkv_bias),
+          StateDictLayout::kHeads, seed) {}
 
 MultiHeadAttention::MultiHeadAttention(size_t d_in, size_t d_out,
                                        size_t context_length, float dropout,
                                        size_t num_heads, bool qkv_bias,
                                        uint64_t seed, size_t num_kv_heads)
     : AttentionModule("MultiHeadAttention",
-                      MultiHead(d_in, d_out, context_length, dropout,
-                                num_heads, qkv_bias, num_kv_heads),
-                      seed) {}
+                      MultiHead(d_in, d_out, context_length, dropout, num_heads,
+                                qkv_bias, num_kv_heads),
+                      StateDictLayout::kLinear, seed) {}
 
 }  // namespace simdattn

@@ -2,6 +2,7 @@
 // views, and the exception barrier (guard.h). All validation of shapes,
 // strides and overlaps is the C++ API's; this layer checks only what C adds:
 // null handles and output pointers, flags that are not 0 or 1, enum values.
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -20,20 +21,25 @@
 #include "src/c_api/guard.h"
 #include "src/common/check.h"
 #include "tbb/global_control.h"
+#include "tbb/task_arena.h"
 
 // The handle: the module plus its state_dict's names and shapes, kept so that
 // simdattn_module_weight_info can hand out pointers that live as long as it.
 struct simdattn_module {
   explicit simdattn_module(simdattn::AttentionModule m) : module(std::move(m)) {
+    const std::vector<std::string> buffers = module.StateDictBuffers();
     for (auto& [name, shape] : module.StateDictShapes()) {
       weight_names.push_back(name);
       weight_shapes.push_back(std::move(shape));
+      weight_is_buffer.push_back(
+          std::find(buffers.begin(), buffers.end(), name) != buffers.end());
     }
   }
 
   simdattn::AttentionModule module;
   std::vector<std::string> weight_names;  // Sorted, as StateDictShapes gives.
   std::vector<std::vector<size_t>> weight_shapes;
+  std::vector<bool> weight_is_buffer;
 };
 
 struct simdattn_kv_cache {
@@ -134,7 +140,13 @@ MatMulOptions ToOptions(const simdattn_matmul_options* options,
       Flag(options->transpose_b, function, "options->transpose_b")
           ? Transpose::kYes
           : Transpose::kNo;
-  result.alpha = options->alpha;
+  if (Flag(options->use_alpha, function, "options->use_alpha")) {
+    result.alpha = options->alpha;
+  } else {
+    SIMDATTN_REQUIRE(options->alpha == 0.0f || options->alpha == 1.0f, function,
+                     "options->alpha (", options->alpha,
+                     ") is used only with options->use_alpha = 1");
+  }
   result.beta = options->beta;
   result.bias = options->bias;
   return result;
@@ -225,17 +237,17 @@ simdattn_status simdattn_get_max_threads(size_t* max_threads) {
   return CallGuarded("simdattn_get_max_threads", [&] {
     simdattn::RequireNonNull(max_threads, "simdattn_get_max_threads",
                              "max_threads");
-    *max_threads = tbb::global_control::active_value(
-        tbb::global_control::max_allowed_parallelism);
+    // The calling context's arena may allow fewer threads than the process.
+    *max_threads = std::min<size_t>(
+        tbb::global_control::active_value(
+            tbb::global_control::max_allowed_parallelism),
+        static_cast<size_t>(tbb::this_task_arena::max_concurrency()));
   });
 }
 
 simdattn_matmul_options simdattn_matmul_default_options(void) {
   simdattn_matmul_options options;
-  options.transpose_b = 0;
-  options.alpha = 1.0f;
-  options.beta = 0.0f;
-  options.bias = nullptr;
+  std::memset(&options, 0, sizeof(options));
   return options;
 }
 
@@ -406,8 +418,8 @@ simdattn_status simdattn_module_weight_count(const simdattn_module* module,
 
 simdattn_status simdattn_module_weight_info(const simdattn_module* module,
                                             size_t index, const char** name,
-                                            const size_t** shape,
-                                            size_t* rank) {
+                                            const size_t** shape, size_t* rank,
+                                            int32_t* is_buffer) {
   constexpr const char* kFn = "simdattn_module_weight_info";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(module, kFn, "module");
@@ -417,6 +429,7 @@ simdattn_status simdattn_module_weight_info(const simdattn_module* module,
     if (name != nullptr) *name = module->weight_names[index].c_str();
     if (shape != nullptr) *shape = module->weight_shapes[index].data();
     if (rank != nullptr) *rank = module->weight_shapes[index].size();
+    if (is_buffer != nullptr) *is_buffer = module->weight_is_buffer[index];
   });
 }
 

@@ -30,34 +30,147 @@ size_t SpanBytes(const char* function, const char* name, const size_t* dims,
 
 }  // namespace
 
-ByteRange CheckMatrix(const char* function, const char* name, ConstMatrix m) {
+Footprint CheckMatrix(const char* function, const char* name, ConstMatrix m) {
   SIMDATTN_REQUIRE(m.stride >= m.cols || m.rows <= 1, function, name,
                    ".stride (", m.stride, ") is less than ", name, ".cols (",
                    m.cols, ")");
-  if (m.empty()) return {};
-  SIMDATTN_REQUIRE(m.data != nullptr, function, name, " is null but has shape ",
-                   m.rows, " x ", m.cols);
-  const size_t dims[2] = {m.rows, m.cols};
-  const size_t strides[1] = {m.stride};
-  const size_t bytes =
-      SpanBytes(function, name, dims, strides, 2, sizeof(float));
-  const auto begin = reinterpret_cast<uintptr_t>(m.data);
-  return {begin, begin + bytes};
+  SIMDATTN_REQUIRE(m.data != nullptr || m.empty(), function, name,
+                   " is null but has shape ", m.rows, " x ", m.cols);
+  const size_t dims[4] = {1, 1, m.rows, m.cols};
+  const size_t strides[3] = {0, 0, m.stride};
+  return CheckTensor4(function, name, m.data, dims, strides, sizeof(float));
 }
 
-ByteRange CheckTensor4(const char* function, const char* name, const void* data,
+Footprint CheckTensor4(const char* function, const char* name, const void* data,
                        const size_t (&dims)[4], const size_t (&strides)[3],
                        size_t element_size) {
   SIMDATTN_REQUIRE(strides[2] >= dims[3] || dims[2] <= 1, function, name,
                    " row stride (", strides[2],
                    ") is less than its row length (", dims[3], ")");
-  if (dims[0] == 0 || dims[1] == 0 || dims[2] == 0 || dims[3] == 0) return {};
+  Footprint f;
+  if (dims[0] == 0 || dims[1] == 0 || dims[2] == 0 || dims[3] == 0) return f;
   SIMDATTN_REQUIRE(data != nullptr, function, name, " is null but has shape ",
                    ShapeString(dims));
   const size_t bytes =
       SpanBytes(function, name, dims, strides, 4, element_size);
-  const auto begin = reinterpret_cast<uintptr_t>(data);
-  return {begin, begin + bytes};
+  f.begin = reinterpret_cast<uintptr_t>(data);
+  f.end = f.begin + bytes;
+  f.element_size = element_size;
+  std::copy(dims, dims + 4, f.dims);
+  std::copy(strides, strides + 3, f.strides);
+  return f;
+}
+
+Footprint ContiguousFootprint(const char* function, const char* name,
+                              const void* data, size_t count,
+                              size_t element_size) {
+  const size_t dims[4] = {1, 1, 1, count};
+  const size_t strides[3] = {0, 0, count};
+  return CheckTensor4(function, name, data, dims, strides, element_size);
+}
+
+namespace {
+
+// The offsets (in elements) of a view relative to its first element are
+// sum_k i_k strides[k] + j, 0 <= i_k < dims[k], 0 <= j < dims[3]. Two views
+// with the same strides share an element iff some difference of offsets,
+// sum_k c_k strides[k] + r with c_k in (-other.dims[k], dims[k]) and r in
+// (-other.dims[3], dims[3]), equals `delta`, the distance between their first
+// elements. Searched from the largest stride down: at each level the
+// coefficients are those that leave a remainder the faster dimensions can
+// still reach, at most a few for views whose elements are distinct. Gives up
+// (reports sharing) after kMaxNodes coefficients.
+class SharedElementSearch {
+ public:
+  SharedElementSearch(const Footprint& a, const Footprint& b) {
+    // A dimension neither view spans is a level with the single coefficient
+    // 0 (stride 1 keeps the division defined).
+    for (int k = 0; k < kLevels; ++k) {
+      const bool spanned =
+          a.strides[k] != 0 && (a.dims[k] > 1 || b.dims[k] > 1);
+      levels_[k] = spanned ? Level{static_cast<Wide>(a.strides[k]),
+                                   static_cast<Wide>(a.dims[k]) - 1,
+                                   1 - static_cast<Wide>(b.dims[k])}
+                           : Level{1, 0, 0};
+    }
+    // By decreasing stride (insertion sort: std::sort on three elements
+    // trips GCC 12's -Warray-bounds).
+    for (int x = 1; x < kLevels; ++x) {
+      for (int y = x; y > 0 && levels_[y].stride > levels_[y - 1].stride; --y) {
+        std::swap(levels_[y], levels_[y - 1]);
+      }
+    }
+    // [reach_lo_[l], reach_hi_[l]]: what levels l.. and r can sum to.
+    reach_hi_[kLevels] = static_cast<Wide>(a.dims[3]) - 1;
+    reach_lo_[kLevels] = 1 - static_cast<Wide>(b.dims[3]);
+    for (int l = kLevels - 1; l >= 0; --l) {
+      reach_hi_[l] = reach_hi_[l + 1] + levels_[l].max_c * levels_[l].stride;
+      reach_lo_[l] = reach_lo_[l + 1] + levels_[l].min_c * levels_[l].stride;
+    }
+  }
+
+  bool Reaches(__int128 delta) { return Search(0, delta); }
+
+ private:
+  using Wide = __int128;
+  struct Level {
+    Wide stride, max_c, min_c;
+  };
+  static constexpr int kLevels = 3;
+  static constexpr int kMaxNodes = 4096;
+
+  static Wide FloorDiv(Wide a, Wide b) {
+    const Wide q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+  }
+
+  bool Search(int l, Wide delta) {
+    if (delta < reach_lo_[l] || delta > reach_hi_[l]) return false;
+    if (l == kLevels) return true;
+    const Level& v = levels_[l];
+    // delta - c stride must lie in [reach_lo_[l + 1], reach_hi_[l + 1]].
+    const Wide c_lo =
+        std::max(v.min_c, -FloorDiv(reach_hi_[l + 1] - delta, v.stride));
+    const Wide c_hi =
+        std::min(v.max_c, FloorDiv(delta - reach_lo_[l + 1], v.stride));
+    for (Wide c = c_lo; c <= c_hi; ++c) {
+      if (++nodes_ > kMaxNodes) return true;
+      if (Search(l + 1, delta - c * v.stride)) return true;
+    }
+    return false;
+  }
+
+  Level levels_[kLevels];
+  Wide reach_lo_[kLevels + 1], reach_hi_[kLevels + 1];
+  int nodes_ = 0;
+};
+
+bool SameLayout(const Footprint& a, const Footprint& b) {
+  if (a.element_size != b.element_size) return false;
+  for (int k = 0; k < 3; ++k) {
+    const bool spanned = a.dims[k] > 1 || b.dims[k] > 1;
+    if (spanned && a.strides[k] != b.strides[k]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool Footprint::Overlaps(const Footprint& other) const {
+  if (!(begin < other.end && other.begin < end)) return false;
+  if (!SameLayout(*this, other)) return true;
+  // Elements e (bytes [e s, e s + s)) of this view and e' of the other share
+  // a byte iff e - e' is within one element of the byte distance over s.
+  const __int128 s = static_cast<__int128>(element_size);
+  const __int128 distance =
+      static_cast<__int128>(other.begin) - static_cast<__int128>(begin);
+  const __int128 low =
+      distance >= 0 ? distance / s : -((-distance + s - 1) / s);
+  const __int128 high = distance % s == 0 ? low : low + 1;
+  for (__int128 delta = low; delta <= high; ++delta) {
+    if (SharedElementSearch(*this, other).Reaches(delta)) return true;
+  }
+  return false;
 }
 
 std::string ShapeString(const size_t (&dims)[4]) {
@@ -98,7 +211,7 @@ namespace {
 // A mask must have the scores' dims; a stride of 0 broadcasts that dimension
 // (a row stride of 0 shares one row among all rows). Returns its bytes.
 template <typename T>
-ByteRange CheckMask(const char* function, const char* name,
+Footprint CheckMask(const char* function, const char* name,
                     Tensor4View<const T> m, const size_t (&dims)[4]) {
   SIMDATTN_REQUIRE(SameDims(m.dims, dims), function, name, " has shape ",
                    ShapeString(m.dims), " but the scores have shape ",
@@ -114,24 +227,23 @@ ByteRange CheckMask(const char* function, const char* name,
 
 void CheckAttentionMask(const char* function, const AttentionMask& mask,
                         const size_t (&scores)[4], const char* keys_name,
-                        ByteRange output, const char* output_name) {
+                        Footprint output, const char* output_name) {
   if (mask.boolean.data != nullptr) {
-    const ByteRange rm =
+    const Footprint rm =
         CheckMask(function, "mask.boolean", mask.boolean, scores);
     SIMDATTN_REQUIRE(!output.Overlaps(rm), function, output_name,
                      " overlaps mask.boolean");
   }
   if (mask.additive.data != nullptr) {
-    const ByteRange rm =
+    const Footprint rm =
         CheckMask(function, "mask.additive", mask.additive, scores);
     SIMDATTN_REQUIRE(!output.Overlaps(rm), function, output_name,
                      " overlaps mask.additive");
   }
   if (mask.key_lengths != nullptr && scores[0] != 0) {
-    const auto begin = reinterpret_cast<uintptr_t>(mask.key_lengths);
-    const ByteRange rk{
-        begin, begin + CheckedMul(function, "mask.key_lengths' size", scores[0],
-                                  sizeof(size_t))};
+    const Footprint rk =
+        ContiguousFootprint(function, "mask.key_lengths", mask.key_lengths,
+                            scores[0], sizeof(size_t));
     SIMDATTN_REQUIRE(!output.Overlaps(rk), function, output_name,
                      " overlaps mask.key_lengths");
     for (size_t b = 0; b < scores[0]; ++b) {

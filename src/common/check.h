@@ -34,25 +34,36 @@ template <typename... Args>
 // a * b, or throws naming `what` if the product does not fit in size_t.
 size_t CheckedMul(const char* function, const char* what, size_t a, size_t b);
 
-// The half-open byte range a view can touch; empty for an empty view.
-struct ByteRange {
-  uintptr_t begin = 0;
-  uintptr_t end = 0;
-  bool Overlaps(const ByteRange& other) const {
-    return begin < other.end && other.begin < end;
-  }
+// The elements a strided view touches: `range`, the half-open bytes from its
+// first to one past its last element, bounds them; the layout (in elements)
+// tells which of those bytes it really touches.
+struct Footprint {
+  uintptr_t begin = 0, end = 0;  // begin == end for an empty view.
+  size_t element_size = 0;
+  size_t dims[4] = {};
+  size_t strides[3] = {};
+  // Whether the two views share a byte. Exact where the views have the same
+  // element size and the same stride in every dimension either spans (Q, K,
+  // V and O as column blocks of one (batch, tokens, 4 d) buffer share none);
+  // otherwise whether their byte ranges meet.
+  bool Overlaps(const Footprint& other) const;
 };
+
+// The footprint of `count` contiguous elements.
+Footprint ContiguousFootprint(const char* function, const char* name,
+                              const void* data, size_t count,
+                              size_t element_size);
 
 // Validates a matrix argument (null data with a non-zero size, stride < cols,
 // extents that overflow) and returns the memory it spans.
-ByteRange CheckMatrix(const char* function, const char* name, ConstMatrix m);
+Footprint CheckMatrix(const char* function, const char* name, ConstMatrix m);
 
 // The same for a 4-D view; element size in bytes for non-float views.
-ByteRange CheckTensor4(const char* function, const char* name, const void* data,
+Footprint CheckTensor4(const char* function, const char* name, const void* data,
                        const size_t (&dims)[4], const size_t (&strides)[3],
                        size_t element_size);
 template <typename T>
-ByteRange CheckTensor4(const char* function, const char* name,
+Footprint CheckTensor4(const char* function, const char* name,
                        Tensor4View<T> t) {
   return CheckTensor4(function, name, t.data, t.dims, t.strides, sizeof(T));
 }
@@ -75,7 +86,7 @@ void CheckDistinctElements(const char* function, const char* name,
 // none overlaps `output`.
 void CheckAttentionMask(const char* function, const AttentionMask& mask,
                         const size_t (&scores)[4], const char* keys_name,
-                        ByteRange output, const char* output_name);
+                        Footprint output, const char* output_name);
 
 // Validates a dropout probability `p` (named p_name; NaN fails) over a
 // weights tensor of shape `dims`, whose dims are named dim_names in messages.

@@ -68,8 +68,7 @@ constexpr size_t kTaskRows = 4 * kQueryBlock;
 // column groups of the dropout bits. S, the K and V panels and the
 // accumulator take ~200 KiB at head_dim 64, in L2. Longer tiles amortise
 // each block's fixed costs (P V's accumulator loads and stores, the
-// rescaling, the per-row softmax bookkeeping): 256 keys ran 5-10% faster
-// than 64 here (bench/RESULTS.md).
+// rescaling, the per-row softmax bookkeeping; bench/RESULTS.md).
 constexpr size_t kKeyBlock = 256;
 static_assert(kKeyBlock % kDropoutGroup == 0, "tiles must align to groups");
 // Fewer tasks than this (e.g. decode with small batch x heads) split the

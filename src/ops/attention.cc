@@ -17,7 +17,7 @@
 namespace simdattn {
 HWY_EXPORT(AttentionImpl);
 
-using internal::ByteRange;
+using internal::Footprint;
 using internal::ShapeString;
 
 void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
@@ -47,10 +47,10 @@ void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
                          {q.dims[0], q.dims[1], q.dims[2], k.dims[2]});
   SIMDATTN_REQUIRE(!options.scale || std::isfinite(*options.scale), kFn,
                    "scale (", options.scale.value_or(0.0f), ") is not finite");
-  const ByteRange rq = internal::CheckTensor4(kFn, "q", q);
-  const ByteRange rk = internal::CheckTensor4(kFn, "k", k);
-  const ByteRange rv = internal::CheckTensor4(kFn, "v", v);
-  const ByteRange ro = internal::CheckTensor4(kFn, "out", out);
+  const Footprint rq = internal::CheckTensor4(kFn, "q", q);
+  const Footprint rk = internal::CheckTensor4(kFn, "k", k);
+  const Footprint rv = internal::CheckTensor4(kFn, "v", v);
+  const Footprint ro = internal::CheckTensor4(kFn, "out", out);
   internal::CheckDistinctElements(kFn, "out", out.dims, out.strides);
   SIMDATTN_REQUIRE(!ro.Overlaps(rq), kFn, "out overlaps q");
   SIMDATTN_REQUIRE(!ro.Overlaps(rk), kFn, "out overlaps k");

@@ -204,8 +204,8 @@ inline HWY_NOINLINE void DropoutRow(const Params& p, float* HWY_RESTRICT row,
   const size_t N = hn::Lanes(du);
   constexpr size_t kWordColumns = 2 * kDropoutLanes;  // Columns per word.
   const RowWords row_words = MakeRowWords(p, b, h, i);
-  // Highway 1.0.3's Iota goes through memory (a store-forwarding stall that
-  // took 17% of the time on AVX3): built once, then offset per group.
+  // Highway 1.0.3's Iota goes through memory (a store-forwarding stall):
+  // built once, then offset per group.
   const V lane = hn::Iota(du, 0);
   for (size_t group = 0; group < cols; group += kDropoutGroup) {
     const uint32_t first_counter = static_cast<uint32_t>(

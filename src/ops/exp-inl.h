@@ -4,18 +4,14 @@
 // Why not hn::Exp: it serves the whole float range, so it rounds with a
 // float->int conversion (plus x86's overflow fix-up), handles large positive
 // arguments and builds 2^n from two halves: ~30 vector ops. Softmax spends
-// most of its time here, and the op count is the speed: the AMD EPYC
-// development machine issues one 512-bit multiply-class op (FMA, multiply,
-// half a scalef) and one add-class op (add, max, integer, compare) per
-// cycle (measured).
+// most of its time here, and the op count is the speed (bench/RESULTS.md:
+// what bounds the softmax).
 //
 // x86's 16- and 8-lane targets (AVX-512, AVX2): exp(x) = 2^(k/L) exp(r),
 // k = round(L x / ln 2) for L lanes, with 2^(k mod L / L) from an L-entry
 // table held in one register (a permute looks it up) and a degree-3
 // polynomial for |r| <= ln 2 / (2 L): 6 multiply-class ops and a permute,
-// where a degree-6 polynomial and scalef take 12 (scalef counts twice). A
-// microbenchmark on AVX-512 (exp, store and sum over 4096 floats in L1):
-// 11.9 against 15.3 cycles per vector (with 7 multiply-class ops).
+// where a degree-6 polynomial and scalef take 12 (scalef counts twice).
 // Other targets: n = round(x / ln 2), a degree-6 polynomial for |r| <= ln 2 /
 // 2, 2^n applied in two halves (denormal outputs rounded once): ~20 ops.
 //
@@ -25,11 +21,10 @@
 // exact but for one rounding and c's own error, c = (ln 2 / L)(1 + 0.046 u)
 // for every power-of-two L, which makes the result exp(x (1 - e)) with |e|
 // <= 0.046 u: a relative error of 0.046 |x| u (at most 4.8 u, at the clamp),
-// far below the |x| u that rounding x itself, a float, already costs. On one
-// AVX3 thread (AMD EPYC) this saved 5-6% of an in-cache softmax against the
-// two-part (Cody-Waite) reduction, which the targets without FMA (SSSE3,
-// SSE4, scalar, emulated) keep: there k's product with the constant's high
-// part is exact, as a separate multiply must be.
+// far below the |x| u that rounding x itself, a float, already costs, and one
+// op fewer than the two-part (Cody-Waite) reduction, which the targets
+// without FMA (SSSE3, SSE4, scalar, emulated) keep: there k's product with
+// the constant's high part is exact, as a separate multiply must be.
 // Accuracy: polynomials within 0.3 ULP (float coefficients, fitted with c0 =
 // c1 = 1, so exp(0) is exactly 1); with the table's and the final rounding
 // and c's error the result is within (2 + 0.046 |x|) u of exp(x) for outputs

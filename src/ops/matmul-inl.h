@@ -224,8 +224,8 @@ HWY_INLINE void StoreBlocks(D d, hn::Vec<D> v, float* HWY_RESTRICT dst,
 // k]. Four rows of B at a time are transposed in registers, 4 x 4 within
 // each 128-bit block (two rounds of interleaves), and each block goes to
 // the panel as 4 contiguous floats: ~0.75 ops per element on AVX-512
-// against 2 for scalar copies (a load and a store) and ~45 cycles per
-// vector for gathers. Scalable (SVE) and one-lane targets, the last rows
+// against 2 for scalar copies (a load and a store); gathers are slower
+// still. Scalable (SVE) and one-lane targets, the last rows
 // and the last columns of K copy scalars.
 inline void PackTransposedPanel(ConstMatrix b, size_t k0, size_t kc, size_t n0,
                                 size_t cols, size_t nr, float* panel) {

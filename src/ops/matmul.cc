@@ -18,7 +18,7 @@ HWY_EXPORT(BatchedMatMulImpl);
 
 namespace {
 
-using internal::ByteRange;
+using internal::Footprint;
 
 // The shape of op(B).
 size_t OpRows(ConstMatrix b, Transpose t) {
@@ -40,11 +40,10 @@ void CheckMatMulShapes(const char* fn, ConstMatrix a, ConstMatrix b,
 }
 
 // The bias is read while C is written: they must not share memory.
-void CheckBias(const char* fn, const float* bias, size_t n, ByteRange c) {
+void CheckBias(const char* fn, const float* bias, size_t n, Footprint c) {
   if (bias == nullptr || n == 0) return;
-  const auto begin = reinterpret_cast<uintptr_t>(bias);
-  const ByteRange range{
-      begin, begin + internal::CheckedMul(fn, "bias", n, sizeof(float))};
+  const Footprint range =
+      internal::ContiguousFootprint(fn, "bias", bias, n, sizeof(float));
   SIMDATTN_REQUIRE(!c.Overlaps(range), fn, "C overlaps bias (", n,
                    " floats)");
 }
@@ -55,9 +54,9 @@ void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
             const MatMulOptions& options) {
   constexpr const char* kFn = "MatMul";
   CheckMatMulShapes(kFn, a, b, c, options);
-  const ByteRange ra = internal::CheckMatrix(kFn, "A", a);
-  const ByteRange rb = internal::CheckMatrix(kFn, "B", b);
-  const ByteRange rc = internal::CheckMatrix(kFn, "C", c);
+  const Footprint ra = internal::CheckMatrix(kFn, "A", a);
+  const Footprint rb = internal::CheckMatrix(kFn, "B", b);
+  const Footprint rc = internal::CheckMatrix(kFn, "C", c);
   SIMDATTN_REQUIRE(!rc.Overlaps(ra), kFn, "C overlaps A");
   SIMDATTN_REQUIRE(!rc.Overlaps(rb), kFn, "C overlaps B");
   CheckBias(kFn, options.bias, c.cols, rc);
@@ -78,9 +77,9 @@ void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
   SIMDATTN_REQUIRE(a.dims[1] == 0 || (b.dims[1] != 0 && a.dims[1] % b.dims[1] == 0),
                    kFn, "A's heads (", a.dims[1],
                    ") are not a multiple of B's heads (", b.dims[1], ")");
-  const ByteRange ra = internal::CheckTensor4(kFn, "A", a);
-  const ByteRange rb = internal::CheckTensor4(kFn, "B", b);
-  const ByteRange rc = internal::CheckTensor4(kFn, "C", c);
+  const Footprint ra = internal::CheckTensor4(kFn, "A", a);
+  const Footprint rb = internal::CheckTensor4(kFn, "B", b);
+  const Footprint rc = internal::CheckTensor4(kFn, "C", c);
   CheckMatMulShapes(kFn, a.Slice(0, 0), b.Slice(0, 0), c.Slice(0, 0), options);
   SIMDATTN_REQUIRE(!rc.Overlaps(ra), kFn, "C overlaps A");
   SIMDATTN_REQUIRE(!rc.Overlaps(rb), kFn, "C overlaps B");

@@ -203,8 +203,8 @@ HWY_INLINE float PassOneMax(D d, float sigma, const RowPasses& p,
   const V vsigma = hn::Set(d, sigma);
   const SoftmaxRow& r = *p.r;
   // Four independent chains: one would wait on max's latency each vector.
-  V vmax[4] = {hn::Set(d, -kInf), hn::Set(d, -kInf), hn::Set(d, -kInf),
-               hn::Set(d, -kInf)};
+  // (Four named vectors: SVE vectors cannot be array elements.)
+  V max0 = hn::Set(d, -kInf), max1 = max0, max2 = max0, max3 = max0;
   auto any_nan = hn::FirstN(d, 0);
   const auto update = [&](V& chain, V v) {
     if constexpr (kFindNaN) any_nan = hn::Or(any_nan, hn::IsNaN(v));
@@ -216,17 +216,20 @@ HWY_INLINE float PassOneMax(D d, float sigma, const RowPasses& p,
   };
   size_t j = 0;
   for (; j + 4 * N <= p.full; j += 4 * N) {
-    for (size_t c = 0; c < 4; ++c) update(vmax[c], scores(j + c * N));
+    update(max0, scores(j));
+    update(max1, scores(j + N));
+    update(max2, scores(j + 2 * N));
+    update(max3, scores(j + 3 * N));
   }
-  for (; j < p.full; j += N) update(vmax[0], scores(j));
+  for (; j < p.full; j += N) update(max0, scores(j));
   if (p.t.count != 0) {
-    update(vmax[1], hn::IfThenElse(hn::FirstN(d, p.t.count),
-                                   PassOneScores<kAdditive, kBoolean, kScaled>(
-                                       d, vsigma, p.t.x, p.t.masks, p.t.j),
-                                   hn::Set(d, -kInf)));
+    update(max1, hn::IfThenElse(hn::FirstN(d, p.t.count),
+                                PassOneScores<kAdditive, kBoolean, kScaled>(
+                                    d, vsigma, p.t.x, p.t.masks, p.t.j),
+                                hn::Set(d, -kInf)));
   }
   if constexpr (kFindNaN) *nan = !hn::AllFalse(d, any_nan);
-  const V max = hn::Max(hn::Max(vmax[0], vmax[1]), hn::Max(vmax[2], vmax[3]));
+  const V max = hn::Max(hn::Max(max0, max1), hn::Max(max2, max3));
   return hn::GetLane(hn::MaxOfLanes(d, max));
 }
 

@@ -20,7 +20,7 @@ HWY_EXPORT(SoftmaxImpl);
 
 namespace {
 
-using internal::ByteRange;
+using internal::Footprint;
 using internal::CheckDistinctElements;
 using internal::SameDims;
 using internal::ShapeString;
@@ -44,8 +44,8 @@ void Softmax(ConstTensor4 x, Tensor4 y, float scale,
                    ShapeString(x.dims));
   SIMDATTN_REQUIRE(std::isfinite(scale), kFn, "scale (", scale,
                    ") is not finite");
-  const ByteRange rx = internal::CheckTensor4(kFn, "x", x);
-  const ByteRange ry = internal::CheckTensor4(kFn, "y", y);
+  const Footprint rx = internal::CheckTensor4(kFn, "x", x);
+  const Footprint ry = internal::CheckTensor4(kFn, "y", y);
   CheckDistinctElements(kFn, "y", y.dims, y.strides);
   const bool in_place = x.data == y.data && SameLayout(x, y);
   SIMDATTN_REQUIRE(in_place || !ry.Overlaps(rx), kFn,

@@ -229,6 +229,7 @@ struct Call {
 simdattn_matmul_options MatMulOptions(Input& in, Call& call, size_t n) {
   simdattn_matmul_options o = simdattn_matmul_default_options();
   o.transpose_b = in.Flag();
+  o.use_alpha = in.Flag();
   o.alpha = in.Float();
   o.beta = in.Float();
   o.bias = call.Array<float>(in, n);
@@ -485,9 +486,9 @@ void FuzzModule(Input& in) {
   for (size_t i = 0; i < count && i < 64; ++i) {
     simdattn_named_tensor t;
     const size_t* shape = nullptr;
-    CheckStatus(
-        simdattn_module_weight_info(module, i, &t.name, &shape, &t.rank),
-        false);
+    CheckStatus(simdattn_module_weight_info(module, i, &t.name, &shape, &t.rank,
+                                            nullptr),
+                false);
     shapes.emplace_back(shape, shape + t.rank);
     if (in.Byte() % 16 == 0 && t.rank > 0) shapes.back()[0] = in.Dim();
     t.shape = shapes.back().data();

@@ -1,0 +1,204 @@
+#include "src/attention/state_dict.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "simdattn/random.h"
+#include "src/common/check.h"
+
+namespace simdattn {
+namespace internal {
+namespace {
+
+std::string ShapeToString(const std::vector<size_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+size_t Elements(const Slot& slot) {
+  size_t n = 1;
+  for (size_t d : slot.shape) n *= d;
+  return n;
+}
+
+void CheckCausalMask(const char* module, const std::string& name,
+                     const TensorRef& t) {
+  const size_t n = t.shape[0];
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      const float expected = j > i ? 1.0f : 0.0f;
+      SIMDATTN_REQUIRE(t.data[i * n + j] == expected, module, "buffer '", name,
+                       "' is not the causal mask triu(ones, diagonal=1): (", i,
+                       ", ", j, ") is ", t.data[i * n + j]);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Slot> StateDictSlots(StateDictLayout layout,
+                                 const AttentionConfig& c,
+                                 ModuleWeights& weights) {
+  std::vector<Slot> slots;
+  const size_t q_dim = c.num_heads * c.head_dim;
+  const size_t kv_dim = c.num_kv_heads * c.head_dim;
+  const float linear = 1.0f / std::sqrt(static_cast<float>(c.d_in));
+  const char* const kProjections[3] = {"W_query", "W_key", "W_value"};
+  const size_t rows[3] = {q_dim, kv_dim, kv_dim};
+  const size_t first_row[3] = {0, q_dim, q_dim + kv_dim};
+  const std::vector<size_t> mask_shape = {c.context_length, c.context_length};
+  switch (layout) {
+    case StateDictLayout::kNone:
+      break;
+    case StateDictLayout::kParameter:
+      for (int p = 0; p < 3; ++p) {
+        slots.push_back({kProjections[p],
+                         Slot::Kind::kTransposedWeight,
+                         {c.d_in, rows[p]},
+                         &weights.w_qkv[first_row[p] * c.d_in],
+                         0.0f,
+                         1.0f});
+      }
+      break;
+    case StateDictLayout::kLinear:
+      for (int p = 0; p < 3; ++p) {
+        const std::string n = kProjections[p];
+        slots.push_back({n + ".weight",
+                         Slot::Kind::kWeight,
+                         {rows[p], c.d_in},
+                         &weights.w_qkv[first_row[p] * c.d_in],
+                         -linear,
+                         linear});
+        if (c.qkv_bias) {
+          slots.push_back({n + ".bias",
+                           Slot::Kind::kBias,
+                           {rows[p]},
+                           &weights.b_qkv[first_row[p]],
+                           -linear,
+                           linear});
+        }
+      }
+      if (c.out_proj) {
+        const float out = 1.0f / std::sqrt(static_cast<float>(q_dim));
+        slots.push_back({"out_proj.weight",
+                         Slot::Kind::kWeight,
+                         {q_dim, q_dim},
+                         weights.w_out.data(),
+                         -out,
+                         out});
+        slots.push_back({"out_proj.bias",
+                         Slot::Kind::kBias,
+                         {q_dim},
+                         weights.b_out.data(),
+                         -out,
+                         out});
+      }
+      if (c.causal) {
+        slots.push_back(
+            {"mask", Slot::Kind::kCausalMask, mask_shape, nullptr, 0.0f, 0.0f});
+      }
+      break;
+    case StateDictLayout::kHeads:
+      // heads.h.W_query is rows [h * head_dim, (h + 1) * head_dim) of the
+      // stacked Q weights (likewise K and V): concatenating the heads'
+      // outputs is then the engine's usual head layout.
+      for (size_t h = 0; h < c.num_heads; ++h) {
+        const std::string prefix = "heads." + std::to_string(h) + ".";
+        for (int p = 0; p < 3; ++p) {
+          const size_t row = first_row[p] + h * c.head_dim;
+          slots.push_back({prefix + kProjections[p] + ".weight",
+                           Slot::Kind::kWeight,
+                           {c.head_dim, c.d_in},
+                           &weights.w_qkv[row * c.d_in],
+                           -linear,
+                           linear});
+          if (c.qkv_bias) {
+            slots.push_back({prefix + kProjections[p] + ".bias",
+                             Slot::Kind::kBias,
+                             {c.head_dim},
+                             &weights.b_qkv[row],
+                             -linear,
+                             linear});
+          }
+        }
+        slots.push_back({prefix + "mask", Slot::Kind::kCausalMask, mask_shape,
+                         nullptr, 0.0f, 0.0f});
+      }
+      break;
+  }
+  return slots;
+}
+
+void LoadSlots(const char* module, const std::vector<Slot>& slots,
+               const StateDict& state_dict) {
+  for (const auto& entry : state_dict) {
+    bool known = false;
+    for (const Slot& slot : slots) known |= slot.name == entry.first;
+    SIMDATTN_REQUIRE(known, module, "unexpected tensor '", entry.first,
+                     "' in the state_dict");
+  }
+  // Check every tensor before changing any weight: a failed load leaves the
+  // module as it was.
+  for (const Slot& slot : slots) {
+    const auto it = state_dict.find(slot.name);
+    if (it == state_dict.end() && slot.buffer()) continue;
+    SIMDATTN_REQUIRE(it != state_dict.end(), module, "missing tensor '",
+                     slot.name, "' of shape ", ShapeToString(slot.shape));
+    const TensorRef& t = it->second;
+    SIMDATTN_REQUIRE(t.shape == slot.shape, module, "tensor '", slot.name,
+                     "' has shape ", ShapeToString(t.shape), ", expected ",
+                     ShapeToString(slot.shape));
+    SIMDATTN_REQUIRE(t.data != nullptr, module, "tensor '", slot.name,
+                     "' is null");
+    if (slot.kind == Slot::Kind::kCausalMask) {
+      CheckCausalMask(module, slot.name, t);
+    }
+  }
+  for (const Slot& slot : slots) {
+    if (slot.destination == nullptr) continue;
+    const TensorRef& t = state_dict.at(slot.name);
+    if (slot.kind == Slot::Kind::kTransposedWeight) {
+      // (in, out) parameter into the engine's (out, in) rows.
+      const size_t in = slot.shape[0], out = slot.shape[1];
+      for (size_t i = 0; i < in; ++i) {
+        for (size_t o = 0; o < out; ++o) {
+          slot.destination[o * in + i] = t.data[i * out + o];
+        }
+      }
+    } else {
+      std::memcpy(slot.destination, t.data, Elements(slot) * sizeof(float));
+    }
+  }
+}
+
+void InitializeSlots(const std::vector<Slot>& slots, uint64_t seed) {
+  const PhiloxKey key = {static_cast<uint32_t>(seed),
+                         static_cast<uint32_t>(seed >> 32)};
+  for (size_t s = 0; s < slots.size(); ++s) {
+    const Slot& slot = slots[s];
+    if (slot.destination == nullptr) continue;
+    const size_t n = Elements(slot);
+    for (size_t e = 0; e < n; ++e) {
+      const uint32_t bits = Philox4x32(
+          {static_cast<uint32_t>(e / 4), static_cast<uint32_t>(e >> 34),
+           static_cast<uint32_t>(s), 0},
+          key)[e % 4];
+      const float unit = static_cast<float>(bits >> 8) * 0x1.0p-24f;
+      // Transposed parameters are drawn in PyTorch's element order.
+      size_t index = e;
+      if (slot.kind == Slot::Kind::kTransposedWeight) {
+        index = (e % slot.shape[1]) * slot.shape[0] + e / slot.shape[1];
+      }
+      slot.destination[index] =
+          slot.init_low + (slot.init_high - slot.init_low) * unit;
+    }
+  }
+}
+
+}  // namespace internal
+}  // namespace simdattn
