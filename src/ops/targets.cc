@@ -64,6 +64,9 @@ void UseTarget(const std::string& name) {
   for (const std::string& s : SupportedTargets()) {
     supported += (supported.empty() ? "" : ", ") + s;
   }
+  // Leaves dispatch as UseTarget("") does: Highway 1.0.3 may otherwise keep
+  // a lesser target chosen while its targets were listed (SVE2 for SVE_256).
+  hwy::SetSupportedTargetsForTest(0);
   internal::ThrowInvalidArgument("UseTarget", "target \"", name,
                                  "\" is not supported here (supported: ",
                                  supported, ")");
