@@ -167,8 +167,9 @@ bool Footprint::Overlaps(const Footprint& other) const {
   const __int128 low =
       distance >= 0 ? distance / s : -((-distance + s - 1) / s);
   const __int128 high = distance % s == 0 ? low : low + 1;
+  SharedElementSearch search(*this, other);
   for (__int128 delta = low; delta <= high; ++delta) {
-    if (SharedElementSearch(*this, other).Reaches(delta)) return true;
+    if (search.Reaches(delta)) return true;
   }
   return false;
 }
