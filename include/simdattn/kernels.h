@@ -44,13 +44,31 @@ SIMDATTN_API void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
 SIMDATTN_API void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
                                 const MatMulOptions& options = {});
 
-// What a softmax row may attend to. The fields combine: a column is masked if
-// any of them masks it. An absent mask has data == nullptr.
+// What a softmax row may attend to, and what joins its scores. Every field
+// is off when zero or null, and they combine: a key is masked if any field
+// masks it. Row i of batch item b sits at position p = i + offset_b among
+// the keys, offset_b = causal_offsets[b] if given, else causal_offset (with
+// a KV cache of n keys and m new queries, n - m). Its score for key j is
+//   s = scale * x                            (x = q . k in attention)
+//   s = softcap * tanh(s / softcap)          if softcap > 0 (Gemma 2)
+//   s = s + additive[b, h, i, j] - alibi_slopes[h] * |p - j|
+// and it enters the softmax unless key j is masked:
+//   causal:       j > p
+//   window W > 0: j <= p - W, and j > p (a window is always causal: the row
+//                 sees the last W keys up to its own position; Mistral)
+//   key_lengths:  j >= key_lengths[b]
+//   boolean:      boolean[b, h, i, j] != 0
+//   additive:     additive[b, h, i, j] == -inf
+// A sink (gpt-oss) adds exp(sinks[h]) to the row's denominator and nothing
+// to its output: a row that sees no key then gets zeros, all its weight on
+// the sink. Masked keys contribute nothing, whatever the inputs hold there.
 struct AttentionMask {
-  // Row i keeps columns j <= i + causal_offset. With a KV cache, the offset is
-  // the number of cached keys before the first query.
   bool causal = false;
   size_t causal_offset = 0;
+  // Per batch item (ragged batches: a decode batch of sequences at different
+  // positions, chunked prefill); replaces causal_offset.
+  const size_t* causal_offsets = nullptr;
+  size_t window = 0;
   // Nonzero = masked (the seeds' convention, torch.triu(...).bool()). Same
   // dims as the scores; a stride of 0 broadcasts over batch or heads.
   Tensor4View<const uint8_t> boolean;
@@ -58,6 +76,12 @@ struct AttentionMask {
   ConstTensor4 additive;
   // Per item of dimension 0 (batch): rows keep columns j < key_lengths[b].
   const size_t* key_lengths = nullptr;
+  // Finite and > 0 to cap the scaled scores; 0: off.
+  float softcap = 0.0f;
+  // Per head of the scores (dims[1]), finite: ALiBi's slopes (BLOOM, MPT).
+  const float* alibi_slopes = nullptr;
+  // Per head of the scores (dims[1]), finite: the sink logits.
+  const float* sinks = nullptr;
 };
 
 // Row-wise y = softmax(scale * x + mask) over the last dimension, in place
@@ -99,6 +123,14 @@ struct AttentionOptions {
   // the weights tensor (b, h, i, j): fused and unfused paths drop the same.
   float dropout = 0.0f;
   DropoutKey dropout_key;
+  // Optional output, (batch, q_heads, q_tokens) contiguous floats: each
+  // row's log-sum-exp, L = log(sum_j exp(s_j) + exp(sink)) over its visible
+  // keys' scores s_j as AttentionMask defines them (dropout aside); -inf for
+  // a row that sees nothing and has no sink, NaN where its output is NaN
+  // (not written when out is empty).
+  // Two calls over disjoint key sets (sinks in one of them) merge exactly:
+  // L = logaddexp(L1, L2), out = exp(L1 - L) out1 + exp(L2 - L) out2.
+  float* log_sum_exp = nullptr;
 };
 
 // out = softmax(scale * Q K^T + mask) V, fused: the (q_tokens x k_tokens)

@@ -1,6 +1,7 @@
 #include "src/common/check.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -241,12 +242,18 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
     SIMDATTN_REQUIRE(!output.Overlaps(rm), function, output_name,
                      " overlaps mask.additive");
   }
-  if (mask.key_lengths != nullptr && scores[0] != 0) {
+  // An array of `count` entries read by the kernel: in bounds, apart from
+  // the output.
+  const auto check_array = [&](const char* name, const void* data,
+                               size_t count, size_t element_size) {
+    if (data == nullptr || count == 0) return;
     const Footprint rk =
-        ContiguousFootprint(function, "mask.key_lengths", mask.key_lengths,
-                            scores[0], sizeof(size_t));
-    SIMDATTN_REQUIRE(!output.Overlaps(rk), function, output_name,
-                     " overlaps mask.key_lengths");
+        ContiguousFootprint(function, name, data, count, element_size);
+    SIMDATTN_REQUIRE(!output.Overlaps(rk), function, output_name, " overlaps ",
+                     name);
+  };
+  check_array("mask.key_lengths", mask.key_lengths, scores[0], sizeof(size_t));
+  if (mask.key_lengths != nullptr) {
     for (size_t b = 0; b < scores[0]; ++b) {
       SIMDATTN_REQUIRE(mask.key_lengths[b] <= scores[3], function,
                        "mask.key_lengths[", b, "] (", mask.key_lengths[b],
@@ -254,6 +261,25 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
                        scores[3], ")");
     }
   }
+  SIMDATTN_REQUIRE(
+      mask.causal_offsets == nullptr || mask.causal || mask.window != 0,
+      function, "mask.causal_offsets is given but neither mask.causal nor "
+      "mask.window is set");
+  check_array("mask.causal_offsets", mask.causal_offsets, scores[0],
+              sizeof(size_t));
+  SIMDATTN_REQUIRE(std::isfinite(mask.softcap) && mask.softcap >= 0.0f,
+                   function, "mask.softcap (", mask.softcap,
+                   ") is not finite and >= 0 (0: off)");
+  // Per-head parameters: finite.
+  const auto check_heads = [&](const char* name, const float* values) {
+    check_array(name, values, scores[1], sizeof(float));
+    for (size_t h = 0; values != nullptr && h < scores[1]; ++h) {
+      SIMDATTN_REQUIRE(std::isfinite(values[h]), function, name, "[", h,
+                       "] (", values[h], ") is not finite");
+    }
+  };
+  check_heads("mask.alibi_slopes", mask.alibi_slopes);
+  check_heads("mask.sinks", mask.sinks);
 }
 
 void CheckDropout(const char* function, const char* p_name, float p,

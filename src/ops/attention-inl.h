@@ -85,6 +85,7 @@ struct Problem {
   Tensor4 out;
   float scale;
   internal::MaskModel mask;
+  mask_detail::Softcap softcap;
   bool dropout;
   dropout_detail::Params dropout_params;
   size_t group;  // Query heads per key/value head.
@@ -174,26 +175,30 @@ struct Workspace {
 };
 
 // Masks a row of the tile in place (columns [0, cols) are keys j0..; those
-// at or past `limit` are masked), returns its max and sets *nan if an
-// unmasked score is NaN. Rows of S and the mask copies have kKeyBlock
-// entries, a multiple of the vector length: whole vectors stay inside.
+// outside [begin, limit) are masked) and applies the score terms; returns
+// its max and sets *nan if an unmasked score is NaN. Reads S from begin's
+// vector on. Rows of S and the mask copies have kKeyBlock entries, a
+// multiple of the vector length: whole vectors stay inside.
 template <bool kAdditive, bool kBoolean, class D>
-HWY_INLINE float MaskRow(D d, const internal::RowMasks& masks, float* srow,
-                         size_t limit, bool* nan) {
+HWY_INLINE float MaskRow(D d, const Problem& pr,
+                         const internal::RowMasks& masks, float* srow,
+                         size_t begin, size_t limit, bool* nan) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
-  const V one = hn::Set(d, 1.0f);
+  const bool terms = pr.mask.HasScoreTerms();
   V vmax = hn::Set(d, -kInf);
   auto any_nan = hn::FirstN(d, 0);
-  for (size_t j = 0; j < limit; j += N) {
+  for (size_t j = begin - begin % N; j < limit; j += N) {
     V s = hn::LoadU(d, srow + j);
-    const bool whole = j + N <= limit;
-    if (kAdditive || kBoolean || !whole) {
-      s = mask_detail::MaskedScores<kAdditive, kBoolean, false>(d, one, s,
-                                                                masks, j);
-      // Lanes past the limit are masked (past cols, S was never written).
+    const bool whole = j >= begin && j + N <= limit;
+    if (kAdditive || kBoolean || terms || !whole) {
+      s = terms ? mask_detail::ScoresWithTerms<kAdditive, kBoolean>(
+                      d, pr.softcap, s, masks, j)
+                : mask_detail::MaskedScores<kAdditive, kBoolean, false>(
+                      d, hn::Set(d, 1.0f), s, masks, j);
+      // Lanes outside are masked (past cols, S was never written).
       if (!whole) {
-        s = hn::IfThenElse(mask_detail::LanesBelow(d, j, limit), s,
+        s = hn::IfThenElse(mask_detail::LanesBetween(d, j, begin, limit), s,
                            hn::Set(d, -kInf));
       }
       hn::StoreU(s, d, srow + j);
@@ -206,12 +211,15 @@ HWY_INLINE float MaskRow(D d, const internal::RowMasks& masks, float* srow,
 }
 
 // MaskRow for row i of (b, h) over keys j0 + [0, cols): the row's element
-// masks are copied into the workspace, in bounds for whole vectors.
+// masks are copied into the workspace, in bounds for whole vectors, and its
+// ALiBi position made relative to j0.
 template <class D>
 HWY_INLINE float MaskTileRow(D d, const Problem& pr, Workspace& ws, float* srow,
                              size_t b, size_t h, size_t i, size_t j0,
-                             size_t cols, size_t limit, bool* nan) {
+                             size_t cols, size_t begin, size_t limit,
+                             bool* nan) {
   internal::RowMasks masks = pr.mask.Row(b, h, i);
+  masks.position -= static_cast<float>(j0);
   if (masks.additive != nullptr) {
     std::memcpy(ws.additive, masks.additive + j0, cols * sizeof(float));
     std::fill(ws.additive + cols, ws.additive + kKeyBlock, 0.0f);
@@ -224,22 +232,23 @@ HWY_INLINE float MaskTileRow(D d, const Problem& pr, Workspace& ws, float* srow,
   }
   if (masks.additive != nullptr) {
     return masks.boolean != nullptr
-               ? MaskRow<true, true>(d, masks, srow, limit, nan)
-               : MaskRow<true, false>(d, masks, srow, limit, nan);
+               ? MaskRow<true, true>(d, pr, masks, srow, begin, limit, nan)
+               : MaskRow<true, false>(d, pr, masks, srow, begin, limit, nan);
   }
   return masks.boolean != nullptr
-             ? MaskRow<false, true>(d, masks, srow, limit, nan)
-             : MaskRow<false, false>(d, masks, srow, limit, nan);
+             ? MaskRow<false, true>(d, pr, masks, srow, begin, limit, nan)
+             : MaskRow<false, false>(d, pr, masks, srow, begin, limit, nan);
 }
 
-// P = exp(S - max) over columns [0, end) of the row (end a multiple of the
-// vector length inside the row), returning the sum of its first `limit`.
+// P = exp(S - max) over the vectors of columns [from, limit) (from a
+// multiple of the vector length), returning their sum.
 template <class D>
-HWY_INLINE float ExpRow(D d, float* srow, size_t limit, float row_max) {
+HWY_INLINE float ExpRow(D d, float* srow, size_t from, size_t limit,
+                        float row_max) {
   const size_t N = hn::Lanes(d);
   const auto vmax = hn::Set(d, row_max);
   auto sum = hn::Zero(d);
-  for (size_t j = 0; j < limit; j += N) {
+  for (size_t j = from; j < limit; j += N) {
     // Masked lanes hold -inf: exp gives 0.
     const auto e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, srow + j), vmax));
     hn::StoreU(e, d, srow + j);
@@ -260,12 +269,16 @@ inline void SoftmaxTile(const Problem& pr, size_t b, size_t h, size_t i0,
     const size_t i = i0 + r;
     float* srow = ws.scores + r * kKeyBlock;
     const size_t row_limit = pr.mask.End(b, i);
+    const size_t row_begin = pr.mask.Begin(b, i);
     const size_t limit = row_limit <= j0 ? 0 : std::min(cols, row_limit - j0);
+    const size_t begin = row_begin <= j0 ? 0 : std::min(cols, row_begin - j0);
+    const size_t from = begin - begin % hn::Lanes(d);
     ws.corr[r] = 1.0f;
     bool nan = false;
-    const float tile_max = limit == 0 ? -kInf
-                                      : MaskTileRow(d, pr, ws, srow, b, h, i,
-                                                    j0, cols, limit, &nan);
+    const float tile_max =
+        begin >= limit ? -kInf
+                       : MaskTileRow(d, pr, ws, srow, b, h, i, j0, cols, begin,
+                                     limit, &nan);
     if (nan) st.nan[r] = 1.0f;
     const float new_max = std::max(st.max[r], tile_max);
     if (new_max == -kInf) {  // Nothing unmasked yet: P = 0.
@@ -273,8 +286,14 @@ inline void SoftmaxTile(const Problem& pr, size_t b, size_t h, size_t i0,
       continue;
     }
     if (new_max == kInf) st.nan[r] = 1.0f;  // inf - inf: as PyTorch.
-    const float sum = ExpRow(d, srow, limit, new_max);
-    std::fill(srow + limit, srow + cols, 0.0f);
+    float sum = 0.0f;
+    if (begin < limit) {
+      sum = ExpRow(d, srow, from, limit, new_max);
+      std::fill(srow, srow + from, 0.0f);
+      std::fill(srow + limit, srow + cols, 0.0f);
+    } else {
+      std::fill(srow, srow + cols, 0.0f);
+    }
     ws.corr[r] = std::exp(st.max[r] - new_max);  // 0 for the first max.
     st.sum[r] = st.sum[r] * ws.corr[r] + sum;
     st.max[r] = new_max;
@@ -297,12 +316,20 @@ inline void RescaleRows(const float* corr, size_t rows, float* acc,
   }
 }
 
+// The first key a walk over keys [j_begin, ...) for rows from i computes:
+// the window's start, rounded down to a dropout group so that tiles draw
+// whole groups.
+inline size_t FirstKey(const Problem& pr, size_t b, size_t i, size_t j_begin) {
+  const size_t begin = pr.mask.Begin(b, i);
+  return std::max(j_begin, begin - begin % kDropoutGroup);
+}
+
 // Attends a few query rows [i0, i1) (decode) to keys [j_begin, j_end):
 // packing tiles of K and V would not pay for itself, so K and V rows are
 // read where they lie, as MatMul's skinny path does. Leaves the
 // unnormalised outputs in acc (rows acc_stride apart) and the rows' softmax
-// states in st.
-inline void AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
+// states in st; returns false if no key was in reach (acc left unwritten).
+inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
                           size_t i1, size_t j_begin, size_t j_end, float* acc,
                           size_t acc_stride, const RowStates& st,
                           Workspace& ws) {
@@ -315,16 +342,17 @@ inline void AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
   MatMulOptions scores_options;
   scores_options.transpose_b = Transpose::kYes;
   scores_options.alpha = pr.scale;
+  const size_t j_start = FirstKey(pr, b, i0, j_begin);
   const size_t j_stop = std::min(j_end, pr.mask.End(b, i1 - 1));
   const hn::ScalableTag<float> d;
-  for (size_t j0 = j_begin; j0 < j_stop; j0 += kKeyBlock) {
+  for (size_t j0 = j_start; j0 < j_stop; j0 += kKeyBlock) {
     const size_t cols = std::min(kKeyBlock, j_stop - j0);
     DirectColumns(ConstMatrix(q.Row(i0), rows, head_dim, q.stride),
                   ConstMatrix(k.Row(j0), cols, head_dim, k.stride),
                   Matrix(ws.scores, rows, cols, kKeyBlock), scores_options, 0,
                   cols);
     SoftmaxTile(pr, b, h, i0, rows, j0, cols, st, ws);
-    const bool first = j0 == j_begin;
+    const bool first = j0 == j_start;
     if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);
     MatMulOptions accumulate;
     accumulate.beta = first ? 0.0f : 1.0f;
@@ -350,10 +378,12 @@ inline void AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
     AddNonFiniteValues(pr, ws.nonfinite, v, b, h, i0, rows, j0, ws.scores, acc,
                        acc_stride);
   }
+  return j_start < j_stop;
 }
 
 // Attends query rows [i0, i1) of (b, h) (up to kTaskRows) to keys
-// [j_begin, j_end) (j_begin a multiple of kKeyBlock), key tile by key tile:
+// [j_begin, j_end) (j_begin a multiple of kKeyBlock), key tile by key tile
+// from the first row's window on:
 // each tile of K and V is packed once for all the task's query blocks that
 // see it. Leaves the unnormalised outputs in acc (rows of value_dim floats,
 // acc_stride apart) and the rows' softmax states in st.
@@ -363,17 +393,22 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
   using namespace matmul_detail;
   const size_t rows = i1 - i0;
   const size_t value_dim = pr.v.dims[3];
+  // The sink joins the first split's state: exp(sink - max) in the sum.
+  const float sink = j_begin == 0 ? pr.mask.Sink(h) : -kInf;
   for (size_t r = 0; r < rows; ++r) {
-    st.max[r] = -kInf;
-    st.sum[r] = 0.0f;
+    st.max[r] = sink;
+    st.sum[r] = sink == -kInf ? 0.0f : 1.0f;
     st.nan[r] = 0.0f;
   }
+  // Whether each block of kQueryBlock rows has written its accumulator.
+  bool started[kTaskRows / kQueryBlock] = {};
   // Limits grow with the row, so a block's last row bounds its keys.
   const auto stop = [&](size_t last_row) {
     return std::min(j_end, pr.mask.End(b, last_row));
   };
   if (rows <= kSkinnyRows) {
-    AttendFewRows(pr, b, h, i0, i1, j_begin, j_end, acc, acc_stride, st, ws);
+    started[0] =
+        AttendFewRows(pr, b, h, i0, i1, j_begin, j_end, acc, acc_stride, st, ws);
   } else {
     const hn::ScalableTag<float> d;
     const size_t nr = kVectors * hn::Lanes(d);
@@ -383,7 +418,8 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
     const ConstMatrix v = pr.v.Slice(b, h / pr.group);
     const Epilogue scores_epilogue{pr.scale, 0.0f, true, nullptr};
     const size_t task_stop = stop(i1 - 1);
-    for (size_t j0 = j_begin; j0 < task_stop; j0 += kKeyBlock) {
+    for (size_t j0 = FirstKey(pr, b, i0, j_begin); j0 < task_stop;
+         j0 += kKeyBlock) {
       // Pack K^T and V for the keys the task's last row sees.
       const size_t tile_cols = std::min(kKeyBlock, task_stop - j0);
       for (size_t n0 = 0; n0 < tile_cols; n0 += nr) {
@@ -411,17 +447,25 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
         const size_t qb_stop = stop(qb_end - 1);
         if (qb_stop <= j0) continue;  // This block saw its last key.
         const size_t cols = std::min(kKeyBlock, qb_stop - j0);
+        // Not yet in this block's window.
+        if (pr.mask.Begin(b, qb) >= j0 + cols) continue;
         const size_t qb_rows = qb_end - qb;
-        // Each micro-tile of rows stops at the keys its last row may see:
-        // on the causal diagonal that skips the masked half of the tile.
+        // Each micro-tile of rows stops at the keys its last row may see
+        // and starts, in whole panels, at its first row's window: on the
+        // causal diagonal and the window's edge that skips the masked part
+        // of the tile.
         const auto micro_cols = [&](size_t m) {
           const size_t last = stop(qb + std::min(qb_rows, m + kRows) - 1);
           return last <= j0 ? 0 : std::min(cols, last - j0);
         };
+        const auto micro_from = [&](size_t m) {
+          const size_t first = pr.mask.Begin(b, qb + m);
+          return first <= j0 ? 0 : std::min(cols, first - j0) / nr * nr;
+        };
         // 1. S = scale * Q K^T.
         for (size_t m = 0; m < qb_rows; m += kRows) {
           const size_t m_cols = micro_cols(m);
-          for (size_t n0 = 0; n0 < m_cols; n0 += nr) {
+          for (size_t n0 = micro_from(m); n0 < m_cols; n0 += nr) {
             MicroKernelRows(d, std::min(kRows, qb_rows - m), q.Row(qb + m),
                             q.stride, ws.k_panels + n0 * head_dim, head_dim,
                             ws.scores + m * kKeyBlock + n0, kKeyBlock,
@@ -432,20 +476,23 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
         const RowStates qb_states{st.max + (qb - i0), st.sum + (qb - i0),
                                   st.nan + (qb - i0)};
         SoftmaxTile(pr, b, h, qb, qb_rows, j0, cols, qb_states, ws);
-        // 3. acc = corr * acc + P V; P is 0 past a micro-tile's keys.
-        const bool first = j0 == j_begin;
+        // 3. acc = corr * acc + P V; P is 0 outside a micro-tile's keys.
+        const bool first = !started[(qb - i0) / kQueryBlock];
+        started[(qb - i0) / kQueryBlock] = true;
         float* qb_acc = acc + (qb - i0) * acc_stride;
         if (!first)
           RescaleRows(ws.corr, qb_rows, qb_acc, acc_stride, value_dim);
         const Epilogue accumulate{1.0f, 0.0f, first, nullptr};
         for (size_t m = 0; m < qb_rows; m += kRows) {
           const size_t m_cols = micro_cols(m);
+          const size_t m_from = std::min(micro_from(m), m_cols);
           for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
             MicroKernelRows(d, std::min(kRows, qb_rows - m),
-                            ws.scores + m * kKeyBlock, kKeyBlock,
-                            ws.v_panels + n0 * kKeyBlock, m_cols,
-                            qb_acc + m * acc_stride + n0, acc_stride,
-                            std::min(nr, value_dim - n0), accumulate);
+                            ws.scores + m * kKeyBlock + m_from, kKeyBlock,
+                            ws.v_panels + n0 * kKeyBlock + m_from * nr,
+                            m_cols - m_from, qb_acc + m * acc_stride + n0,
+                            acc_stride, std::min(nr, value_dim - n0),
+                            accumulate);
           }
         }
         AddNonFiniteValues(pr, ws.nonfinite, v, b, h, qb, qb_rows, j0,
@@ -456,7 +503,7 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
   // Rows of blocks that saw no key accumulated nothing: zeros.
   for (size_t qb = i0; qb < i1; qb += kQueryBlock) {
     const size_t qb_end = std::min(i1, qb + kQueryBlock);
-    if (stop(qb_end - 1) > j_begin) continue;
+    if (started[(qb - i0) / kQueryBlock]) continue;
     for (size_t r = qb - i0; r < qb_end - i0; ++r) {
       std::fill(acc + r * acc_stride, acc + r * acc_stride + value_dim, 0.0f);
     }
@@ -476,17 +523,29 @@ HWY_INLINE void FinishRow(const float* acc, float sum, bool nan, size_t n,
   }
 }
 
+// The log-sum-exp of a row's softmax state (kernels.h's log_sum_exp).
+HWY_INLINE float LogSumExp(float max, float sum, bool nan) {
+  if (nan) return std::numeric_limits<float>::quiet_NaN();
+  return sum == 0.0f ? -kInf : max + std::log(sum);
+}
+
 }  // namespace attention_detail
 
 // Same-target entry point; arguments were validated by the caller (shapes
 // consistent, out disjoint from the inputs, 0 <= dropout <= 1).
 inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
                           Tensor4 out, float scale, const AttentionMask& mask,
-                          float dropout, PhiloxKey dropout_key) {
+                          float dropout, PhiloxKey dropout_key,
+                          float* log_sum_exp) {
   using namespace attention_detail;
   const size_t batch = q.dims[0], heads = q.dims[1], q_tokens = q.dims[2];
   const size_t k_tokens = k.dims[2], value_dim = v.dims[3];
-  if (dropout >= 1.0f) {  // Every weight dropped: the context is 0.
+  const auto lse = [&](size_t b, size_t h, size_t i) -> float& {
+    return log_sum_exp[(b * heads + h) * q_tokens + i];
+  };
+  // Every weight dropped: the context is 0 (and the log-sum-exp is that of
+  // the weights before dropout).
+  const auto zero_outputs = [&] {
     for (size_t b = 0; b < batch; ++b) {
       for (size_t h = 0; h < heads; ++h) {
         for (size_t i = 0; i < q_tokens; ++i) {
@@ -495,15 +554,17 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
         }
       }
     }
-    return;
-  }
+  };
+  const bool drop_all = dropout >= 1.0f;
+  if (drop_all && log_sum_exp == nullptr) return zero_outputs();
   Problem pr{q,
              k,
              v,
              out,
              scale,
              internal::MaskModel(mask, k_tokens),
-             dropout > 0.0f,
+             mask_detail::Softcap(mask.softcap),
+             dropout > 0.0f && !drop_all,
              {},
              heads / k.dims[1]};
   if (pr.dropout)
@@ -557,8 +618,13 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
         AttendBlock(pr, b, h, i0, i1, 0, k_tokens, o.Row(i0), o.stride,
                     own_states, ws);
         for (size_t r = 0; r < i1 - i0; ++r) {
-          FinishRow(o.Row(i0 + r), own_states.sum[r], own_states.nan[r] != 0,
-                    value_dim, o.Row(i0 + r));
+          const bool nan = own_states.nan[r] != 0;
+          FinishRow(o.Row(i0 + r), own_states.sum[r], nan, value_dim,
+                    o.Row(i0 + r));
+          if (log_sum_exp != nullptr) {
+            lse(b, h, i0 + r) =
+                LogSumExp(own_states.max[r], own_states.sum[r], nan);
+          }
         }
         continue;
       }
@@ -571,7 +637,7 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
                   partial_acc + row0 * value_dim, value_dim, states, ws);
     }
   });
-  if (splits == 1) return;
+  if (splits == 1) return drop_all ? zero_outputs() : void();
 
   // Merge the splits: weights exp(max_s - max) bring every partial to the
   // common max. A few rows per task: not worth spawning for.
@@ -602,8 +668,10 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
         }
       }
       FinishRow(o, sum, nan, value_dim, o);
+      if (log_sum_exp != nullptr) lse(b, h, i0 + r) = LogSumExp(row_max, sum, nan);
     }
   }
+  if (drop_all) zero_outputs();
 }
 
 }  // namespace HWY_NAMESPACE

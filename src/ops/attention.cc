@@ -58,13 +58,30 @@ void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
   const size_t scores[4] = {q.dims[0], q.dims[1], q.dims[2], k.dims[2]};
   internal::CheckAttentionMask(kFn, options.mask, scores, "k.dims[2]", ro,
                                "out");
+  if (options.log_sum_exp != nullptr && !out.empty()) {
+    const Footprint rl = internal::ContiguousFootprint(
+        kFn, "log_sum_exp", options.log_sum_exp,
+        internal::CheckedMul(
+            kFn, "log_sum_exp's size",
+            internal::CheckedMul(kFn, "log_sum_exp's size", q.dims[0],
+                                 q.dims[1]),
+            q.dims[2]),
+        sizeof(float));
+    for (const Footprint& input : {rq, rk, rv, ro}) {
+      SIMDATTN_REQUIRE(!rl.Overlaps(input), kFn,
+                       "log_sum_exp overlaps q, k, v or out");
+    }
+    internal::CheckAttentionMask(kFn, options.mask, scores, "k.dims[2]", rl,
+                                 "log_sum_exp");
+  }
   if (out.empty()) return;
   // head_dim 0 makes every score 0; 1/sqrt(0) would turn them into NaN.
   const float scale = options.scale.value_or(
       q.dims[3] == 0 ? 1.0f : 1.0f / std::sqrt(static_cast<float>(q.dims[3])));
   HWY_DYNAMIC_DISPATCH(AttentionImpl)
   (q, k, v, out, scale, options.mask, dropout,
-   DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset));
+   DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
+   options.log_sum_exp);
 }
 
 }  // namespace simdattn

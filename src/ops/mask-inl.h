@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "src/ops/mask.h"
 
@@ -62,6 +63,39 @@ HWY_INLINE V MaskedScores(D d, V scale, V x, const internal::RowMasks& m,
     v = hn::IfThenElse(masked, hn::Set(d, -kInf), v);
   }
   return v;
+}
+
+// The call's softcap (0: off) and its reciprocal.
+struct Softcap {
+  explicit Softcap(float cap) : cap(cap), inverse(cap > 0.0f ? 1 / cap : 0) {}
+  float cap, inverse;
+};
+
+// Lanes of columns [j, j + Lanes(d)) in [begin, end).
+template <class D>
+HWY_INLINE auto LanesBetween(D d, size_t j, size_t begin, size_t end) {
+  return hn::AndNot(hn::FirstN(d, begin > j ? begin - j : 0),
+                    LanesBelow(d, j, end));
+}
+
+// MaskedScores with the score terms: for scaled scores s of columns
+// [j, j + Lanes(d)), softcap * tanh(s / softcap) (tanh within 4 ulp,
+// Highway's), plus the additive mask, minus ALiBi's slope * |position - j|;
+// -inf where masked.
+template <bool kAdditive, bool kBoolean, class D, class V = hn::Vec<D>>
+HWY_INLINE V ScoresWithTerms(D d, const Softcap& softcap, V s,
+                             const internal::RowMasks& m, size_t j) {
+  if (softcap.cap > 0.0f) {
+    s = hn::Mul(hn::Set(d, softcap.cap),
+                hn::Tanh(d, hn::Mul(s, hn::Set(d, softcap.inverse))));
+  }
+  s = MaskedScores<kAdditive, kBoolean, false>(d, hn::Set(d, 1.0f), s, m, j);
+  if (m.alibi_slope != 0.0f) {
+    const V key = hn::Add(hn::Set(d, static_cast<float>(j)), hn::Iota(d, 0));
+    const V distance = hn::Abs(hn::Sub(hn::Set(d, m.position), key));
+    s = hn::NegMulAdd(hn::Set(d, m.alibi_slope), distance, s);
+  }
+  return s;
 }
 
 }  // namespace mask_detail

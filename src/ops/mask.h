@@ -1,18 +1,17 @@
 // The one mask model: which keys a query row sees and what joins its scores.
 // Softmax, fused attention (prefill and split-KV decode) and the unfused
-// module path all read an AttentionMask (kernels.h) through it; the
-// per-target code that applies it in registers is mask-inl.h.
+// module path all read an AttentionMask (kernels.h, which states the rules)
+// through it; the per-target code that applies it in registers is
+// mask-inl.h.
 //
-// Key j is visible to row i of (batch b, head h) iff
-//   j < End(b, i)               causal: j <= i + causal_offset;
-//                               key lengths: j < key_lengths[b]
-//   boolean[b, h, i, j] == 0
-//   additive[b, h, i, j] != -inf
-// and its score is scale * x + additive[b, h, i, j] (x = q . k in attention).
-// A masked key contributes exactly nothing, whatever x, K or V hold there:
-// its score is selected to -inf, never computed with, and its value row is
-// never multiplied in (attention-inl.h's NonFiniteValues). NaN at a visible
-// key propagates to its row, as in PyTorch.
+// Row i of (batch b, head h) sees keys [Begin(b, i), End(b, i)) less those
+// its element masks (boolean, additive -inf) mask; Begin and End grow with
+// i, so a block of rows bounds its keys by its first row's Begin and its
+// last row's End, and tiles outside are never computed. A masked key
+// contributes exactly nothing, whatever x, K or V hold there: its score is
+// selected to -inf, never computed with, and its value row is never
+// multiplied in (attention-inl.h's NonFiniteValues). NaN at a visible key
+// propagates to its row, as in PyTorch.
 #ifndef SIMDATTN_SRC_OPS_MASK_H_
 #define SIMDATTN_SRC_OPS_MASK_H_
 
@@ -26,10 +25,13 @@
 namespace simdattn {
 namespace internal {
 
-// One row's element masks, null when absent; indexed by key.
+// One row's element masks, null when absent, indexed by key; and its score
+// terms: ALiBi's bias -alibi_slope * |position - j| (slope 0: none).
 struct RowMasks {
   const float* additive = nullptr;
   const uint8_t* boolean = nullptr;
+  float alibi_slope = 0.0f;
+  float position = 0.0f;  // i + offset; exact up to 2^24 keys.
 };
 
 // How a block of rows meets a range of keys.
@@ -49,14 +51,38 @@ class MaskModel {
   bool has_additive() const { return mask_.additive.data != nullptr; }
   bool has_boolean() const { return mask_.boolean.data != nullptr; }
   bool HasElementMasks() const { return has_additive() || has_boolean(); }
+  // Whether scores are more than scale * x (+ additive): softcap or ALiBi.
+  bool HasScoreTerms() const {
+    return mask_.softcap > 0.0f || mask_.alibi_slopes != nullptr;
+  }
+  float softcap() const { return mask_.softcap; }
+  // Head h's sink logit; -inf without sinks (exp gives 0).
+  float Sink(size_t h) const {
+    return mask_.sinks == nullptr ? -std::numeric_limits<float>::infinity()
+                                  : mask_.sinks[h];
+  }
+
+  // Row i's position among the keys, i + offset, saturating.
+  size_t Position(size_t b, size_t i) const {
+    const size_t offset = mask_.causal_offsets != nullptr
+                              ? mask_.causal_offsets[b]
+                              : mask_.causal_offset;
+    return i > SIZE_MAX - offset ? SIZE_MAX : i + offset;
+  }
+
+  // Keys [0, Begin(b, i)) are outside row i's window; Begin grows with i.
+  size_t Begin(size_t b, size_t i) const {
+    const size_t position = Position(b, i);
+    if (mask_.window == 0 || position < mask_.window) return 0;
+    return std::min(position - mask_.window + 1, keys_);
+  }
 
   // Keys [End(b, i), keys) are masked for row i; End grows with i.
   size_t End(size_t b, size_t i) const {
     size_t end = keys_;
-    const size_t offset = mask_.causal_offset;
-    // j <= i + offset, written so that nothing overflows.
-    if (mask_.causal && offset < keys_ && i < keys_ - 1 - offset) {
-      end = i + offset + 1;
+    const size_t position = Position(b, i);
+    if ((mask_.causal || mask_.window != 0) && position < keys_) {
+      end = position + 1;
     }
     if (mask_.key_lengths != nullptr) end = std::min(end, mask_.key_lengths[b]);
     return end;
@@ -74,11 +100,15 @@ class MaskModel {
       r.boolean =
           m.data + b * m.strides[0] + h * m.strides[1] + i * m.strides[2];
     }
+    if (mask_.alibi_slopes != nullptr) {
+      r.alibi_slope = mask_.alibi_slopes[h];
+      r.position = static_cast<float>(Position(b, i));
+    }
     return r;
   }
 
   bool Visible(size_t b, size_t h, size_t i, size_t j) const {
-    if (j >= End(b, i)) return false;
+    if (j < Begin(b, i) || j >= End(b, i)) return false;
     const RowMasks r = Row(b, h, i);
     if (r.boolean != nullptr && r.boolean[j] != 0) return false;
     return r.additive == nullptr ||
@@ -88,8 +118,13 @@ class MaskModel {
   // Rows [i_begin, i_end) (non-empty) against keys [j_begin, j_end).
   TileKind Classify(size_t b, size_t i_begin, size_t i_end, size_t j_begin,
                     size_t j_end) const {
-    if (End(b, i_end - 1) <= j_begin) return TileKind::kEmpty;
-    if (End(b, i_begin) >= j_end && !HasElementMasks()) return TileKind::kFull;
+    if (End(b, i_end - 1) <= j_begin || Begin(b, i_begin) >= j_end) {
+      return TileKind::kEmpty;
+    }
+    if (End(b, i_begin) >= j_end && Begin(b, i_end - 1) <= j_begin &&
+        !HasElementMasks()) {
+      return TileKind::kFull;
+    }
     return TileKind::kPartial;
   }
 

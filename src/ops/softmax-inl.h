@@ -122,13 +122,19 @@ enum class Form {
   kPow2,
 };
 
-// The scale's part of every row, computed once per call.
+// The scale's part of every row, computed once per call. Scores with terms
+// (softcap, ALiBi) or a sink are first written to y (Materialize), and the
+// passes then run over y in place with scale 1 and no element masks.
 struct Scaling {
-  Scaling(float scale, bool additive) {
+  Scaling(float scale, const internal::MaskModel& model)
+      : materialize(model.HasScoreTerms() || model.mask().sinks != nullptr),
+        score_scale(scale),
+        softcap(model.softcap()) {
     const hn::ScalableTag<float> d;
     constexpr float kMinDifference = 5.96046448e-8f;  // 2^-24
     constexpr float kMaxDifference = 16777216.0f;     // 2^24
-    if (additive) {
+    if (materialize) scale = 1.0f;
+    if (model.has_additive() && !materialize) {
       form = Form::kAdditive;
       sigma = scale;
       exp = exp_detail::kUnitScaling<hn::ScalableTag<float>>;
@@ -144,10 +150,65 @@ struct Scaling {
       exp = exp_detail::MakeExpScaling(d, scale == 0.0f ? 1.0f : scale / sigma);
     }
   }
+  bool materialize;
+  float score_scale;  // The call's scale, for Materialize.
+  mask_detail::Softcap softcap;
   Form form;
   float sigma;  // x's multiplier in the argument (1 for kDifference).
   exp_detail::ExpScaling exp;
 };
+
+// y = the row's scores over [0, limit) (kernels.h's AttentionMask), -inf
+// where masked; the row then reads them in place, unmasked. The tail is
+// computed on zero-padded copies, as the passes' Tail.
+template <bool kAdditive, bool kBoolean, class D>
+HWY_INLINE void MaterializeRow(D d, const Scaling& scaling, SoftmaxRow& r) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d);
+  const V scale = hn::Set(d, scaling.score_scale);
+  const auto scores = [&](const float* x, const internal::RowMasks& m,
+                          size_t j) {
+    return mask_detail::ScoresWithTerms<kAdditive, kBoolean>(
+        d, scaling.softcap, hn::Mul(scale, hn::LoadU(d, x + j)), m, j);
+  };
+  size_t j = 0;
+  for (; j + N <= r.limit; j += N) hn::StoreU(scores(r.x, r.masks, j), d, r.y + j);
+  if (j < r.limit) {
+    const size_t count = r.limit - j;
+    HWY_ALIGN float x[kMaxLanes] = {}, additive[kMaxLanes] = {}, y[kMaxLanes];
+    HWY_ALIGN uint8_t boolean[kMaxLanes] = {};
+    internal::RowMasks m = r.masks;
+    m.position -= static_cast<float>(j);
+    std::memcpy(x, r.x + j, count * sizeof(float));
+    if (kAdditive) {
+      std::memcpy(additive, m.additive + j, count * sizeof(float));
+      m.additive = additive;
+    }
+    if (kBoolean) {
+      std::memcpy(boolean, m.boolean + j, count);
+      m.boolean = boolean;
+    }
+    hn::Store(scores(x, m, 0), d, y);
+    std::memcpy(r.y + j, y, count * sizeof(float));
+  }
+  r.x = r.y;
+  r.masks = internal::RowMasks{};
+}
+
+// Zeroes the columns before the row's window; materializes its scores if
+// the call needs it.
+template <class D>
+HWY_INLINE void PrepareRow(D d, const Scaling& scaling, SoftmaxRow& r) {
+  std::fill(r.y - r.skipped, r.y, 0.0f);
+  if (!scaling.materialize) return;
+  if (r.masks.additive != nullptr) {
+    return r.masks.boolean != nullptr
+               ? MaterializeRow<true, true>(d, scaling, r)
+               : MaterializeRow<true, false>(d, scaling, r);
+  }
+  return r.masks.boolean != nullptr ? MaterializeRow<false, true>(d, scaling, r)
+                                    : MaterializeRow<false, false>(d, scaling, r);
+}
 
 // The row's last `count` (< one vector) columns below its limit, read at
 // index j of x and of the masks: the row itself when a whole vector fits
@@ -275,6 +336,8 @@ HWY_INLINE void PassOne(D d, const SoftmaxRow& r, const Scaling& scaling,
   } else {
     p.row_max = PassOneMax<kAdditive, kBoolean, true>(d, sigma, p);
   }
+  // The sink joins the max (Scaling: sinks come with scale 1).
+  p.row_max = std::max(p.row_max, r.sink);
   p.done = p.row_max == kInf || p.row_max == -kInf;  // -inf: also limit 0.
   if (p.done) {
     // -inf may hide a NaN; +inf gives NaN anyway (inf - inf).
@@ -367,6 +430,7 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
   }
   if (later != nullptr) internal::PrefetchRow(*later, prefetch_end);
   p.total = hn::GetLane(hn::SumOfLanes(dd, hn::Add(sum_lo, sum_hi)));
+  if (r.sink != -kInf) p.total += std::ldexp(std::exp(r.sink - p.row_max), 64);
 }
 
 // y[j] = src[j] * scale for j < end, 0 for end <= j < cols, whole cache
@@ -425,7 +489,7 @@ HWY_INLINE void PassThree(D d, bool stream, const RowPasses& p) {
 // later[0, later_count) load. Row g's exps go to stage + g * slot when they
 // fit there, else to y.
 template <Form kForm, bool kBoolean>
-HWY_NOINLINE void SoftmaxGroup(const SoftmaxRow* rows, size_t count,
+HWY_NOINLINE void SoftmaxGroup(SoftmaxRow* rows, size_t count,
                                const SoftmaxRow* later, size_t later_count,
                                const Scaling& scaling, float* stage,
                                size_t slot, bool stream) {
@@ -433,6 +497,7 @@ HWY_NOINLINE void SoftmaxGroup(const SoftmaxRow* rows, size_t count,
   const size_t N = hn::Lanes(d);
   RowPasses passes[SoftmaxPlan::kMaxGroup];
   for (size_t g = 0; g < count; ++g) {
+    PrepareRow(d, scaling, rows[g]);
     PassOne<kForm, kBoolean>(d, rows[g], scaling, passes[g]);
   }
   for (size_t g = 0; g < count; ++g) {
@@ -454,7 +519,7 @@ HWY_NOINLINE void SoftmaxGroup(const SoftmaxRow* rows, size_t count,
 
 // SoftmaxGroup for the call's form and boolean mask.
 template <Form kForm>
-HWY_INLINE void SoftmaxGroupOfForm(bool boolean, const SoftmaxRow* rows,
+HWY_INLINE void SoftmaxGroupOfForm(bool boolean, SoftmaxRow* rows,
                                    size_t count, const SoftmaxRow* later,
                                    size_t later_count, const Scaling& scaling,
                                    float* stage, size_t slot, bool stream) {
@@ -478,9 +543,9 @@ inline void SoftmaxImpl(ConstTensor4 x, Tensor4 y, float scale,
   const size_t total_rows = x.NumMatrices() * x.dims[2];
   if (total_rows == 0 || cols == 0) return;
   const internal::MaskModel model(mask, cols);
-  const Scaling scaling(scale, model.has_additive());
+  const Scaling scaling(scale, model);
   const SoftmaxPlan plan(total_rows, cols);
-  const bool boolean = model.has_boolean();
+  const bool boolean = model.has_boolean() && !scaling.materialize;
   internal::ParallelFor(
       0, total_rows, plan.grain, [&](size_t first, size_t last) {
         HWY_ALIGN float stage[SoftmaxPlan::kStageFloats];

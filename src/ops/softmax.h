@@ -18,13 +18,17 @@
 namespace simdattn {
 namespace internal {
 
-// One row's operands. x and y may be the same memory (in place).
+// One row's operands from its window on: the `skipped` columns before it
+// are zeroed, and x, y, masks and cols start after them. x and y may be the
+// same memory (in place).
 struct SoftmaxRow {
   const float* x;
   float* y;
   RowMasks masks;
   size_t cols;   // Row length.
   size_t limit;  // Columns [limit, cols) are masked by causality or length.
+  size_t skipped;
+  float sink;  // -inf: none.
 };
 
 struct SoftmaxPlan {
@@ -79,11 +83,22 @@ class SoftmaxRowWalk {
 
   // The current row's record, then moves to the next row.
   SoftmaxRow Next() {
-    const size_t cols = x_.dims[3];
+    const size_t end = model_.End(b_, i_);
+    const size_t skipped = std::min(model_.Begin(b_, i_), end);
+    RowMasks masks = model_.Row(b_, h_, i_);
+    if (masks.additive != nullptr) masks.additive += skipped;
+    if (masks.boolean != nullptr) masks.boolean += skipped;
+    masks.position -= static_cast<float>(skipped);
     SoftmaxRow r{
-        x_.data + b_ * x_.strides[0] + h_ * x_.strides[1] + i_ * x_.strides[2],
-        y_.data + b_ * y_.strides[0] + h_ * y_.strides[1] + i_ * y_.strides[2],
-        model_.Row(b_, h_, i_), cols, model_.End(b_, i_)};
+        x_.data + b_ * x_.strides[0] + h_ * x_.strides[1] + i_ * x_.strides[2] +
+            skipped,
+        y_.data + b_ * y_.strides[0] + h_ * y_.strides[1] + i_ * y_.strides[2] +
+            skipped,
+        masks,
+        x_.dims[3] - skipped,
+        end - skipped,
+        skipped,
+        model_.Sink(h_)};
     if (++i_ == x_.dims[2]) {
       i_ = 0;
       if (++h_ == x_.dims[1]) {
