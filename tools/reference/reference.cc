@@ -33,6 +33,34 @@ Bounded MatMulElement(ConstMatrix a, ConstMatrix b,
   return {exact, 2.0 * double(a.cols + 2) * eps * magnitude + 1e-30};
 }
 
+bool Masked(const AttentionMask& m, size_t b, size_t h, size_t i, size_t j) {
+  const double position = double(i) + double(m.causal_offsets != nullptr
+                                                  ? m.causal_offsets[b]
+                                                  : m.causal_offset);
+  if ((m.causal || m.window != 0) && double(j) > position) return true;
+  if (m.window != 0 && double(j) <= position - double(m.window)) return true;
+  if (m.key_lengths && j >= m.key_lengths[b]) return true;
+  if (m.boolean.data && m.boolean.Slice(b, h)(i, j) != 0) return true;
+  return m.additive.data && m.additive.Slice(b, h)(i, j) == -INFINITY;
+}
+
+double Score(const AttentionMask& m, double scaled, size_t b, size_t h,
+             size_t i, size_t j) {
+  double s = scaled;
+  if (m.softcap > 0.0f) s = m.softcap * std::tanh(s / m.softcap);
+  if (m.additive.data) s += m.additive.Slice(b, h)(i, j);
+  if (m.alibi_slopes) {
+    const size_t offset =
+        m.causal_offsets != nullptr ? m.causal_offsets[b] : m.causal_offset;
+    s -= m.alibi_slopes[h] * std::abs(double(i) + double(offset) - double(j));
+  }
+  return s;
+}
+
+double Sink(const AttentionMask& m, size_t h) {
+  return m.sinks != nullptr ? m.sinks[h] : -HUGE_VAL;
+}
+
 std::vector<SoftmaxValue> SoftmaxRow(ConstTensor4 x, float scale,
                                      const AttentionMask& m, size_t b, size_t h,
                                      size_t i) {
@@ -41,14 +69,11 @@ std::vector<SoftmaxValue> SoftmaxRow(ConstTensor4 x, float scale,
   std::vector<double> v(n, -HUGE_VAL);
   std::vector<bool> unmasked(n, false);
   bool nan = false;
-  double max = -HUGE_VAL;
+  double max = Sink(m, h);
   for (size_t j = 0; j < n; ++j) {
-    if (m.causal && j > i + m.causal_offset) continue;
-    if (m.key_lengths && j >= m.key_lengths[b]) continue;
-    if (m.boolean.data && m.boolean.Slice(b, h)(i, j) != 0) continue;
+    if (Masked(m, b, h, i, j)) continue;
     unmasked[j] = true;
-    v[j] = double(scale) * row(i, j);
-    if (m.additive.data) v[j] += m.additive.Slice(b, h)(i, j);
+    v[j] = Score(m, double(scale) * row(i, j), b, h, i, j);
     nan |= std::isnan(v[j]);
     if (v[j] > max) max = v[j];
   }
@@ -59,12 +84,17 @@ std::vector<SoftmaxValue> SoftmaxRow(ConstTensor4 x, float scale,
     return out;
   }
   if (max == -HUGE_VAL) return out;
-  double sum = 0.0;
+  // Scores with terms are rounded floats, as is the max they join: each
+  // term's rounding, and 4 ulp of tanh times the cap.
+  const bool terms = m.softcap > 0.0f || m.alibi_slopes || m.sinks;
+  double sum = std::exp(Sink(m, h) - max);
   for (size_t j = 0; j < n; ++j) {
     if (!unmasked[j]) continue;
     sum += out[j].value = std::exp(v[j] - max);
     double ulps = 16.0 + std::abs(v[j] - max);
-    if (m.additive.data) ulps += std::abs(v[j]);
+    if (m.additive.data || terms) ulps += std::abs(v[j]);
+    if (terms) ulps += 2.0 * std::abs(max) + 12.0 * m.softcap;
+    if (m.alibi_slopes) ulps += 4.0 * std::abs(v[j] - double(scale) * row(i, j));
     if (std::isfinite(ulps)) {  // Else exp gave exactly 0.
       out[j].relative_error = std::max(kSoftmaxRelativeError, ulps * 0x1p-24);
     }
@@ -76,43 +106,48 @@ std::vector<SoftmaxValue> SoftmaxRow(ConstTensor4 x, float scale,
 template <typename T>
 std::vector<double> Attention(Tensor4View<const T> q, Tensor4View<const T> k,
                               Tensor4View<const T> v, double scale,
-                              const AttentionMask& mask) {
+                              const AttentionMask& mask,
+                              std::vector<double>* log_sum_exp) {
   const size_t batch = q.dims[0], q_heads = q.dims[1], q_tokens = q.dims[2];
   const size_t head_dim = q.dims[3], k_tokens = k.dims[2];
   const size_t value_dim = v.dims[3];
   const size_t group = q_heads / k.dims[1];
   std::vector<double> out(batch * q_heads * q_tokens * value_dim, 0.0);
   std::vector<double> w(k_tokens);
+  if (log_sum_exp != nullptr) log_sum_exp->assign(batch * q_heads * q_tokens, 0);
   for (size_t b = 0; b < batch; ++b) {
     for (size_t h = 0; h < q_heads; ++h) {
       const MatrixView<const T> qh = q.Slice(b, h);
       const MatrixView<const T> kh = k.Slice(b, h / group);
       const MatrixView<const T> vh = v.Slice(b, h / group);
       for (size_t i = 0; i < q_tokens; ++i) {
-        double row_max = -INFINITY;
+        const size_t row = (b * q_heads + h) * q_tokens + i;
+        double row_max = Sink(mask, h);
+        bool nan = false;
         for (size_t j = 0; j < k_tokens; ++j) {
-          bool masked = mask.causal && j > i + mask.causal_offset;
-          if (mask.key_lengths && j >= mask.key_lengths[b]) masked = true;
-          if (mask.boolean.data && mask.boolean.Slice(b, h)(i, j)) {
-            masked = true;
-          }
+          w[j] = -INFINITY;
+          if (Masked(mask, b, h, i, j)) continue;
           double dot = 0.0;
           for (size_t c = 0; c < head_dim; ++c) {
             dot += double(qh(i, c)) * kh(j, c);
           }
-          dot *= scale;
-          if (mask.additive.data) dot += mask.additive.Slice(b, h)(i, j);
-          w[j] = masked ? -INFINITY : dot;
+          w[j] = Score(mask, dot * scale, b, h, i, j);
+          nan |= std::isnan(w[j]);
           row_max = std::max(row_max, w[j]);
         }
+        if (log_sum_exp != nullptr) (*log_sum_exp)[row] = row_max;
         if (row_max == -INFINITY) continue;
-        double sum = 0.0;
+        double sum = std::exp(Sink(mask, h) - row_max);
         for (size_t j = 0; j < k_tokens; ++j) {
           w[j] = std::exp(w[j] - row_max);
           sum += w[j];
         }
-        double* y = &out[((b * q_heads + h) * q_tokens + i) * value_dim];
+        if (log_sum_exp != nullptr) {
+          (*log_sum_exp)[row] = nan ? NAN : row_max + std::log(sum);
+        }
+        double* y = &out[row * value_dim];
         for (size_t j = 0; j < k_tokens; ++j) {
+          if (w[j] == 0.0) continue;  // Masked keys contribute nothing.
           for (size_t c = 0; c < value_dim; ++c) {
             y[c] += w[j] / sum * vh(j, c);
           }
@@ -125,11 +160,13 @@ std::vector<double> Attention(Tensor4View<const T> q, Tensor4View<const T> k,
 
 template std::vector<double> Attention<float>(ConstTensor4, ConstTensor4,
                                               ConstTensor4, double,
-                                              const AttentionMask&);
+                                              const AttentionMask&,
+                                              std::vector<double>*);
 template std::vector<double> Attention<double>(Tensor4View<const double>,
                                                Tensor4View<const double>,
                                                Tensor4View<const double>,
-                                               double, const AttentionMask&);
+                                               double, const AttentionMask&,
+                                               std::vector<double>*);
 
 Dropout::Dropout(float p, DropoutKey key)
     : p_(p),

@@ -50,6 +50,14 @@ struct SoftmaxValue {
   bool masked;  // Masked columns are exactly 0.
 };
 
+// Whether key j is masked for row i of (b, h) (kernels.h's AttentionMask).
+bool Masked(const AttentionMask& mask, size_t b, size_t h, size_t i, size_t j);
+
+// The score of a visible key from its scaled product (scale * x, or
+// scale * q . k): softcap, additive mask and ALiBi applied.
+double Score(const AttentionMask& mask, double scaled, size_t b, size_t h,
+             size_t i, size_t j);
+
 // softmax(scale * x + mask) of row (b, h, i) of x in float64, with the
 // kernel's conventions: no unmasked column or max = -inf gives zeros; a NaN
 // score or max = +inf gives NaN everywhere.
@@ -60,12 +68,15 @@ std::vector<SoftmaxValue> SoftmaxRow(ConstTensor4 x, float scale,
 // softmax(scale q k^T + mask) v in float64 for (b, Hq, Tq, D) queries and
 // (b, Hkv, Tk, D) keys, (b, Hkv, Tk, Dv) values, Hkv dividing Hq (query
 // head h reads key/value head h / (Hq / Hkv)). Returns the dense
-// (b, Hq, Tq, Dv) output; rows with nothing to attend are 0. T is float
-// (the kernels' operands) or double (projections computed in float64).
+// (b, Hq, Tq, Dv) output; rows with nothing to attend are 0, masked keys
+// contribute nothing whatever V holds. T is float (the kernels' operands)
+// or double (projections computed in float64). With log_sum_exp, also each
+// row's log-sum-exp (b, Hq, Tq), as AttentionOptions defines it.
 template <typename T>
 std::vector<double> Attention(Tensor4View<const T> q, Tensor4View<const T> k,
                               Tensor4View<const T> v, double scale,
-                              const AttentionMask& mask);
+                              const AttentionMask& mask,
+                              std::vector<double>* log_sum_exp = nullptr);
 
 // Dropout(x, p, key) element by element: dropped iff p >= 1 or
 // DropoutBits < DropoutThreshold(p); dropped elements are +0, kept ones
