@@ -124,6 +124,145 @@ TEST_P(AttentionTest, MatchesFloat64Reference) {
   }
 }
 
+// The variants of current models (kernels.h's AttentionMask), alone and
+// combined, over the same shapes: sliding windows (W = 1, inside a tile,
+// across tiles, beyond T), softcapping, ALiBi, sinks, per-sequence offsets
+// and lengths; and each row's log-sum-exp.
+TEST_P(AttentionTest, VariantsMatchFloat64Reference) {
+  uint64_t seed = 100;
+  const size_t windows[] = {1, 5, 70, 300, 5000};
+  for (const Shape& s : kShapes) {
+    std::vector<float> slopes(s.q_heads), sinks(s.q_heads);
+    for (size_t h = 0; h < s.q_heads; ++h) {
+      slopes[h] = 0.5f / float(h + 1);
+      sinks[h] = 0.3f * float(h) - 0.5f;
+    }
+    std::vector<size_t> offsets(s.batch), lengths(s.batch);
+    for (size_t b = 0; b < s.batch; ++b) {
+      offsets[b] = b * 3 + (s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0);
+      lengths[b] = s.k_tokens - (b * s.k_tokens) / 4;
+    }
+    for (int variant = 0; variant < 8; ++variant) {
+      Operands o(s, seed++);
+      AttentionOptions options;
+      AttentionMask& m = options.mask;
+      m.causal = variant % 2 == 0;
+      m.causal_offset =
+          s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0;
+      m.window = variant == 1 ? 0 : windows[variant % 5];
+      if (variant == 2 || variant >= 6) m.softcap = 0.8f;
+      if (variant == 3 || variant >= 6) m.alibi_slopes = slopes.data();
+      if (variant == 4 || variant >= 6) m.sinks = sinks.data();
+      if (variant == 5 || variant == 7) {
+        m.causal_offsets = offsets.data();
+        m.key_lengths = lengths.data();
+      }
+      std::vector<float> lse(s.batch * s.q_heads * s.q_tokens, -7.0f);
+      options.log_sum_exp = lse.data();
+      options.scale = 0.7f;
+      ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+      std::vector<double> expected_lse;
+      const std::string what = Describe(s) + " variant " +
+                               std::to_string(variant) + " window " +
+                               std::to_string(m.window);
+      // Softcap and ALiBi round each score once more (tanh within 4 ulp).
+      ExpectNear(o.out, reference::Attention(o.Q(), o.K(), o.V(), 0.7, m,
+                                             &expected_lse),
+                 4e-6, what);
+      if (o.out.empty()) continue;
+      for (size_t r = 0; r < lse.size(); ++r) {
+        if (std::isinf(expected_lse[r])) {
+          EXPECT_EQ(lse[r], expected_lse[r]) << what << " row " << r;
+        } else {
+          EXPECT_NEAR(lse[r], expected_lse[r],
+                      2e-6 * (1.0 + std::abs(expected_lse[r])))
+              << what << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+// Keys split over two calls (the sinks in the first) merge, through the
+// log-sum-exps, into the one call's outputs and log-sum-exp.
+TEST_P(AttentionTest, LogSumExpMergesPartialAttentions) {
+  const Shape s{2, 4, 2, 37, 600, 16, 24};
+  Operands o(s, 7);
+  std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  AttentionOptions options;
+  options.mask.causal = true;
+  options.mask.causal_offset = s.k_tokens - s.q_tokens;
+  options.mask.window = 450;
+  options.mask.sinks = sinks.data();
+  const size_t rows = s.batch * s.q_heads * s.q_tokens;
+  std::vector<float> lse(rows);
+  options.log_sum_exp = lse.data();
+  ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+
+  // Keys [0, split) with the sinks, then keys [split, Tk) without.
+  const size_t split = 300;
+  const ConstTensor4 k = o.K(), v = o.V();
+  std::vector<float> out1(o.out.size()), out2(o.out.size());
+  std::vector<float> lse1(rows), lse2(rows);
+  AttentionOptions first = options;
+  first.log_sum_exp = lse1.data();
+  ConstTensor4 k1 = k, v1 = v;
+  k1.dims[2] = v1.dims[2] = split;
+  // Row i sits at i + offset among all keys, whichever part it sees.
+  ScaledDotProductAttention(o.Q(), k1, v1,
+                            Tensor4::Dense(out1.data(), s.batch, s.q_heads,
+                                           s.q_tokens, s.value_dim),
+                            first);
+  AttentionOptions second = options;
+  second.mask.sinks = nullptr;
+  second.log_sum_exp = lse2.data();
+  ConstTensor4 k2 = k, v2 = v;
+  k2.data += split * k.strides[2];
+  v2.data += split * v.strides[2];
+  k2.dims[2] = v2.dims[2] = s.k_tokens - split;
+  // Keys shift by `split`: so do the rows' positions and windows.
+  second.mask.causal_offset -= split;
+  ScaledDotProductAttention(o.Q(), k2, v2,
+                            Tensor4::Dense(out2.data(), s.batch, s.q_heads,
+                                           s.q_tokens, s.value_dim),
+                            second);
+  for (size_t r = 0; r < rows; ++r) {
+    const double l1 = lse1[r], l2 = lse2[r];
+    const double l = std::max(l1, l2) +
+                     std::log(std::exp(l1 - std::max(l1, l2)) +
+                              std::exp(l2 - std::max(l1, l2)));
+    EXPECT_NEAR(lse[r], l, 2e-6 * (1.0 + std::abs(l))) << "row " << r;
+    for (size_t c = 0; c < s.value_dim; ++c) {
+      const size_t e = r * s.value_dim + c;
+      const double merged =
+          std::exp(l1 - l) * out1[e] + std::exp(l2 - l) * out2[e];
+      EXPECT_NEAR(o.out[e], merged, 4e-6) << "row " << r << " column " << c;
+    }
+  }
+}
+
+// A sink takes all the weight of a row that sees no key: zeros, LSE = sink.
+TEST_P(AttentionTest, SinkAloneGivesZeros) {
+  const Shape s{2, 2, 1, 5, 40, 8, 8};
+  Operands o(s, 9);
+  std::vector<float> sinks = {1.5f, -2.0f};
+  std::vector<size_t> lengths = {0, 40};
+  AttentionOptions options;
+  options.mask.sinks = sinks.data();
+  options.mask.key_lengths = lengths.data();
+  std::vector<float> lse(s.batch * s.q_heads * s.q_tokens);
+  options.log_sum_exp = lse.data();
+  ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+  for (size_t h = 0; h < s.q_heads; ++h) {
+    for (size_t i = 0; i < s.q_tokens; ++i) {
+      EXPECT_EQ(lse[h * s.q_tokens + i], sinks[h]);
+      for (size_t c = 0; c < s.value_dim; ++c) {
+        EXPECT_EQ(o.out[(h * s.q_tokens + i) * s.value_dim + c], 0.0f);
+      }
+    }
+  }
+}
+
 TEST_P(AttentionTest, BooleanAndAdditiveMasks) {
   const Shape s{2, 3, 3, 70, 90, 16, 16};
   Operands o(s, 42);

@@ -101,7 +101,8 @@ Buffer<float> RandomScores(Dims dims, size_t pad, size_t offset, uint64_t seed,
   return t;
 }
 
-// Compares every row of y with the reference, and checks that rows sum to 1.
+// Compares every row of y with the reference, and checks that rows sum to 1
+// (less their sink's share).
 void ExpectMatchesReference(ConstTensor4 x, ConstTensor4 y, float scale,
                             const AttentionMask& m, const std::string& what) {
   for (size_t b = 0; b < x.dims[0]; ++b) {
@@ -129,7 +130,9 @@ void ExpectMatchesReference(ConstTensor4 x, ConstTensor4 y, float scale,
           ref_sum += want;
         }
         if (ref_sum != 0.0) {
-          ASSERT_NEAR(sum, 1.0, kSumError) << what << " row " << i;
+          // A sink keeps its share of the row's weight.
+          ASSERT_NEAR(sum, m.sinks == nullptr ? 1.0 : ref_sum, kSumError)
+              << what << " row " << i;
         } else if (!std::isnan(ref_sum)) {
           ASSERT_EQ(sum, 0.0) << what << " row " << i;
         }
@@ -296,6 +299,44 @@ TEST_P(SoftmaxTest, EveryMaskCombination) {
           }
         }
       }
+    }
+  }
+}
+
+// Windows, softcapping, ALiBi, sinks and per-sequence offsets, alone and
+// with the element masks, rows around the vector lengths and the stage.
+TEST_P(SoftmaxTest, Variants) {
+  std::mt19937_64 rng(11);
+  const std::vector<float> slopes = {0.25f, 0.0625f, 1.0f};
+  const std::vector<float> sinks = {0.5f, -3.0f, 40.0f};
+  for (size_t n : {1, 7, 16, 33, 300, 5000}) {
+    const Dims dims = {2, 3, 9, n};
+    const Buffer<float> x = RandomScores(dims, 1, 1, n, -8.0f, 8.0f);
+    Buffer<uint8_t> bmask(dims, 0, 0, 0);
+    bmask.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+      bmask(b, h, i, j) = rng() % 10 < 2;
+    });
+    Buffer<float> amask(dims, 0, 0, 0.0f);
+    amask.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+      amask(b, h, i, j) = rng() % 10 == 0 ? -kInf : float(rng() % 9) - 4.0f;
+    });
+    const std::vector<size_t> offsets = {n, n / 2}, lengths = {n, 2 * n / 3};
+    for (int variant = 0; variant < 7; ++variant) {
+      AttentionMask m;
+      m.causal = variant % 3 != 0;
+      m.causal_offset = n > 9 ? n - 9 : 0;
+      m.window = variant == 0 ? 0 : variant % 2 == 0 ? 4 : n / 2 + 1;
+      if (variant == 1 || variant >= 5) m.softcap = 3.0f;
+      if (variant == 2 || variant >= 5) m.alibi_slopes = slopes.data();
+      if (variant == 3 || variant >= 5) m.sinks = sinks.data();
+      if (variant == 4 || variant == 6) {
+        m.causal_offsets = offsets.data();
+        m.key_lengths = lengths.data();
+        m.boolean = bmask.view;
+        m.additive = amask.view;
+      }
+      RunCase(x, 0.9f, m,
+              "n=" + std::to_string(n) + " variant " + std::to_string(variant));
     }
   }
 }
