@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -19,18 +20,94 @@ using test::ExpectInvalid;
 class DecodeTest : public test::PerTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(DecodeTest);
 
+// The largest |a - b|, and the largest |a| (at least 1).
+std::pair<double, double> WorstDifference(const std::vector<float>& a,
+                                          const std::vector<float>& b) {
+  double scale = 1.0, worst = 0.0;
+  for (float f : a) scale = std::max(scale, double(std::abs(f)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  }
+  return {worst, scale};
+}
+
 // Generates `tokens` outputs in steps of `step` tokens and compares each with
-// the full forward's row.
+// the full forward's row; with variants, the full forward also with the
+// unfused path (the attention weights returned). Sinks get random logits.
 void ExpectStepsMatchFullForward(size_t num_heads, size_t num_kv_heads,
-                                 size_t tokens, size_t prefill, size_t step) {
+                                 size_t tokens, size_t prefill, size_t step,
+                                 const AttentionVariants& variants = {}) {
   const size_t batch = 2, d_in = 24, d_out = 32;
-  const MultiHeadAttention mha(d_in, d_out, /*context_length=*/tokens,
-                               /*dropout=*/0.1f, num_heads, /*qkv_bias=*/true,
-                               /*seed=*/5, num_kv_heads);
+  MultiHeadAttention mha(d_in, d_out, /*context_length=*/tokens,
+                         /*dropout=*/0.1f, num_heads, /*qkv_bias=*/true,
+                         /*seed=*/5, num_kv_heads, variants);
+  if (variants.sinks) {
+    const std::vector<float> sinks = test::RandomVector(num_heads, 9, -2, 2);
+    StateDict state_dict;
+    std::vector<std::vector<float>> values;
+    for (const auto& [name, shape] : mha.StateDictShapes()) {
+      if (name == "mask") continue;
+      size_t n = 1;
+      for (size_t dim : shape) n *= dim;
+      values.push_back(name == "sinks" ? sinks
+                                       : test::RandomVector(n, values.size()));
+      state_dict[name] = {values.back().data(), shape};
+    }
+    mha.LoadStateDict(state_dict);
+  }
   const std::vector<float> x = test::RandomVector(batch * tokens * d_in, 3);
   std::vector<float> full(batch * tokens * d_out);
   mha.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
               Tensor3(full.data(), batch, tokens, d_out));
+  const std::string what = "heads " + std::to_string(num_heads) + "/" +
+                           std::to_string(num_kv_heads) + " prefill " +
+                           std::to_string(prefill) + " step " +
+                           std::to_string(step) + " window " +
+                           std::to_string(variants.window);
+  if (variants.window || variants.softcap || variants.alibi || variants.sinks) {
+    std::vector<float> unfused(full.size());
+    std::vector<float> weights(batch * num_heads * tokens * tokens);
+    ForwardOptions options;
+    options.attention_weights = Tensor4::Dense(weights.data(), batch,
+                                               num_heads, tokens, tokens);
+    mha.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
+                Tensor3(unfused.data(), batch, tokens, d_out), options);
+    const auto [worst, scale] = WorstDifference(full, unfused);
+    EXPECT_LE(worst, 1e-5 * scale) << what << ": unfused";
+    // The weights: exactly 0 outside the window; rows sum to 1 less the
+    // sink's share (visibly less in some rows).
+    size_t sinking = 0;
+    for (size_t row = 0; row < batch * num_heads * tokens; ++row) {
+      const size_t i = row % tokens;
+      double sum = 0.0;
+      for (size_t j = 0; j < tokens; ++j) {
+        const float w = weights[row * tokens + j];
+        sum += w;
+        if (j > i || (variants.window && j + variants.window <= i)) {
+          ASSERT_EQ(w, 0.0f) << what << " row " << row << " key " << j;
+        }
+      }
+      if (variants.sinks) {
+        EXPECT_LT(sum, 1.0 + 1e-5) << what << " row " << row;
+        sinking += sum < 1.0 - 1e-3;
+      } else {
+        EXPECT_NEAR(sum, 1.0, 1e-5) << what << " row " << row;
+      }
+    }
+    if (variants.sinks) {
+      EXPECT_GT(sinking, tokens) << what;
+    }
+    // Softcap and ALiBi change the result (same weights without them), by
+    // ten times what the paths above may differ.
+    if (variants.softcap != 0.0f || variants.alibi) {
+      const MultiHeadAttention plain(d_in, d_out, tokens, 0.1f, num_heads, true,
+                                     5, num_kv_heads);
+      std::vector<float> without(full.size());
+      plain.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
+                    Tensor3(without.data(), batch, tokens, d_out));
+      EXPECT_GT(WorstDifference(full, without).first, 1e-4) << what;
+    }
+  }
 
   KVCache cache(batch, num_kv_heads == 0 ? num_heads : num_kv_heads, tokens,
                 d_out / num_heads);
@@ -48,13 +125,8 @@ void ExpectStepsMatchFullForward(size_t num_heads, size_t num_kv_heads,
     done += n;
     EXPECT_EQ(cache.size(), done);
   }
-  double scale = 1.0, worst = 0.0;
-  for (float f : full) scale = std::max(scale, double(std::abs(f)));
-  for (size_t i = 0; i < full.size(); ++i) {
-    worst = std::max(worst, double(std::abs(full[i] - y[i])));
-  }
-  EXPECT_LE(worst, 1e-5 * scale) << "heads " << num_heads << "/" << num_kv_heads
-                                 << " prefill " << prefill << " step " << step;
+  const auto [worst, scale] = WorstDifference(full, y);
+  EXPECT_LE(worst, 1e-5 * scale) << what;
 }
 
 TEST_P(DecodeTest, TokenByTokenEqualsFullForward) {
@@ -75,6 +147,34 @@ TEST_P(DecodeTest, GroupedAndMultiQueryHeads) {
 // partials must equal the unsplit result of a full forward.
 TEST_P(DecodeTest, LongCacheSplitsKeys) {
   ExpectStepsMatchFullForward(2, 0, 1200, 1190, 1);
+}
+
+// Sliding windows (inside a step, longer than the sequence), softcapping,
+// ALiBi and sinks, alone and together with grouped-query heads.
+TEST_P(DecodeTest, VariantsStepsMatchFullForward) {
+  AttentionVariants window, softcap, alibi, sinks, all;
+  window.window = 5;
+  softcap.softcap = 2.0f;
+  alibi.alibi = true;
+  sinks.sinks = true;
+  all = {7, 1.5f, true, true};
+  ExpectStepsMatchFullForward(4, 0, 30, 0, 1, window);
+  ExpectStepsMatchFullForward(4, 2, 30, 11, 3, window);
+  ExpectStepsMatchFullForward(2, 0, 300, 290, 1, AttentionVariants{400});
+  ExpectStepsMatchFullForward(4, 0, 20, 0, 1, softcap);
+  ExpectStepsMatchFullForward(4, 0, 20, 0, 1, alibi);
+  ExpectStepsMatchFullForward(4, 2, 20, 6, 2, sinks);
+  ExpectStepsMatchFullForward(4, 2, 40, 9, 1, all);
+}
+
+TEST(DecodeErrors, VariantsAreChecked) {
+  ExpectInvalid(
+      [] { MultiHeadAttention(8, 8, 16, 0.0f, 2, false, 0, 0, {0, -1.0f}); },
+      "variants.softcap (-1)");
+  AttentionVariants sinks;
+  sinks.sinks = true;
+  const MultiHeadAttention mha(8, 8, 16, 0.0f, 2, false, 0, 0, sinks);
+  EXPECT_EQ(mha.StateDictShapes().at("sinks"), std::vector<size_t>{2});
 }
 
 TEST(DecodeErrors, CacheShapeAndCapacity) {

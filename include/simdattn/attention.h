@@ -46,6 +46,17 @@ struct ForwardOptions {
   Tensor4 attention_weights;
 };
 
+// The attention of current models in a causal module (MultiHeadAttention);
+// kernels.h's AttentionMask defines each. Zero or false: off.
+struct AttentionVariants {
+  size_t window = 0;     // Sliding window: each token sees the last `window`.
+  float softcap = 0.0f;  // Logit softcap (Gemma 2), finite, >= 0.
+  bool alibi = false;    // ALiBi biases with AlibiSlopes(num_heads).
+  // A learned sink logit per head (gpt-oss): the state_dict's "sinks",
+  // (num_heads,), initially 0.
+  bool sinks = false;
+};
+
 // Everything that distinguishes the seed modules; the named classes below
 // fill it in. Most users never touch it.
 struct AttentionConfig {
@@ -60,6 +71,7 @@ struct AttentionConfig {
   bool out_proj = false;    // A final (d_out, d_out) nn.Linear with bias.
   bool projections = true;  // false: queries = keys = values = input.
   bool scaled = true;       // Scores scaled by 1/sqrt(head_dim).
+  AttentionVariants variants;
   size_t d_out() const { return num_heads * head_dim; }
 };
 
@@ -190,12 +202,14 @@ class SIMDATTN_API MultiHeadAttentionWrapper : public AttentionModule {
 // MultiHeadAttention: d_out split into num_heads heads of d_out / num_heads,
 // then out_proj. num_kv_heads (default num_heads) < num_heads shares each
 // key/value head among num_heads / num_kv_heads query heads (GQA/MQA); then
-// W_key and W_value are (num_kv_heads * head_dim, d_in).
+// W_key and W_value are (num_kv_heads * head_dim, d_in). `variants` adds
+// sliding windows, softcapping, ALiBi and sinks, in Forward and ForwardStep.
 class SIMDATTN_API MultiHeadAttention : public AttentionModule {
  public:
   MultiHeadAttention(size_t d_in, size_t d_out, size_t context_length,
                      float dropout, size_t num_heads, bool qkv_bias = false,
-                     uint64_t seed = 0, size_t num_kv_heads = 0);
+                     uint64_t seed = 0, size_t num_kv_heads = 0,
+                     const AttentionVariants& variants = {});
 };
 
 }  // namespace simdattn

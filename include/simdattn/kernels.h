@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "simdattn/export.h"
 #include "simdattn/tensor.h"
@@ -83,6 +84,11 @@ struct AttentionMask {
   // Per head of the scores (dims[1]), finite: the sink logits.
   const float* sinks = nullptr;
 };
+
+// ALiBi's slopes for num_heads heads, as its paper defines them: 2^(-8k/n),
+// k = 1..n, for n a power of two; otherwise those of the power of two below
+// n, then every other slope of the one above (BLOOM's and MPT's too).
+SIMDATTN_API std::vector<float> AlibiSlopes(size_t num_heads);
 
 // Row-wise y = softmax(scale * x + mask) over the last dimension, in place
 // (y aliases x exactly) or out of place. A row with every column masked gives

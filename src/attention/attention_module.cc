@@ -60,6 +60,8 @@ class AttentionEngine {
       weights_.w_out.assign(Floats("out_proj", q, q), 0.0f);
       weights_.b_out.assign(q, 0.0f);
     }
+    if (config_.variants.sinks) weights_.sinks.assign(config_.num_heads, 0.0f);
+    if (config_.variants.alibi) alibi_slopes_ = AlibiSlopes(config_.num_heads);
   }
 
   const AttentionConfig& config() const { return config_; }
@@ -192,12 +194,32 @@ class AttentionEngine {
                      c.dropout, ") is outside [0, 1]");
     SIMDATTN_REQUIRE(c.projections || c.head_dim == c.d_in, name_,
                      "without projections d_out must equal d_in");
+    const AttentionVariants& v = c.variants;
+    SIMDATTN_REQUIRE(std::isfinite(v.softcap) && v.softcap >= 0.0f, name_,
+                     "variants.softcap (", v.softcap,
+                     ") is not finite and >= 0 (0: off)");
+    SIMDATTN_REQUIRE(
+        c.causal || (v.window == 0 && v.softcap == 0.0f && !v.alibi && !v.sinks),
+        name_, "variants need a causal module");
+  }
+
+  // The module's mask when the queries sit `offset` keys into the sequence.
+  AttentionMask Mask(size_t offset) const {
+    AttentionMask mask;
+    mask.causal = config_.causal;
+    mask.causal_offset = offset;
+    mask.window = config_.variants.window;
+    mask.softcap = config_.variants.softcap;
+    if (!alibi_slopes_.empty()) mask.alibi_slopes = alibi_slopes_.data();
+    if (!weights_.sinks.empty()) mask.sinks = weights_.sinks.data();
+    return mask;
   }
 
   const char* name_;
   AttentionConfig config_;
   StateDictLayout layout_;
   ModuleWeights weights_;
+  std::vector<float> alibi_slopes_;  // Empty without ALiBi.
 };
 
 std::pair<Footprint, Footprint> AttentionEngine::CheckInputOutput(
@@ -285,7 +307,7 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
     // the bits the unfused path would, so both give the same result.
     AttentionOptions attention;
     attention.scale = scale;
-    attention.mask.causal = c.causal;
+    attention.mask = Mask(0);
     if (training_dropout) {
       attention.dropout = c.dropout;
       attention.dropout_key = options.dropout_key;
@@ -298,8 +320,7 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
     scores.transpose_b = Transpose::kYes;
     scores.alpha = scale;
     BatchedMatMul(q, k, weights, scores);
-    AttentionMask mask;
-    mask.causal = c.causal;
+    const AttentionMask mask = Mask(0);
     Softmax(weights, weights, 1.0f, mask);
     if (training_dropout) Dropout(weights, c.dropout, options.dropout_key);
     internal::MaskedWeightsTimesValues(weights, v, context, mask);
@@ -344,8 +365,7 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
   ScratchBuffer context_buffer(sizes.context);
   AttentionOptions attention;
   attention.scale = ScoreScale();
-  attention.mask.causal = true;
-  attention.mask.causal_offset = cache.size() - tokens;
+  attention.mask = Mask(cache.size() - tokens);
   ScaledDotProductAttention(q, cache.keys(), cache.values(),
                             ContextView(context_buffer.data(), y), attention);
   if (c.out_proj) ProjectOut(context_buffer.data(), y);

@@ -45,7 +45,8 @@ AttentionConfig Wrapper(size_t d_in, size_t d_out, size_t context_length,
 
 AttentionConfig MultiHead(size_t d_in, size_t d_out, size_t context_length,
                           float dropout, size_t num_heads, bool qkv_bias,
-                          size_t num_kv_heads) {
+                          size_t num_kv_heads,
+                          const AttentionVariants& variants) {
   constexpr const char* kName = "MultiHeadAttention";
   SIMDATTN_REQUIRE(num_heads > 0, kName, "num_heads must be positive");
   SIMDATTN_REQUIRE(d_out % num_heads == 0, kName, "d_out (", d_out,
@@ -55,6 +56,7 @@ AttentionConfig MultiHead(size_t d_in, size_t d_out, size_t context_length,
   c.num_heads = num_heads;
   c.num_kv_heads = num_kv_heads == 0 ? num_heads : num_kv_heads;
   c.out_proj = true;
+  c.variants = variants;
   return c;
 }
 
@@ -98,10 +100,11 @@ MultiHeadAttentionWrapper::MultiHeadAttentionWrapper(
 MultiHeadAttention::MultiHeadAttention(size_t d_in, size_t d_out,
                                        size_t context_length, float dropout,
                                        size_t num_heads, bool qkv_bias,
-                                       uint64_t seed, size_t num_kv_heads)
+                                       uint64_t seed, size_t num_kv_heads,
+                                       const AttentionVariants& variants)
     : AttentionModule("MultiHeadAttention",
                       MultiHead(d_in, d_out, context_length, dropout, num_heads,
-                                qkv_bias, num_kv_heads),
+                                qkv_bias, num_kv_heads, variants),
                       StateDictLayout::kLinear, seed) {}
 
 }  // namespace simdattn

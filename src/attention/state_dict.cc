@@ -98,6 +98,14 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
                          -out,
                          out});
       }
+      if (c.variants.sinks) {
+        slots.push_back({"sinks",
+                         Slot::Kind::kBias,
+                         {c.num_heads},
+                         weights.sinks.data(),
+                         0.0f,
+                         0.0f});
+      }
       if (c.causal) {
         slots.push_back(
             {"mask", Slot::Kind::kCausalMask, mask_shape, nullptr, 0.0f, 0.0f});

@@ -23,9 +23,10 @@ enum class StateDictLayout : int {
 };
 
 // The engine's weights: Q, K and V rows stacked, (q_dim + 2 kv_dim, d_in);
-// the output projection (d_out, d_out). Biases are empty when absent.
+// the output projection (d_out, d_out); the sink logits (num_heads). Biases
+// and sinks are empty when absent.
 struct ModuleWeights {
-  std::vector<float> w_qkv, b_qkv, w_out, b_out;
+  std::vector<float> w_qkv, b_qkv, w_out, b_out, sinks;
 };
 
 // One tensor of the state_dict and where its values live in the weights.

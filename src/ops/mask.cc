@@ -79,4 +79,21 @@ void MaskedWeightsTimesValues(ConstTensor4 weights, ConstTensor4 v, Tensor4 out,
 }
 
 }  // namespace internal
+
+std::vector<float> AlibiSlopes(size_t num_heads) {
+  if (num_heads == 0) return {};
+  size_t power = 1;  // The largest power of two <= num_heads.
+  while (power <= num_heads / 2) power *= 2;
+  // 2^(-8k/n) for k = 1..n, n a power of two.
+  const auto slopes_of = [](size_t n, size_t k) {
+    return static_cast<float>(std::exp2(-8.0 * double(k) / double(n)));
+  };
+  std::vector<float> slopes;
+  for (size_t k = 1; k <= power; ++k) slopes.push_back(slopes_of(power, k));
+  for (size_t k = 1; slopes.size() < num_heads; k += 2) {
+    slopes.push_back(slopes_of(2 * power, k));
+  }
+  return slopes;
+}
+
 }  // namespace simdattn
