@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "hwy/contrib/math/math-inl.h"
@@ -96,6 +97,58 @@ HWY_INLINE V ScoresWithTerms(D d, const Softcap& softcap, V s,
     s = hn::NegMulAdd(hn::Set(d, m.alibi_slope), distance, s);
   }
   return s;
+}
+
+template <bool kAdditive, bool kBoolean, class D>
+HWY_INLINE void WriteScoresOf(D d, const Softcap& softcap, float scale,
+                              const float* x, internal::RowMasks m,
+                              size_t limit, float* y) {
+  const size_t N = hn::Lanes(d);
+  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+  const auto scores = [&](const float* from, const internal::RowMasks& masks,
+                          size_t j) {
+    return ScoresWithTerms<kAdditive, kBoolean>(
+        d, softcap, hn::Mul(hn::Set(d, scale), hn::LoadU(d, from + j)), masks,
+        j);
+  };
+  size_t j = 0;
+  for (; j + N <= limit; j += N) hn::StoreU(scores(x, m, j), d, y + j);
+  if (j == limit) return;
+  // The tail, from zero-padded copies: a whole vector there could reach
+  // unmapped memory.
+  const size_t count = limit - j;
+  HWY_ALIGN float x_tail[kMaxLanes] = {}, additive[kMaxLanes] = {};
+  HWY_ALIGN float y_tail[kMaxLanes];
+  HWY_ALIGN uint8_t boolean[kMaxLanes] = {};
+  m.position -= static_cast<float>(j);
+  std::memcpy(x_tail, x + j, count * sizeof(float));
+  if (kAdditive) {
+    std::memcpy(additive, m.additive + j, count * sizeof(float));
+    m.additive = additive;
+  }
+  if (kBoolean) {
+    std::memcpy(boolean, m.boolean + j, count);
+    m.boolean = boolean;
+  }
+  hn::Store(scores(x_tail, m, 0), d, y_tail);
+  std::memcpy(y + j, y_tail, count * sizeof(float));
+}
+
+// y[0, limit) = a row's scores (kernels.h's AttentionMask) from x[0, limit):
+// softcap of scale * x, plus the additive mask and ALiBi; -inf where the
+// element masks mask. y may be x.
+template <class D>
+HWY_INLINE void WriteScores(D d, const Softcap& softcap, float scale,
+                            const float* x, const internal::RowMasks& m,
+                            size_t limit, float* y) {
+  if (m.additive != nullptr) {
+    return m.boolean != nullptr
+               ? WriteScoresOf<true, true>(d, softcap, scale, x, m, limit, y)
+               : WriteScoresOf<true, false>(d, softcap, scale, x, m, limit, y);
+  }
+  return m.boolean != nullptr
+             ? WriteScoresOf<false, true>(d, softcap, scale, x, m, limit, y)
+             : WriteScoresOf<false, false>(d, softcap, scale, x, m, limit, y);
 }
 
 }  // namespace mask_detail

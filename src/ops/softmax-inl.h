@@ -158,56 +158,16 @@ struct Scaling {
   exp_detail::ExpScaling exp;
 };
 
-// y = the row's scores over [0, limit) (kernels.h's AttentionMask), -inf
-// where masked; the row then reads them in place, unmasked. The tail is
-// computed on zero-padded copies, as the passes' Tail.
-template <bool kAdditive, bool kBoolean, class D>
-HWY_INLINE void MaterializeRow(D d, const Scaling& scaling, SoftmaxRow& r) {
-  using V = hn::Vec<D>;
-  const size_t N = hn::Lanes(d);
-  const V scale = hn::Set(d, scaling.score_scale);
-  const auto scores = [&](const float* x, const internal::RowMasks& m,
-                          size_t j) {
-    return mask_detail::ScoresWithTerms<kAdditive, kBoolean>(
-        d, scaling.softcap, hn::Mul(scale, hn::LoadU(d, x + j)), m, j);
-  };
-  size_t j = 0;
-  for (; j + N <= r.limit; j += N) hn::StoreU(scores(r.x, r.masks, j), d, r.y + j);
-  if (j < r.limit) {
-    const size_t count = r.limit - j;
-    HWY_ALIGN float x[kMaxLanes] = {}, additive[kMaxLanes] = {}, y[kMaxLanes];
-    HWY_ALIGN uint8_t boolean[kMaxLanes] = {};
-    internal::RowMasks m = r.masks;
-    m.position -= static_cast<float>(j);
-    std::memcpy(x, r.x + j, count * sizeof(float));
-    if (kAdditive) {
-      std::memcpy(additive, m.additive + j, count * sizeof(float));
-      m.additive = additive;
-    }
-    if (kBoolean) {
-      std::memcpy(boolean, m.boolean + j, count);
-      m.boolean = boolean;
-    }
-    hn::Store(scores(x, m, 0), d, y);
-    std::memcpy(r.y + j, y, count * sizeof(float));
-  }
-  r.x = r.y;
-  r.masks = internal::RowMasks{};
-}
-
-// Zeroes the columns before the row's window; materializes its scores if
-// the call needs it.
+// Zeroes the columns before the row's window; with Scaling::materialize,
+// writes its scores to y, which it then reads in place, unmasked.
 template <class D>
 HWY_INLINE void PrepareRow(D d, const Scaling& scaling, SoftmaxRow& r) {
   std::fill(r.y - r.skipped, r.y, 0.0f);
   if (!scaling.materialize) return;
-  if (r.masks.additive != nullptr) {
-    return r.masks.boolean != nullptr
-               ? MaterializeRow<true, true>(d, scaling, r)
-               : MaterializeRow<true, false>(d, scaling, r);
-  }
-  return r.masks.boolean != nullptr ? MaterializeRow<false, true>(d, scaling, r)
-                                    : MaterializeRow<false, false>(d, scaling, r);
+  mask_detail::WriteScores(d, scaling.softcap, scaling.score_scale, r.x,
+                           r.masks, r.limit, r.y);
+  r.x = r.y;
+  r.masks = internal::RowMasks{};
 }
 
 // The row's last `count` (< one vector) columns below its limit, read at
