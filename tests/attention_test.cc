@@ -241,6 +241,22 @@ TEST_P(AttentionTest, LogSumExpMergesPartialAttentions) {
   }
 }
 
+// ALiBi's published slopes (the paper's get_slopes): 12 heads take the 8 of
+// 8 heads, then every other one of 16 heads.
+TEST(AlibiSlopes, AsPublished) {
+  const std::vector<float> expected = {
+      0.5f,       0.25f,       0.125f,      0.0625f,
+      0.03125f,   0.015625f,   0.0078125f,  0.00390625f,
+      0.70710678f, 0.35355339f, 0.17677670f, 0.08838835f};
+  const std::vector<float> slopes = AlibiSlopes(12);
+  ASSERT_EQ(slopes.size(), expected.size());
+  for (size_t h = 0; h < slopes.size(); ++h) {
+    EXPECT_FLOAT_EQ(slopes[h], expected[h]) << h;
+  }
+  EXPECT_EQ(AlibiSlopes(1), std::vector<float>{0.00390625f});
+  EXPECT_TRUE(AlibiSlopes(0).empty());
+}
+
 // A sink takes all the weight of a row that sees no key: zeros, LSE = sink.
 TEST_P(AttentionTest, SinkAloneGivesZeros) {
   const Shape s{2, 2, 1, 5, 40, 8, 8};
