@@ -45,7 +45,6 @@ and ALiBi slopes as the float32 values the kernels get). Running it again
 rewrites identical bytes; files it no longer produces are removed.
 """
 
-import json
 import math
 import os
 import sys
@@ -55,7 +54,7 @@ sys.dont_write_bytecode = True
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from make_golden import save_npy  # noqa: E402
+from make_golden import save_npy, write_index  # noqa: E402
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "variants")
 MAX_TOTAL_BYTES = 2 * 1000 * 1000
@@ -243,15 +242,14 @@ def f32(values):
 
 
 def main():
+    # The same bits on any machine: one thread, deterministic kernels.
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     os.makedirs(OUT_DIR, exist_ok=True)
-
-    index = []
-    written = set()
+    index, written = [], set()
     for seed, c in enumerate(cases(), start=2300):
-        name = c["name"]
         gen = torch.Generator().manual_seed(seed)
+        name = c["name"]
         b, hq, hkv = c["batch"], c["q_heads"], c["kv_heads"]
         tq, tk = c["q_tokens"], c["k_tokens"]
         q = (torch.randn(b, hq, tq, c["head_dim"], generator=gen) *
@@ -290,22 +288,8 @@ def main():
         "torch_version": torch.__version__.split("+")[0],
         "cases": index,
     }
-    with open(os.path.join(OUT_DIR, "cases.json"), "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.write("\n")
-    written.add("cases.json")
-
-    for stale in sorted(set(os.listdir(OUT_DIR)) - written):
-        if stale.endswith((".npy", ".json")):
-            os.remove(os.path.join(OUT_DIR, stale))
-            print(f"removed stale {stale}")
-
-    total = sum(os.path.getsize(os.path.join(OUT_DIR, f)) for f in written)
-    print(f"{len(index)} cases, {len(written)} files, {total} bytes in "
-          f"{OUT_DIR}")
-    if total > MAX_TOTAL_BYTES:
-        sys.exit(f"make_variants_golden.py: {total} bytes exceeds "
-                 f"{MAX_TOTAL_BYTES}")
+    write_index(OUT_DIR, doc, written, MAX_TOTAL_BYTES,
+                "make_variants_golden.py")
 
 
 if __name__ == "__main__":
