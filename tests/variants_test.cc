@@ -1,0 +1,413 @@
+// The attention variants (sliding windows, softcapping, sinks, ALiBi, ragged
+// causal offsets and key lengths, the log-sum-exp output) against float64
+// PyTorch written from the published definitions
+// (tests/data/make_variants_golden.py), on every SIMD target: fused
+// ScaledDotProductAttention and the unfused BatchedMatMul -> Softmax ->
+// BatchedMatMul path. And the mask model's promise for these masks: NaN in K
+// and V at keys a row does not see never reaches that row (fused), and
+// Softmax gives exactly zero weight to masked scores, whatever they hold.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "simdattn/kernels.h"
+#include "tests/test_util.h"
+#include "tools/io/npy.h"
+
+namespace simdattn {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+const std::string kVariants =
+    std::string(SIMDATTN_TEST_DATA_DIR) + "/variants/";
+
+// Tolerances against the float64 reference, for float32 kernels (measured
+// worst cases over all targets, for these inputs and an earlier draw, in the
+// comments; the bounds leave >= 10x).
+//
+// Outputs: a row's output is sum_j w_j v_j with sum_j w_j <= 1, so an error
+// in the weights moves it by at most max |v| sum_j |dw_j|; the error is
+// measured relative to max(1, max |v|). The weights' error is that of the
+// float32 scores (q . k rounded over head_dim <= 67 terms, then scaled,
+// capped and biased: a few ulps of the largest term; |scale q . k| <= ~16
+// and ALiBi biases <= ~40 here) times the weights, plus the softmax's own
+// 2e-6 (kernels.h). Measured on AVX3, AVX2, SSE4, SSSE3 and SCALAR: <= 3.2e-7
+// (fused and unfused).
+constexpr double kOutputTolerance = 1e-5;
+// Weights (in [0, 1]) of the unfused Softmax, absolute. Measured: <= 3e-7.
+constexpr double kWeightsTolerance = 1e-5;
+// Log-sum-exp: dL = sum_j w_j ds_j, the weighted error of the scores, which
+// is relative to their magnitude (with ALiBi biases up to ~40 here):
+// |dL| <= tolerance (1 + |L|). Measured: <= 8.3e-7 (1 + |L|).
+constexpr double kLseTolerance = 1e-5;
+
+// One golden case: its parameters (cases.json) and arrays.
+struct GoldenCase {
+  std::string name;
+  size_t batch, q_heads, kv_heads, q_tokens, k_tokens, head_dim, value_dim;
+  bool default_scale;
+  float scale;  // 1 / sqrt(head_dim) when default_scale.
+  bool causal;
+  size_t causal_offset, window;
+  std::vector<size_t> causal_offsets, key_lengths;  // Empty: not given.
+  float softcap;
+  std::vector<float> alibi_slopes, sinks;   // Empty: off.
+  io::NpyArray q, k, v, out, lse, weights;  // weights: empty if not written.
+
+  AttentionMask Mask() const {
+    AttentionMask mask;
+    mask.causal = causal;
+    mask.causal_offset = causal_offset;
+    mask.causal_offsets = Or(causal_offsets);
+    mask.window = window;
+    mask.key_lengths = Or(key_lengths);
+    mask.softcap = softcap;
+    mask.alibi_slopes = Or(alibi_slopes);
+    mask.sinks = Or(sinks);
+    return mask;
+  }
+  // Whether query row i of batch item b sees key j: the definitions of
+  // make_variants_golden.py, restated.
+  bool Visible(size_t b, size_t i, size_t j) const {
+    const size_t p =
+        i + (causal_offsets.empty() ? causal_offset : causal_offsets[b]);
+    if ((causal || window != 0) && j > p) return false;
+    if (window != 0 && j + window <= p) return false;
+    return key_lengths.empty() || j < key_lengths[b];
+  }
+  bool SeenByAnyRow(size_t b, size_t j) const {
+    for (size_t i = 0; i < q_tokens; ++i) {
+      if (Visible(b, i, j)) return true;
+    }
+    return false;
+  }
+
+  ConstTensor4 Q() const {
+    return ConstTensor4::Dense(q.data.data(), batch, q_heads, q_tokens,
+                               head_dim);
+  }
+  ConstTensor4 K(const std::vector<float>& keys) const {
+    return ConstTensor4::Dense(keys.data(), batch, kv_heads, k_tokens,
+                               head_dim);
+  }
+  ConstTensor4 V(const std::vector<float>& values) const {
+    return ConstTensor4::Dense(values.data(), batch, kv_heads, k_tokens,
+                               value_dim);
+  }
+  size_t Rows() const { return batch * q_heads * q_tokens; }
+
+ private:
+  template <typename T>
+  static const T* Or(const std::vector<T>& v) {
+    return v.empty() ? nullptr : v.data();
+  }
+};
+
+template <typename T>
+std::vector<T> ListOrEmpty(const nlohmann::json& j) {
+  return j.is_null() ? std::vector<T>() : j.get<std::vector<T>>();
+}
+
+std::vector<GoldenCase> LoadCases() {
+  std::ifstream in(kVariants + "cases.json");
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  std::vector<GoldenCase> cases;
+  for (const nlohmann::json& c : doc["cases"]) {
+    GoldenCase g;
+    g.name = c["name"];
+    g.batch = c["batch"];
+    g.q_heads = c["q_heads"];
+    g.kv_heads = c["kv_heads"];
+    g.q_tokens = c["q_tokens"];
+    g.k_tokens = c["k_tokens"];
+    g.head_dim = c["head_dim"];
+    g.value_dim = c["value_dim"];
+    g.default_scale = c["scale"].is_null();
+    g.scale = g.default_scale ? 1.0f / std::sqrt(float(g.head_dim))
+                              : c["scale"].get<float>();
+    g.causal = c["causal"];
+    g.causal_offset = c["causal_offset"];
+    g.window = c["window"];
+    g.causal_offsets = ListOrEmpty<size_t>(c["causal_offsets"]);
+    g.key_lengths = ListOrEmpty<size_t>(c["key_lengths"]);
+    g.softcap = c["softcap"];
+    g.alibi_slopes = ListOrEmpty<float>(c["alibi_slopes"]);
+    g.sinks = ListOrEmpty<float>(c["sinks"]);
+    const nlohmann::json& files = c["files"];
+    const auto read = [&](const char* key) {
+      return files.contains(key)
+                 ? io::ReadNpy(kVariants + files[key].get<std::string>())
+                 : io::NpyArray();
+    };
+    g.q = read("q");
+    g.k = read("k");
+    g.v = read("v");
+    g.out = read("out");
+    g.lse = read("lse");
+    g.weights = read("weights");
+    cases.push_back(std::move(g));
+  }
+  return cases;
+}
+
+const std::vector<GoldenCase>& Cases() {
+  static const std::vector<GoldenCase>* cases =
+      new std::vector<GoldenCase>(LoadCases());
+  return *cases;
+}
+
+// Fused attention of the case with the given K and V; fills out and lse.
+void RunFused(const GoldenCase& c, const std::vector<float>& keys,
+              const std::vector<float>& values, std::vector<float>& out,
+              std::vector<float>& lse) {
+  out.assign(c.Rows() * c.value_dim, -7.0f);
+  lse.assign(c.Rows(), -7.0f);
+  AttentionOptions options;
+  if (!c.default_scale) options.scale = c.scale;
+  options.mask = c.Mask();
+  options.log_sum_exp = lse.data();
+  ScaledDotProductAttention(
+      c.Q(), c.K(keys), c.V(values),
+      Tensor4::Dense(out.data(), c.batch, c.q_heads, c.q_tokens, c.value_dim),
+      options);
+}
+
+// The unfused scores Q K^T (unscaled), (batch, q_heads, q_tokens, k_tokens).
+std::vector<float> Scores(const GoldenCase& c) {
+  std::vector<float> scores(c.Rows() * c.k_tokens, -7.0f);
+  MatMulOptions transposed;
+  transposed.transpose_b = Transpose::kYes;
+  BatchedMatMul(
+      c.Q(), c.K(c.k.data),
+      Tensor4::Dense(scores.data(), c.batch, c.q_heads, c.q_tokens, c.k_tokens),
+      transposed);
+  return scores;
+}
+
+std::vector<float> SoftmaxOf(const GoldenCase& c,
+                             const std::vector<float>& scores) {
+  std::vector<float> weights(scores.size(), -7.0f);
+  Softmax(ConstTensor4::Dense(scores.data(), c.batch, c.q_heads, c.q_tokens,
+                              c.k_tokens),
+          Tensor4::Dense(weights.data(), c.batch, c.q_heads, c.q_tokens,
+                         c.k_tokens),
+          c.scale, c.Mask());
+  return weights;
+}
+
+double MaxAbs(const std::vector<float>& values) {
+  double m = 0.0;
+  for (float x : values) m = std::max(m, std::abs(double(x)));
+  return m;
+}
+
+// max |actual - expected| <= tolerance * scale.
+void ExpectClose(const std::vector<float>& actual,
+                 const std::vector<float>& expected, double tolerance,
+                 double scale, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  double worst = 0.0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double error = std::abs(double(actual[i]) - expected[i]);
+    if (!(error <= worst)) {  // NaN counts as the worst.
+      worst = std::isnan(error) ? HUGE_VAL : error;
+      worst_at = i;
+    }
+  }
+  EXPECT_LE(worst, tolerance * scale)
+      << what << " at flat index " << worst_at << ": " << actual[worst_at]
+      << " vs " << expected[worst_at];
+}
+
+void ExpectOutputClose(const GoldenCase& c, const std::vector<float>& out,
+                       const std::string& what) {
+  ExpectClose(out, c.out.data, kOutputTolerance,
+              std::max(1.0, MaxAbs(c.v.data)), what);
+}
+
+class VariantsTest : public test::PerTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(VariantsTest);
+
+TEST_P(VariantsTest, FusedMatchesPyTorch) {
+  ASSERT_GE(Cases().size(), 21u);
+  for (const GoldenCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    std::vector<float> out, lse;
+    RunFused(c, c.k.data, c.v.data, out, lse);
+    ExpectOutputClose(c, out, "output");
+    ASSERT_EQ(lse.size(), c.lse.data.size());
+    for (size_t r = 0; r < lse.size(); ++r) {
+      const float expected = c.lse.data[r];
+      if (std::isinf(expected)) {
+        EXPECT_EQ(lse[r], expected) << "LSE row " << r;
+      } else {
+        EXPECT_NEAR(lse[r], expected,
+                    kLseTolerance * (1.0 + std::abs(expected)))
+            << "LSE row " << r;
+      }
+    }
+  }
+}
+
+TEST_P(VariantsTest, UnfusedMatchesPyTorch) {
+  for (const GoldenCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    const std::vector<float> weights = SoftmaxOf(c, Scores(c));
+    if (!c.weights.data.empty()) {
+      ExpectClose(weights, c.weights.data, kWeightsTolerance, 1.0, "weights");
+    }
+    std::vector<float> out(c.Rows() * c.value_dim, -7.0f);
+    BatchedMatMul(ConstTensor4::Dense(weights.data(), c.batch, c.q_heads,
+                                      c.q_tokens, c.k_tokens),
+                  c.V(c.v.data),
+                  Tensor4::Dense(out.data(), c.batch, c.q_heads, c.q_tokens,
+                                 c.value_dim));
+    ExpectOutputClose(c, out, "unfused output");
+  }
+}
+
+// The key splits of decode and the row tasks depend on the shapes only.
+TEST_P(VariantsTest, FusedBitsDoNotDependOnThreads) {
+  for (const GoldenCase& c : Cases()) {
+    test::ExpectSameBitsForAnyThreadCount(
+        [&] {
+          std::vector<float> out, lse;
+          RunFused(c, c.k.data, c.v.data, out, lse);
+          out.insert(out.end(), lse.begin(), lse.end());
+          return out;
+        },
+        c.name);
+  }
+}
+
+// K and V of the case with `fill` at key j of batch item b wherever
+// poison(b, j); the other keys as the golden inputs hold them.
+template <typename Poison>
+void Fill(const GoldenCase& c, float fill, const Poison& poison,
+          std::vector<float>& keys, std::vector<float>& values) {
+  keys = c.k.data;
+  values = c.v.data;
+  for (size_t b = 0; b < c.batch; ++b) {
+    for (size_t g = 0; g < c.kv_heads; ++g) {
+      for (size_t j = 0; j < c.k_tokens; ++j) {
+        if (!poison(b, j)) continue;
+        const size_t row = (b * c.kv_heads + g) * c.k_tokens + j;
+        std::fill_n(keys.begin() + row * c.head_dim, c.head_dim, fill);
+        std::fill_n(values.begin() + row * c.value_dim, c.value_dim, fill);
+      }
+    }
+  }
+}
+
+bool SameBits(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// Keys no row of an item sees (outside every row's window, past the item's
+// key length): NaN there gives the same bits as zeros there.
+TEST_P(VariantsTest, FusedIgnoresNaNAtKeysNoRowSees) {
+  for (const GoldenCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    const auto unseen = [&](size_t b, size_t j) {
+      return !c.SeenByAnyRow(b, j);
+    };
+    std::vector<float> keys, values, out_zero, lse_zero, out_nan, lse_nan;
+    Fill(c, 0.0f, unseen, keys, values);
+    RunFused(c, keys, values, out_zero, lse_zero);
+    Fill(c, kNaN, unseen, keys, values);
+    RunFused(c, keys, values, out_nan, lse_nan);
+    EXPECT_TRUE(SameBits(out_nan.data(), out_zero.data(), out_zero.size()));
+    EXPECT_TRUE(SameBits(lse_nan.data(), lse_zero.data(), lse_zero.size()));
+  }
+}
+
+// Keys at the edges of windows and lengths, where tiles are partly masked.
+std::set<size_t> ProbeKeys(const GoldenCase& c) {
+  std::set<size_t> probes = {0, c.k_tokens - 1};
+  for (size_t b = 0; b < c.batch; ++b) {
+    const size_t o =
+        c.causal_offsets.empty() ? c.causal_offset : c.causal_offsets[b];
+    const size_t last = o + c.q_tokens - 1;
+    for (size_t p : {o, o + c.q_tokens / 2, last}) {
+      for (size_t j : {p - c.window, p - c.window + 1, p, p + 1}) {
+        if (j < c.k_tokens) probes.insert(j);  // Wrapped: too large.
+      }
+    }
+    if (!c.key_lengths.empty()) {
+      for (size_t j : {c.key_lengths[b] - 1, c.key_lengths[b]}) {
+        if (j < c.k_tokens) probes.insert(j);
+      }
+    }
+  }
+  return probes;
+}
+
+// NaN at one key j in K and V: rows that do not see j keep the bits of the
+// clean run, rows that do are NaN (output and LSE), as in PyTorch.
+TEST_P(VariantsTest, FusedNaNAtOneKeyReachesOnlyRowsThatSeeIt) {
+  for (const GoldenCase& c : Cases()) {
+    std::vector<float> clean_out, clean_lse;
+    RunFused(c, c.k.data, c.v.data, clean_out, clean_lse);
+    for (size_t probe : ProbeKeys(c)) {
+      SCOPED_TRACE(c.name + " key " + std::to_string(probe));
+      std::vector<float> keys, values, out, lse;
+      Fill(
+          c, kNaN, [&](size_t, size_t j) { return j == probe; }, keys, values);
+      RunFused(c, keys, values, out, lse);
+      size_t wrong = 0, first_wrong = c.Rows();
+      for (size_t r = 0; r < c.Rows(); ++r) {
+        const size_t b = r / (c.q_heads * c.q_tokens), i = r % c.q_tokens;
+        const float* row = out.data() + r * c.value_dim;
+        const bool ok =
+            c.Visible(b, i, probe)
+                ? std::all_of(row, row + c.value_dim,
+                              [](float x) { return std::isnan(x); }) &&
+                      std::isnan(lse[r])
+                : SameBits(row, clean_out.data() + r * c.value_dim,
+                           c.value_dim) &&
+                      SameBits(&lse[r], &clean_lse[r], 1);
+        if (!ok && wrong++ == 0) first_wrong = r;
+      }
+      EXPECT_EQ(wrong, 0u) << "first wrong row " << first_wrong;
+    }
+  }
+}
+
+// Softmax with NaN at every masked score: the same bits as with the finite
+// scores there, and exactly zero weight at the masked positions.
+TEST_P(VariantsTest, SoftmaxGivesMaskedScoresExactlyZeroWeight) {
+  for (const GoldenCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    const std::vector<float> scores = Scores(c);
+    std::vector<float> poisoned = scores;
+    std::vector<bool> masked(scores.size());
+    for (size_t r = 0; r < c.Rows(); ++r) {
+      const size_t b = r / (c.q_heads * c.q_tokens), i = r % c.q_tokens;
+      for (size_t j = 0; j < c.k_tokens; ++j) {
+        masked[r * c.k_tokens + j] = !c.Visible(b, i, j);
+        if (masked[r * c.k_tokens + j]) poisoned[r * c.k_tokens + j] = kNaN;
+      }
+    }
+    const std::vector<float> clean = SoftmaxOf(c, scores);
+    const std::vector<float> weights = SoftmaxOf(c, poisoned);
+    EXPECT_TRUE(SameBits(weights.data(), clean.data(), clean.size()));
+    size_t nonzero = 0;
+    for (size_t e = 0; e < weights.size(); ++e) {
+      nonzero += masked[e] && weights[e] != 0.0f;
+    }
+    EXPECT_EQ(nonzero, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace simdattn
