@@ -165,20 +165,28 @@ const std::vector<GoldenCase>& Cases() {
   return *cases;
 }
 
-// Fused attention of the case with the given K and V; fills out and lse.
-void RunFused(const GoldenCase& c, const std::vector<float>& keys,
-              const std::vector<float>& values, std::vector<float>& out,
+// Fused attention of the case's queries against the given keys and values,
+// with the given mask; fills out and lse.
+void RunFused(const GoldenCase& c, ConstTensor4 keys, ConstTensor4 values,
+              const AttentionMask& mask, std::vector<float>& out,
               std::vector<float>& lse) {
   out.assign(c.Rows() * c.value_dim, -7.0f);
   lse.assign(c.Rows(), -7.0f);
   AttentionOptions options;
   if (!c.default_scale) options.scale = c.scale;
-  options.mask = c.Mask();
+  options.mask = mask;
   options.log_sum_exp = lse.data();
   ScaledDotProductAttention(
-      c.Q(), c.K(keys), c.V(values),
+      c.Q(), keys, values,
       Tensor4::Dense(out.data(), c.batch, c.q_heads, c.q_tokens, c.value_dim),
       options);
+}
+
+// The case as it is, with the given K and V.
+void RunFused(const GoldenCase& c, const std::vector<float>& keys,
+              const std::vector<float>& values, std::vector<float>& out,
+              std::vector<float>& lse) {
+  RunFused(c, c.K(keys), c.V(values), c.Mask(), out, lse);
 }
 
 // The unfused scores Q K^T (unscaled), (batch, q_heads, q_tokens, k_tokens).
@@ -235,6 +243,20 @@ void ExpectOutputClose(const GoldenCase& c, const std::vector<float>& out,
               std::max(1.0, MaxAbs(c.v.data)), what);
 }
 
+// -inf where the golden is (a row that sees nothing and has no sink).
+void ExpectLseClose(const GoldenCase& c, const std::vector<float>& lse) {
+  ASSERT_EQ(lse.size(), c.lse.data.size());
+  for (size_t r = 0; r < lse.size(); ++r) {
+    const float expected = c.lse.data[r];
+    if (std::isinf(expected)) {
+      EXPECT_EQ(lse[r], expected) << "LSE row " << r;
+    } else {
+      EXPECT_NEAR(lse[r], expected, kLseTolerance * (1.0 + std::abs(expected)))
+          << "LSE row " << r;
+    }
+  }
+}
+
 class VariantsTest : public test::PerTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(VariantsTest);
 
@@ -245,17 +267,7 @@ TEST_P(VariantsTest, FusedMatchesPyTorch) {
     std::vector<float> out, lse;
     RunFused(c, c.k.data, c.v.data, out, lse);
     ExpectOutputClose(c, out, "output");
-    ASSERT_EQ(lse.size(), c.lse.data.size());
-    for (size_t r = 0; r < lse.size(); ++r) {
-      const float expected = c.lse.data[r];
-      if (std::isinf(expected)) {
-        EXPECT_EQ(lse[r], expected) << "LSE row " << r;
-      } else {
-        EXPECT_NEAR(lse[r], expected,
-                    kLseTolerance * (1.0 + std::abs(expected)))
-            << "LSE row " << r;
-      }
-    }
+    ExpectLseClose(c, lse);
   }
 }
 
@@ -288,6 +300,86 @@ TEST_P(VariantsTest, FusedBitsDoNotDependOnThreads) {
         },
         c.name);
   }
+}
+
+// Keys [first, first + count) of a (batch, heads, k_tokens, dim) view.
+ConstTensor4 KeyRange(ConstTensor4 t, size_t first, size_t count) {
+  return ConstTensor4(t.data + first * t.strides[2], t.dims[0], t.dims[1],
+                      count, t.dims[3], t.strides[0], t.strides[1],
+                      t.strides[2]);
+}
+
+// One of two calls over keys [first, first + count): positions and key
+// lengths shifted by first; the sinks in the call with key 0 only. Fills
+// offsets and lengths, which the mask points to.
+AttentionMask PartMask(const GoldenCase& c, size_t first, size_t count,
+                       std::vector<size_t>& offsets,
+                       std::vector<size_t>& lengths) {
+  AttentionMask mask = c.Mask();
+  mask.causal_offset = c.causal_offset - std::min(c.causal_offset, first);
+  offsets = c.causal_offsets;
+  lengths = c.key_lengths;
+  for (size_t& o : offsets) o -= first;  // first <= every offset.
+  for (size_t& n : lengths) n = std::min(count, n - std::min(n, first));
+  if (!offsets.empty()) mask.causal_offsets = offsets.data();
+  if (!lengths.empty()) mask.key_lengths = lengths.data();
+  if (first != 0) mask.sinks = nullptr;
+  return mask;
+}
+
+// Where to split the keys in two: at the first query's position when the
+// mask depends on positions (so that no shifted position is negative), else
+// in the middle; 0 where the case cannot be split.
+size_t SplitPoint(const GoldenCase& c) {
+  if (!c.causal && c.window == 0 && c.alibi_slopes.empty()) {
+    return c.k_tokens / 2;
+  }
+  size_t first = c.causal_offset;
+  if (!c.causal_offsets.empty()) {
+    first = *std::min_element(c.causal_offsets.begin(), c.causal_offsets.end());
+  }
+  return std::min(first, c.k_tokens - 1);
+}
+
+// The log-sum-exp's promise (kernels.h): two calls over disjoint key sets
+// merge exactly, L = logaddexp(L1, L2) and out = exp(L1 - L) out1 +
+// exp(L2 - L) out2, into PyTorch's single softmax over all keys.
+TEST_P(VariantsTest, TwoCallsOverHalvesOfTheKeysMergeIntoPyTorch) {
+  size_t merged = 0;
+  for (const GoldenCase& c : Cases()) {
+    const size_t split = SplitPoint(c);
+    if (split == 0) continue;
+    SCOPED_TRACE(c.name + " split at " + std::to_string(split));
+    ++merged;
+    std::vector<float> out[2], lse[2];
+    for (int part = 0; part < 2; ++part) {
+      const size_t first = part == 0 ? 0 : split;
+      const size_t count = part == 0 ? split : c.k_tokens - split;
+      std::vector<size_t> offsets, lengths;
+      const AttentionMask mask = PartMask(c, first, count, offsets, lengths);
+      RunFused(c, KeyRange(c.K(c.k.data), first, count),
+               KeyRange(c.V(c.v.data), first, count), mask, out[part],
+               lse[part]);
+    }
+    std::vector<float> out_merged(out[0].size()), lse_merged(c.Rows());
+    for (size_t r = 0; r < c.Rows(); ++r) {
+      const double l1 = lse[0][r], l2 = lse[1][r];
+      const double top = std::max(l1, l2);
+      const double l =
+          std::isinf(top)
+              ? top
+              : top + std::log(std::exp(l1 - top) + std::exp(l2 - top));
+      const double w1 = std::isinf(l) ? 0.0 : std::exp(l1 - l);
+      const double w2 = std::isinf(l) ? 0.0 : std::exp(l2 - l);
+      lse_merged[r] = float(l);
+      for (size_t e = r * c.value_dim; e < (r + 1) * c.value_dim; ++e) {
+        out_merged[e] = float(w1 * out[0][e] + w2 * out[1][e]);
+      }
+    }
+    ExpectOutputClose(c, out_merged, "merged output");
+    ExpectLseClose(c, lse_merged);
+  }
+  EXPECT_GE(merged, 12u);
 }
 
 // K and V of the case with `fill` at key j of batch item b wherever
