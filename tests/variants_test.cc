@@ -302,6 +302,38 @@ TEST_P(VariantsTest, FusedBitsDoNotDependOnThreads) {
   }
 }
 
+// A (batch, heads, tokens, dim) dense tensor copied into a (batch, tokens,
+// heads * dim + 3) buffer, the layout of an engine's KV cache with padded
+// rows; returns its view.
+ConstTensor4 TokenMajorCopy(ConstTensor4 t, std::vector<float>& buffer) {
+  const size_t row = t.dims[1] * t.dims[3] + 3;
+  buffer.assign(t.dims[0] * t.dims[2] * row, kNaN);  // Padding: NaN.
+  const Tensor4 copy = Tensor4::FromTokenMajor(
+      buffer.data(), t.dims[0], t.dims[2], t.dims[1], t.dims[3], row);
+  for (size_t b = 0; b < t.dims[0]; ++b) {
+    for (size_t h = 0; h < t.dims[1]; ++h) {
+      for (size_t i = 0; i < t.dims[2]; ++i) {
+        for (size_t c = 0; c < t.dims[3]; ++c) {
+          copy.Slice(b, h)(i, c) = t.Slice(b, h)(i, c);
+        }
+      }
+    }
+  }
+  return copy;
+}
+
+// Keys and values read in place from token-major, padded caches.
+TEST_P(VariantsTest, FusedReadsTokenMajorCaches) {
+  for (const GoldenCase& c : Cases()) {
+    SCOPED_TRACE(c.name);
+    std::vector<float> k_cache, v_cache, out, lse;
+    RunFused(c, TokenMajorCopy(c.K(c.k.data), k_cache),
+             TokenMajorCopy(c.V(c.v.data), v_cache), c.Mask(), out, lse);
+    ExpectOutputClose(c, out, "output");
+    ExpectLseClose(c, lse);
+  }
+}
+
 // Keys [first, first + count) of a (batch, heads, k_tokens, dim) view.
 ConstTensor4 KeyRange(ConstTensor4 t, size_t first, size_t count) {
   return ConstTensor4(t.data + first * t.strides[2], t.dims[0], t.dims[1],
