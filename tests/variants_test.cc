@@ -201,6 +201,7 @@ std::vector<float> Scores(const GoldenCase& c) {
   return scores;
 }
 
+// Softmax of the scores with the case's scale and mask, out of place.
 std::vector<float> SoftmaxOf(const GoldenCase& c,
                              const std::vector<float>& scores) {
   std::vector<float> weights(scores.size(), -7.0f);
@@ -210,6 +211,19 @@ std::vector<float> SoftmaxOf(const GoldenCase& c,
                          c.k_tokens),
           c.scale, c.Mask());
   return weights;
+}
+
+// The same in place.
+std::vector<float> SoftmaxInPlace(const GoldenCase& c,
+                                  std::vector<float> scores) {
+  const Tensor4 y =
+      Tensor4::Dense(scores.data(), c.batch, c.q_heads, c.q_tokens, c.k_tokens);
+  Softmax(y, y, c.scale, c.Mask());
+  return scores;
+}
+
+bool SameBits(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
 
 double MaxAbs(const std::vector<float>& values) {
@@ -274,7 +288,10 @@ TEST_P(VariantsTest, FusedMatchesPyTorch) {
 TEST_P(VariantsTest, UnfusedMatchesPyTorch) {
   for (const GoldenCase& c : Cases()) {
     SCOPED_TRACE(c.name);
-    const std::vector<float> weights = SoftmaxOf(c, Scores(c));
+    const std::vector<float> scores = Scores(c);
+    const std::vector<float> weights = SoftmaxOf(c, scores);
+    const std::vector<float> in_place = SoftmaxInPlace(c, scores);
+    EXPECT_TRUE(SameBits(in_place.data(), weights.data(), weights.size()));
     if (!c.weights.data.empty()) {
       ExpectClose(weights, c.weights.data, kWeightsTolerance, 1.0, "weights");
     }
@@ -431,10 +448,6 @@ void Fill(const GoldenCase& c, float fill, const Poison& poison,
       }
     }
   }
-}
-
-bool SameBits(const float* a, const float* b, size_t n) {
-  return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
 
 // Keys no row of an item sees (outside every row's window, past the item's
