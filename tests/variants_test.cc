@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,13 @@ const std::vector<GoldenCase>& Cases() {
   return *cases;
 }
 
+const GoldenCase& CaseNamed(const std::string& name) {
+  for (const GoldenCase& c : Cases()) {
+    if (c.name == name) return c;
+  }
+  throw std::runtime_error("no golden case " + name);
+}
+
 // Fused attention of the case's queries against the given keys and values,
 // with the given mask; fills out and lse.
 void RunFused(const GoldenCase& c, ConstTensor4 keys, ConstTensor4 values,
@@ -201,16 +209,21 @@ std::vector<float> Scores(const GoldenCase& c) {
   return scores;
 }
 
-// Softmax of the scores with the case's scale and mask, out of place.
+// Softmax of the scores with the case's scale and the mask, out of place.
 std::vector<float> SoftmaxOf(const GoldenCase& c,
-                             const std::vector<float>& scores) {
+                             const std::vector<float>& scores,
+                             const AttentionMask& mask) {
   std::vector<float> weights(scores.size(), -7.0f);
   Softmax(ConstTensor4::Dense(scores.data(), c.batch, c.q_heads, c.q_tokens,
                               c.k_tokens),
           Tensor4::Dense(weights.data(), c.batch, c.q_heads, c.q_tokens,
                          c.k_tokens),
-          c.scale, c.Mask());
+          c.scale, mask);
   return weights;
+}
+std::vector<float> SoftmaxOf(const GoldenCase& c,
+                             const std::vector<float>& scores) {
+  return SoftmaxOf(c, scores, c.Mask());
 }
 
 // The same in place.
@@ -429,6 +442,24 @@ TEST_P(VariantsTest, TwoCallsOverHalvesOfTheKeysMergeIntoPyTorch) {
     ExpectLseClose(c, lse_merged);
   }
   EXPECT_GE(merged, 12u);
+}
+
+// A window at least as long as every row's position + 1 masks nothing the
+// causal mask does not: W = T and W = SIZE_MAX (no wrap-around in p - W)
+// give window_gt_t_d67_gqa's golden (W = 100 > T = 23).
+TEST_P(VariantsTest, WindowsLongerThanEveryPrefixArePlainCausal) {
+  const GoldenCase& c = CaseNamed("window_gt_t_d67_gqa");
+  for (size_t window : {c.q_tokens, std::numeric_limits<size_t>::max()}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    AttentionMask mask = c.Mask();
+    mask.window = window;
+    std::vector<float> out, lse;
+    RunFused(c, c.K(c.k.data), c.V(c.v.data), mask, out, lse);
+    ExpectOutputClose(c, out, "output");
+    ExpectLseClose(c, lse);
+    ExpectClose(SoftmaxOf(c, Scores(c), mask), c.weights.data,
+                kWeightsTolerance, 1.0, "Softmax weights");
+  }
 }
 
 // K and V of the case with `fill` at key j of batch item b wherever
