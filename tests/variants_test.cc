@@ -2,8 +2,10 @@
 // causal offsets and key lengths, the log-sum-exp output) against float64
 // PyTorch written from the published definitions
 // (tests/data/make_variants_golden.py), on every SIMD target: fused
-// ScaledDotProductAttention and the unfused BatchedMatMul -> Softmax ->
-// BatchedMatMul path. And the mask model's promise for these masks: NaN in K
+// ScaledDotProductAttention (prefill, split-KV decode, token-major caches)
+// and the unfused BatchedMatMul -> Softmax -> BatchedMatMul path; two calls
+// over halves of the keys merged by their log-sum-exps; the same bits for
+// any thread count. And the mask model's promise for these masks: NaN in K
 // and V at keys a row does not see never reaches that row (fused), and
 // Softmax gives exactly zero weight to masked scores, whatever they hold.
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
