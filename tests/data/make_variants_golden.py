@@ -242,19 +242,22 @@ def cases():
              batch=2, kv_heads=1, q_tokens=1, k_tokens=600, head_dim=4,
              causal=True, causal_offsets=[599, 30], key_lengths=[10, 600],
              window=8, alibi=True),
+        # Key tiles are 256 keys and row tasks 192 rows (128 on SCALAR):
+        # these cross both; those of 520 and 600 keys also split the keys
+        # (fewer than 16 tasks) in chunks of 512.
         case("tiles_window_offset",
-             "150 queries at 370.. of 520 keys, W = 300: tiles crossed",
-             q_heads=2, kv_heads=1, q_tokens=150, k_tokens=520, head_dim=32,
-             value_dim=16, causal=True, causal_offset=370, window=300),
+             "200 queries at 320.. of 520 keys, W = 300",
+             q_heads=2, kv_heads=1, q_tokens=200, k_tokens=520, head_dim=32,
+             value_dim=16, causal=True, causal_offset=320, window=300),
         case("tiles_causal_window",
              "300 x 300 causal, W = 280: long windows across tiles",
              q_tokens=300, head_dim=16, value_dim=8, causal=True,
              window=280),
         case("tiles_all_ragged",
-             "window 257 + softcap + ALiBi + sinks, ragged, 130 x 600",
-             batch=2, q_heads=2, kv_heads=1, q_tokens=130, k_tokens=600,
+             "window 257 + softcap + ALiBi + sinks, ragged, 200 x 600",
+             batch=2, q_heads=2, kv_heads=1, q_tokens=200, k_tokens=600,
              head_dim=23, value_dim=24, scale=0.125,
-             causal_offsets=[470, 300], key_lengths=[600, 450], window=257,
+             causal_offsets=[400, 250], key_lengths=[600, 450], window=257,
              softcap=8.0, alibi=True, sinks=True, q_gain=2.0),
     ]
 
