@@ -438,6 +438,27 @@ def save_npy(path, t):
             allow_pickle=False)
 
 
+def write_index(out_dir, doc, written, max_bytes, script):
+    """Writes doc as out_dir/cases.json, removes the files of cases that no
+    longer exist (idempotence), and exits if the set exceeds max_bytes.
+    `written` holds the names of the files this run wrote."""
+    with open(os.path.join(out_dir, "cases.json"), "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+    written = set(written) | {"cases.json"}
+
+    for stale in sorted(set(os.listdir(out_dir)) - written):
+        if stale.endswith((".npy", ".safetensors", ".json")):
+            os.remove(os.path.join(out_dir, stale))
+            print(f"removed stale {stale}")
+
+    total = sum(os.path.getsize(os.path.join(out_dir, f)) for f in written)
+    print(f"{len(doc['cases'])} cases, {len(written)} files, {total} bytes "
+          f"in {out_dir}")
+    if total > max_bytes:
+        sys.exit(f"{script}: {total} bytes exceeds {max_bytes}")
+
+
 # ---------------------------------------------------------------------------
 # The cases.
 # ---------------------------------------------------------------------------
@@ -698,22 +719,7 @@ def main():
         "torch_version": torch.__version__.split("+")[0],
         "cases": index,
     }
-    with open(os.path.join(OUT_DIR, "cases.json"), "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.write("\n")
-    written.add("cases.json")
-
-    # Idempotence: drop files of cases that no longer exist.
-    for stale in sorted(set(os.listdir(OUT_DIR)) - written):
-        if stale.endswith((".npy", ".safetensors", ".json")):
-            os.remove(os.path.join(OUT_DIR, stale))
-            print(f"removed stale {stale}")
-
-    total = sum(os.path.getsize(os.path.join(OUT_DIR, f)) for f in written)
-    print(f"{len(index)} cases, {len(written)} files, {total} bytes in "
-          f"{OUT_DIR}")
-    if total > MAX_TOTAL_BYTES:
-        sys.exit(f"make_golden.py: {total} bytes exceeds {MAX_TOTAL_BYTES}")
+    write_index(OUT_DIR, doc, written, MAX_TOTAL_BYTES, "make_golden.py")
 
 
 if __name__ == "__main__":
