@@ -89,7 +89,8 @@ case "$cmd" in
     bench/results.sh "$@" build/release/tools/simdattn
     ;;
   test)
-    install_packages "${BUILD_PACKAGES[@]}" "${PLOT_PACKAGES[@]}" "${ARM_PACKAGES[@]}"
+    install_packages "${BUILD_PACKAGES[@]}" "${PLOT_PACKAGES[@]}" \
+      "${ARM_PACKAGES[@]}"
     mkdir -p build
     start=$SECONDS
     build release

@@ -21,7 +21,7 @@ set -euo pipefail
 usage() { sed -n '8,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "bench/results.sh: $*" >&2; exit 1; }
 
-smoke=0 out= bin=
+smoke=0 out='' bin=''
 while [ $# -gt 0 ]; do
   case $1 in
     --smoke) smoke=1 ;;
@@ -38,7 +38,9 @@ if [ -z "$bin" ]; then
     [ -x "$b" ] && { bin=$b; break; }
   done
 fi
-[ -n "$bin" ] && [ -x "$bin" ] || die "no simdattn binary${bin:+ at $bin}; build simdattn_cli"
+if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+  die "no simdattn binary${bin:+ at $bin}; build simdattn_cli"
+fi
 mkdir -p "$out"
 json=$out/results.json png=$out/results.png md=$out/RESULTS.md
 
@@ -50,7 +52,8 @@ if ! "$python" -c 'import matplotlib' 2> /dev/null && [ -x /usr/bin/python3 ]; t
   python=/usr/bin/python3
 fi
 "$python" -c 'import matplotlib' 2> /dev/null \
-  || die "no matplotlib for $python: apt-get install python3-matplotlib (./dev.sh bench does)"
+  || die "no matplotlib for $python: apt-get install python3-matplotlib" \
+         "(./dev.sh bench does)"
 
 # The machine. A foreign binary (ELF e_machine) runs under qemu-user.
 host_cpu=$(lscpu 2> /dev/null | sed -n 's/^Model name: *//p' | head -1)
@@ -62,7 +65,8 @@ case $(od -An -tx1 -j18 -N2 "$bin" | tr -d ' \n') in
 esac
 run=("$bin") emulator=
 if [ "$arch" != "$(uname -m)" ]; then
-  command -v "qemu-$arch" > /dev/null || die "$bin is for $arch: needs qemu-$arch (qemu-user)"
+  command -v "qemu-$arch" > /dev/null \
+    || die "$bin is for $arch: needs qemu-$arch (qemu-user)"
   run=("qemu-$arch" "$bin")
   emulator="qemu-$arch (QEMU_CPU=${QEMU_CPU:-unset})"
   machine="$emulator on $host_cpu"
@@ -73,17 +77,19 @@ cores=$(nproc)
 threads=1
 [ "$cores" -eq 1 ] || threads="1 and $cores"
 info=$("${run[@]}" info)
-targets_in() { sed -n "s/^$1: *//p" <<< "$info"; }
-supported=$(targets_in 'supported on CPU')
+# targets LINE: the targets `simdattn info` lists there, one a line.
+targets() { sed -n "s/^$1: *//p" <<< "$info" | tr ' ' '\n'; }
+supported=$(targets 'supported on CPU')
 # SCALAR (EMU128 in newer Highway) is the fallback without SIMD.
 fallback='SCALAR|EMU128'
-simd=$(tr ' ' '\n' <<< "$supported" | grep -vxE "$fallback" | paste -sd, -) || true
-fallback=$(tr ' ' '\n' <<< "$supported" | grep -xE "$fallback" | paste -sd' ' -) || true
-[ -n "$simd" ] || die "this CPU supports no SIMD target ($supported)"
-lacking=$(tr ' ' '\n' <<< "$(targets_in 'compiled targets')" | grep -vxF -f <(tr ' ' '\n' <<< "$supported") \
+simd=$(grep -vxE "$fallback" <<< "$supported" | paste -sd, -) || true
+fallback=$(grep -xE "$fallback" <<< "$supported" | paste -sd' ' -) || true
+[ -n "$simd" ] || die "this CPU supports no SIMD target (${supported//$'\n'/ })"
+lacking=$(targets 'compiled targets' | grep -vxF -f <(echo "$supported") \
   | paste -sd' ' -) || true
 
 args=(bench --op all --targets "$simd" --threads "1,$cores" --compare)
+# shellcheck disable=SC2054  # Commas separate the --shape items.
 [ $smoke -eq 0 ] || args+=(--shape matmul=16x16x16,matmul=64x64x64_Bt
   --shape softmax=1x2x16x16_causal,dropout=1x2x16x16,mha=1x8x16x2
   --shape attention=1x4x32x16_kv2_causal,decode=1x4x64x16 --reps 1 --min-time 0)
@@ -142,9 +148,9 @@ compiled but not supported by this CPU: $lacking}."
   fi
   if [ -n "$emulator" ]; then
     echo
-    echo "**Emulated: every number below was measured under $emulator on"
-    echo "$host_cpu, not on an $arch CPU. They show that the report runs on $arch,"
-    echo "not how fast simdattn is there.**"
+    echo "**Emulated: every number below was measured under $emulator"
+    echo "on $host_cpu, not on an $arch CPU. They show that the report runs"
+    echo "on $arch, not how fast simdattn is there.**"
   fi
   echo
   echo '```text'
