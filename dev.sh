@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The project's two commands, on a fresh Debian/Ubuntu machine:
+# The project's commands, on a fresh Debian/Ubuntu machine:
 #   ./dev.sh demo   install what is missing, build Release, run `simdattn demo`
+#   ./dev.sh bench  the same set-up, then the benchmark report (bench/results.sh
+#                   [--smoke] [--out DIR]): bench/RESULTS.md, results.json, .png
 #   ./dev.sh test   the same set-up, then the whole test suite: x86 on every
 #                   SIMD target, install + consumer tests, ASan+UBSan, TSan,
 #                   30 s of each libFuzzer target, and aarch64 under qemu
@@ -15,6 +17,7 @@ BUILD_PACKAGES=(cmake ninja-build g++ ccache pkg-config
   nlohmann-json3-dev libcli11-dev
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev  # Comparison benchmarks only.
   clang-14 libclang-rt-14-dev)  # libFuzzer targets (tests/fuzz).
+PLOT_PACKAGES=(python3-matplotlib)  # bench/plot.py: the report, its smoke test.
 ARM_PACKAGES=(qemu-user g++-aarch64-linux-gnu
   libhwy-dev:arm64 libtbb-dev:arm64 libgtest-dev:arm64 libbenchmark-dev:arm64)
 
@@ -77,8 +80,17 @@ case "$cmd" in
     build release --target simdattn_cli
     ./build/release/tools/simdattn demo
     ;;
+  bench)
+    shift
+    install_packages "${BUILD_PACKAGES[@]}" "${PLOT_PACKAGES[@]}"
+    mkdir -p build
+    build release --target simdattn_cli
+    log "Benchmark report"
+    bench/results.sh "$@" build/release/tools/simdattn
+    ;;
   test)
-    install_packages "${BUILD_PACKAGES[@]}" "${ARM_PACKAGES[@]}"
+    install_packages "${BUILD_PACKAGES[@]}" "${PLOT_PACKAGES[@]}" \
+      "${ARM_PACKAGES[@]}"
     mkdir -p build
     start=$SECONDS
     build release
@@ -95,7 +107,7 @@ case "$cmd" in
     log "All test suites passed in $((SECONDS - start)) s"
     ;;
   *)
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
     [ -z "$cmd" ] || { echo "unknown command: $cmd" >&2; exit 2; }
     exit 2
     ;;

@@ -2,16 +2,18 @@
 """Plots `simdattn bench --format json` records as one PNG.
 
 One row of panels per op, one column per thread count; in each panel, bars
-per shape: GFLOP/s (matmul, mha) or GB/s (softmax, dropout) for every
-(library, target) series. Several files compare machines or commits: their
-series are prefixed with the file's label (its name without .json, or
---labels).
+per shape: GFLOP/s (matmul, mha, attention) or GB/s (softmax, dropout,
+decode) for every (library, target) series. Several files compare machines
+or commits: each series is then prefixed with its machine, the CPU model
+bench/results.sh writes into every record ("machine"), else the file's name
+without .json; --labels overrides them, and files from the same machine are
+told apart by their names.
 
   python3 bench/plot.py bench/results.json -o bench/results.png
-  python3 bench/plot.py zen4.json skylake.json --labels zen4,skx -o cmp.png
+  python3 bench/plot.py epyc.json graviton.json -o compare.png
+  python3 bench/plot.py before.json after.json --labels before,after -o ab.png
 
-Needs matplotlib (Debian: python3-matplotlib); a documentation step, not a
-test.
+Needs matplotlib (Debian: python3-matplotlib).
 """
 
 import argparse
@@ -21,13 +23,29 @@ import sys
 
 
 def load(paths, labels):
-    """Returns records with a 'series' key, in file order."""
-    records = []
-    for path, label in zip(paths, labels):
+    """Returns records with 'series' and 'rate' keys, in file order.
+
+    labels: one per file, or None to label each file by its records'
+    machine.
+    """
+    files = []
+    for i, path in enumerate(paths):
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
         if not isinstance(data, list):
             sys.exit(f"{path}: not a list of simdattn bench records")
+        stem = os.path.splitext(os.path.basename(path))[0]
+        if labels:
+            label = labels[i]
+        else:
+            machines = ordered(r["machine"] for r in data if "machine" in r)
+            label = " + ".join(machines) or stem
+        files.append((data, label, stem))
+    all_labels = [label for _, label, _ in files]
+    records = []
+    for data, label, stem in files:
+        if all_labels.count(label) > 1:
+            label = f"{label} ({stem})"
         for r in data:
             if r.get("check"):
                 continue  # --check records have no rates.
@@ -35,7 +53,7 @@ def load(paths, labels):
             if rate is None:
                 continue
             series = f"{r['library']} {r['target']}"
-            if len(paths) > 1:
+            if len(files) > 1:
                 series = f"{label}: {series}"
             records.append(dict(r, series=series, rate=rate))
     return records
@@ -54,12 +72,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", help="JSON from simdattn bench")
     parser.add_argument("-o", "--output", required=True, help="PNG to write")
-    parser.add_argument("--labels", help="comma-separated, one per file")
+    parser.add_argument("--labels",
+                        help="comma-separated, one per file (default: the "
+                        "records' machine, else the file's name)")
     parser.add_argument("--title", default="simdattn bench")
     args = parser.parse_args()
-    labels = (args.labels.split(",") if args.labels else
-              [os.path.splitext(os.path.basename(p))[0] for p in args.files])
-    if len(labels) != len(args.files):
+    labels = args.labels.split(",") if args.labels else None
+    if labels and len(labels) != len(args.files):
         sys.exit("--labels: need one label per file")
 
     import matplotlib  # pylint: disable=import-outside-toplevel
@@ -72,7 +91,8 @@ def main():
     ops = ordered(r["op"] for r in records)
     threads = sorted(set(r["threads"] for r in records))
     series = ordered(r["series"] for r in records)
-    colors = plt.get_cmap("tab10")
+    palette = 10 if len(series) <= 10 else 20  # Several machines: more.
+    colors = plt.get_cmap(f"tab{palette}")
 
     fig, axes = plt.subplots(len(ops), len(threads), squeeze=False,
                              figsize=(7.5 * len(threads), 3.6 * len(ops)))
@@ -97,7 +117,7 @@ def main():
                     ax.bar(i + (k - (len(present[i]) - 1) / 2) * width,
                            rate[(s, shape)], width,
                            label=None if s in labelled else s,
-                           color=colors(series.index(s) % 10))
+                           color=colors(series.index(s) % palette))
                     labelled.add(s)
             ax.set_xticks(range(len(shapes)))
             ax.set_xticklabels(shapes, rotation=30, ha="right", fontsize=7)
@@ -107,7 +127,7 @@ def main():
             ax.grid(axis="y", alpha=0.3)
             ax.legend(fontsize=7)
     fig.suptitle(args.title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
     fig.savefig(args.output, dpi=110)
     print(f"wrote {args.output}")
 
