@@ -584,8 +584,9 @@ static void TestEveryModule(void) {
     CHECK_OK(simdattn_module_shape(module, NULL, NULL, NULL));
     CHECK_OK(simdattn_module_weight_count(module, &count));
     CHECK(count == 0 || kind != SIMDATTN_SIMPLIFIED_SELF_ATTENTION);
-    CHECK_ERROR(simdattn_module_weight_info(module, count, NULL, NULL, NULL, NULL),
-                INVALID, "index (");
+    CHECK_ERROR(
+        simdattn_module_weight_info(module, count, NULL, NULL, NULL, NULL),
+        INVALID, "index (");
     LoadRandomWeights(module, tensors);
 
     memset(&options, 0, sizeof(options));
@@ -709,8 +710,8 @@ static void TestModuleErrors(void) {
               "module is null");
   CHECK_ERROR(simdattn_module_weight_count(module, NULL), INVALID,
               "count is null");
-  CHECK_ERROR(simdattn_module_weight_info(NULL, 0, NULL, NULL, NULL, NULL), INVALID,
-              "module is null");
+  CHECK_ERROR(simdattn_module_weight_info(NULL, 0, NULL, NULL, NULL, NULL),
+              INVALID, "module is null");
   /* An empty batch is valid and does nothing. */
   CHECK_OK(simdattn_module_forward(module, Const3(Dense3(NULL, 0, 2, 3)),
                                    Dense3(NULL, 0, 2, 2), NULL));
@@ -822,6 +823,138 @@ static void TestAttention(void) {
   CHECK_ERROR(Attend(q, k, kD - 1, v, out, NULL), INVALID,
               "k's head_dim (3) differs from q's (4)");
   CHECK(memcmp(out, before, sizeof(out)) == 0);
+}
+
+/* Attention of issue 23's variants: grouped-query heads (4 query heads, 2
+ * key/value heads), per-item causal offsets and key lengths, a sliding
+ * window, softcapping, ALiBi and sinks, with the log-sum-exp output. */
+enum { kVB = 2, kVH = 4, kVG = 2, kVQ = 5, kVK = 9, kVD = 4, kVDv = 3 };
+
+/* Row (b, h, i) in double from simdattn_mask's definitions (softcap and
+ * ALiBi on, sinks optional): writes its kVDv outputs, returns its
+ * log-sum-exp. */
+static double VariantRow(const float* q, const float* k, const float* v,
+                         const simdattn_attention_options* o, size_t b,
+                         size_t h, size_t i, double* out) {
+  const simdattn_mask* m = &o->mask;
+  const long p = (long)(i + m->causal_offsets[b]);
+  const size_t g = h / (kVH / kVG);
+  double s[kVK], max = m->sinks != NULL ? m->sinks[h] : -INFINITY, sum;
+  int visible[kVK];
+  size_t j, d;
+  for (j = 0; j < kVK; ++j) {
+    double dot = 0.0;
+    visible[j] =
+        (long)j <= p && (long)j > p - (long)m->window && j < m->key_lengths[b];
+    if (!visible[j]) continue;
+    for (d = 0; d < kVD; ++d) {
+      dot += (double)q[((b * kVH + h) * kVQ + i) * kVD + d] *
+             k[((b * kVG + g) * kVK + j) * kVD + d];
+    }
+    s[j] = m->softcap * tanh(o->scale * dot / m->softcap) -
+           m->alibi_slopes[h] * fabs((double)(p - (long)j));
+    if (s[j] > max) max = s[j];
+  }
+  sum = m->sinks != NULL ? exp(m->sinks[h] - max) : 0.0;
+  for (d = 0; d < kVDv; ++d) out[d] = 0.0;
+  for (j = 0; j < kVK; ++j) {
+    if (!visible[j]) continue;
+    sum += exp(s[j] - max);
+    for (d = 0; d < kVDv; ++d) {
+      out[d] += exp(s[j] - max) * v[((b * kVG + g) * kVK + j) * kVDv + d];
+    }
+  }
+  if (sum == 0.0) return -INFINITY; /* Sees nothing, no sink: zeros. */
+  for (d = 0; d < kVDv; ++d) out[d] /= sum;
+  return max + log(sum);
+}
+
+static simdattn_status AttendVariant(const float* q, const float* k,
+                                     const float* v, float* out,
+                                     const simdattn_attention_options* o) {
+  return simdattn_scaled_dot_product_attention(
+      Const4(Dense4((float*)q, kVB, kVH, kVQ, kVD)),
+      Const4(Dense4((float*)k, kVB, kVG, kVK, kVD)),
+      Const4(Dense4((float*)v, kVB, kVG, kVK, kVDv)),
+      Dense4(out, kVB, kVH, kVQ, kVDv), o);
+}
+
+static void TestAttentionVariants(void) {
+  float q[kVB * kVH * kVQ * kVD], k[kVB * kVG * kVK * kVD];
+  float v[kVB * kVG * kVK * kVDv], out[kVB * kVH * kVQ * kVDv];
+  float lse[kVB * kVH * kVQ], before[kVB * kVH * kVQ * kVDv];
+  float lse_before[kVB * kVH * kVQ];
+  /* Item 0's queries are the last 5 of 9 keys; item 1's sit at 2..6 but
+   * only its first 2 keys exist: from position 4 on its rows see no key. */
+  const size_t offsets[kVB] = {4, 2}, key_lengths[kVB] = {9, 2};
+  float slopes[kVH] = {0.5f, 0.25f, 0.125f, 0.0625f};
+  float sinks[kVH] = {0.3f, -1.0f, 2.0f, 0.0f};
+  simdattn_attention_options options = simdattn_attention_default_options();
+  size_t b, h, i, d, pass;
+  CHECK(options.mask.causal_offsets == NULL && options.mask.window == 0 &&
+        options.mask.softcap == 0.0f && options.mask.alibi_slopes == NULL &&
+        options.mask.sinks == NULL && options.log_sum_exp == NULL);
+  Fill(q, sizeof(q) / sizeof(float), 51);
+  Fill(k, sizeof(k) / sizeof(float), 52);
+  Fill(v, sizeof(v) / sizeof(float), 53);
+  options.has_scale = 1;
+  options.scale = 2.0f;
+  options.mask.causal_offsets = offsets;
+  options.mask.key_lengths = key_lengths;
+  options.mask.window = 3;
+  options.mask.softcap = 1.5f;
+  options.mask.alibi_slopes = slopes;
+  options.mask.sinks = sinks;
+  options.log_sum_exp = lse;
+  /* With sinks, then without: rows that see nothing get zeros, and a
+   * log-sum-exp of their sink or -inf. */
+  for (pass = 0; pass < 2; ++pass) {
+    if (pass == 1) options.mask.sinks = NULL;
+    memset(out, 0xff, sizeof(out)); /* NaN: every output must be written. */
+    memset(lse, 0xff, sizeof(lse));
+    CHECK_OK(AttendVariant(q, k, v, out, &options));
+    for (b = 0; b < kVB; ++b) {
+      for (h = 0; h < kVH; ++h) {
+        for (i = 0; i < kVQ; ++i) {
+          const size_t row = (b * kVH + h) * kVQ + i;
+          double expected[kVDv];
+          const double expected_lse =
+              VariantRow(q, k, v, &options, b, h, i, expected);
+          for (d = 0; d < kVDv; ++d) {
+            CHECK_NEAR(out[row * kVDv + d], expected[d], 1e-5);
+          }
+          if (isinf(expected_lse)) {
+            CHECK(lse[row] == -INFINITY);
+          } else {
+            CHECK_NEAR(lse[row], expected_lse, 1e-5);
+          }
+        }
+      }
+    }
+  }
+  CHECK(lse[(1 * kVH + 0) * kVQ + kVQ - 1] == -INFINITY);
+
+  /* Errors name the field; out and log_sum_exp are left as they were. */
+  memcpy(before, out, sizeof(out));
+  memcpy(lse_before, lse, sizeof(lse));
+  options.mask.softcap = -1.0f;
+  CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,
+              "ScaledDotProductAttention: mask.softcap (-1) is not finite");
+  options.mask.softcap = 1.5f;
+  slopes[1] = NAN;
+  CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,
+              "mask.alibi_slopes[1] (nan) is not finite");
+  slopes[1] = 0.25f;
+  options.mask.window = 0;
+  CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,
+              "mask.causal_offsets is given but neither mask.causal nor "
+              "mask.window is set");
+  options.mask.window = 3;
+  options.log_sum_exp = out;
+  CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,
+              "log_sum_exp overlaps q, k, v or out");
+  CHECK(memcmp(out, before, sizeof(out)) == 0);
+  CHECK(memcmp(lse, lse_before, sizeof(lse)) == 0);
 }
 
 /* A cache owning its memory and one in caller memory: append, size, views,
@@ -968,6 +1101,7 @@ int main(void) {
   TestSoftmax();
   TestDropout();
   TestAttention();
+  TestAttentionVariants();
   TestKVCache();
   TestCausalAgainstReference();
   TestEveryModule();

@@ -166,10 +166,16 @@ SIMDATTN_API simdattn_status simdattn_batched_matmul(
     simdattn_const_tensor4 a, simdattn_const_tensor4 b, simdattn_tensor4 c,
     const simdattn_matmul_options* options);
 
-/* What a softmax row may attend to; a column is masked if any field masks
- * it. A zeroed struct masks nothing. */
+/* What a softmax row may attend to, and what joins its scores (kernels.h's
+ * AttentionMask); a column is masked if any field masks it. A zeroed struct
+ * masks nothing: every field is off when zero or NULL. Row i of batch item b
+ * sits at position p = i + offset among the keys, offset = causal_offsets[b]
+ * if given, else causal_offset. Its score for column j is
+ *   s = scale * x                      (x = q . k in attention)
+ *   s = softcap * tanh(s / softcap)    if softcap > 0
+ *   s = s + additive[b, h, i, j] - alibi_slopes[h] * |p - j| */
 typedef struct simdattn_mask {
-  /* 0 or 1: row i keeps columns j <= i + causal_offset. */
+  /* 0 or 1: row i keeps columns j <= p. */
   int32_t causal;
   size_t causal_offset;
   /* data NULL: absent. Same dims as the scores; stride 0 broadcasts. */
@@ -178,6 +184,22 @@ typedef struct simdattn_mask {
   simdattn_const_tensor4 additive_mask;
   /* NULL, or dims[0] lengths: item b keeps columns j < key_lengths[b]. */
   const size_t* key_lengths;
+  /* NULL, or dims[0] offsets replacing causal_offset per batch item (a
+   * decode batch of sequences at different positions, chunked prefill);
+   * needs causal or window. */
+  const size_t* causal_offsets;
+  /* > 0: a sliding window, row i keeps only columns p - window < j <= p
+   * (always causal; Mistral). */
+  size_t window;
+  /* Finite and > 0 to cap the scaled scores (Gemma 2); 0: off. */
+  float softcap;
+  /* NULL, or dims[1] finite slopes, one per head of the scores: ALiBi's
+   * bias (BLOOM, MPT). */
+  const float* alibi_slopes;
+  /* NULL, or dims[1] finite sink logits, one per head (gpt-oss): exp(sink)
+   * joins the row's denominator and nothing its output, so a row that sees
+   * no column gets zeros. */
+  const float* sinks;
 } simdattn_mask;
 
 /* Row-wise y = softmax(scale * x + mask), in place (y.data == x.data with the
@@ -206,9 +228,16 @@ typedef struct simdattn_attention_options {
   float dropout;
   uint64_t dropout_seed;
   uint64_t dropout_offset;
+  /* NULL, or an output of (batch, q_heads, q_tokens) contiguous floats: each
+   * row's log-sum-exp, log(sum_j exp(s_j) + exp(sink)) over its visible
+   * scores s_j as simdattn_mask defines them (dropout aside); -INFINITY for a
+   * row that sees nothing and has no sink. Two calls over disjoint key sets
+   * (sinks in one of them) merge exactly: L = logaddexp(L1, L2),
+   * out = exp(L1 - L) out1 + exp(L2 - L) out2. */
+  float* log_sum_exp;
 } simdattn_attention_options;
 
-/* Everything zero: PyTorch's scale, no mask, no dropout. */
+/* Everything zero: PyTorch's scale, no mask, no dropout, no log-sum-exp. */
 SIMDATTN_API simdattn_attention_options
 simdattn_attention_default_options(void);
 

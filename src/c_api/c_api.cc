@@ -119,6 +119,11 @@ AttentionMask ToMask(const simdattn_mask& mask, const char* function) {
   m.boolean = View4<const uint8_t>(mask.boolean_mask);
   m.additive = View4<const float>(mask.additive_mask);
   m.key_lengths = mask.key_lengths;
+  m.causal_offsets = mask.causal_offsets;
+  m.window = mask.window;
+  m.softcap = mask.softcap;
+  m.alibi_slopes = mask.alibi_slopes;
+  m.sinks = mask.sinks;
   return m;
 }
 
@@ -310,6 +315,7 @@ simdattn_status simdattn_scaled_dot_product_attention(
       o.mask = simdattn::ToMask(options->mask, kFn);
       o.dropout = options->dropout;
       o.dropout_key = {options->dropout_seed, options->dropout_offset};
+      o.log_sum_exp = options->log_sum_exp;
     }
     simdattn::ScaledDotProductAttention(
         simdattn::View4<const float>(q), simdattn::View4<const float>(k),
