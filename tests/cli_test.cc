@@ -199,6 +199,26 @@ TEST_F(CliTest, BenchCheckPassesOnEveryTarget) {
   }
 }
 
+// The attention variants' tokens: listed, and checked at a shape of the
+// user's on every target.
+TEST_F(CliTest, BenchListsAndChecksTheAttentionVariants) {
+  const Result list = Simdattn("bench --list");
+  EXPECT_EQ(list.exit_code, 0) << list.output;
+  for (const char* text : {"[_windowW][_softcapC][_sinks][_alibi]",
+                           "2x4x67x16_kv2_causal_window9_softcap5_sinks_alibi",
+                           "2x4x300x16_window40"}) {
+    EXPECT_NE(list.output.find(text), std::string::npos) << text;
+  }
+  const Result r = Simdattn(
+      "bench --check --targets all --threads 2 --op attention,decode "
+      "--shape attention=1x4x90x16_kv2_window7_softcap20_sinks_alibi "
+      "--shape decode=2x3x500x8_window64_alibi");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("1x4x90x16_kv2_window7_softcap20_sinks_alibi"),
+            std::string::npos)
+      << r.output;
+}
+
 // A tiny run of every op: the JSON records carry the documented keys.
 TEST_F(CliTest, BenchJsonRecordsHaveTheDocumentedKeys) {
   std::string flags =
@@ -254,7 +274,10 @@ TEST_F(CliTest, BenchBadFlagsExitNonZeroWithOneLine) {
        {"bench --targets NOPE", "bench --op matmul --shape 12x",
         "bench --shape 8x8x8", "bench --op mha --shape 1x8x10x3",
         "bench --op attention --shape 1x4x8x8_kv3",
-        "bench --op decode --shape 1x4x8x8_causal"}) {
+        "bench --op decode --shape 1x4x8x8_causal",
+        "bench --op attention --shape 1x4x8x8_window0",
+        "bench --op decode --shape 1x4x8x8_softcap-1",
+        "bench --op dropout --shape 1x2x8x8_sinks"}) {
     const Result r = Simdattn(bad);
     EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1)

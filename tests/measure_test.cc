@@ -26,6 +26,37 @@ TEST(AttentionFlops, CountsOnlyThePairsAQuerySees) {
   EXPECT_EQ(AttentionFlops(2, 3, 1, 7, 8, true), per_pair * 7);
 }
 
+// A window W keeps the last W keys a causal query sees: exactly the pairs
+// p - W < j <= p.
+TEST(AttentionFlops, CountsOnlyAWindowsPairs) {
+  const double per_pair = 4.0 * 2 * 3 * 8;
+  // Rows 0..4 see 1, 2, 2, 2, 2 keys.
+  EXPECT_EQ(AttentionFlops(2, 3, 5, 5, 8, true, 2), per_pair * 9);
+  // The window alone is causal; W = 1 is the diagonal, W >= T all of causal.
+  EXPECT_EQ(AttentionFlops(2, 3, 5, 5, 8, false, 2), per_pair * 9);
+  EXPECT_EQ(AttentionFlops(2, 3, 5, 5, 8, true, 1), per_pair * 5);
+  EXPECT_EQ(AttentionFlops(2, 3, 5, 5, 8, true, 9), per_pair * 15);
+  // The last 3 positions of 5 keys, W = 2; a decode query against 7 keys.
+  EXPECT_EQ(AttentionFlops(2, 3, 3, 5, 8, true, 2), per_pair * 6);
+  EXPECT_EQ(AttentionFlops(2, 3, 1, 7, 8, false, 3), per_pair * 3);
+  // The shape: 1 + 2 + ... + 512, then 512 for each of 3584 rows,
+  // about a quarter of causal's 4096 * 4097 / 2.
+  const measure::AttentionShape windowed =
+      measure::ParseAttentionShape("1x32x4096x128_kv8_causal_window512", false);
+  EXPECT_EQ(windowed.Flops(),
+            4.0 * 32 * 128 * (512.0 * 513 / 2 + 3584.0 * 512));
+  // Decode reads only the window's keys and values.
+  const measure::AttentionShape decode =
+      measure::ParseAttentionShape("8x12x4096x64_window512", true);
+  EXPECT_EQ(decode.Flops(), AttentionFlops(8, 12, 1, 512, 64, false));
+  EXPECT_EQ(decode.Bytes(),
+            (2.0 * 8 * 12 * 512 * 64 + 2.0 * 8 * 12 * 64) * sizeof(float));
+  // A windowed softmax row reads the columns it sees, writes them all.
+  const measure::ScoresShape softmax =
+      measure::ParseScoresShape("1x2x5x5_window2", true);
+  EXPECT_EQ(softmax.SoftmaxBytes(), 2.0 * (9 + 25) * sizeof(float));
+}
+
 TEST(AttentionFlops, EveryAttentionRateUsesIt) {
   measure::AttentionShape prefill{1, 4, 2, 6, 16, true};
   EXPECT_EQ(prefill.Flops(), AttentionFlops(1, 4, 6, 6, 16, true));
@@ -52,6 +83,51 @@ TEST(Shapes, NamesParseBack) {
   for (const measure::AttentionShape& s : measure::StandardDecodeShapes()) {
     EXPECT_EQ(measure::ParseAttentionShape(s.Name(), true).Name(), s.Name());
   }
+}
+
+TEST(Shapes, VariantsParseInAnyOrderAndPrintInOne) {
+  const measure::AttentionShape s = measure::ParseAttentionShape(
+      "1x32x4096x128_kv8_causal_softcap50_sinks_alibi_window512", false);
+  EXPECT_EQ(s.kv_heads, 8u);
+  EXPECT_TRUE(s.causal);
+  EXPECT_EQ(s.variants.window, 512u);
+  EXPECT_EQ(s.variants.softcap, 50.0f);
+  EXPECT_TRUE(s.variants.sinks);
+  EXPECT_TRUE(s.variants.alibi);
+  EXPECT_EQ(s.Name(),
+            "1x32x4096x128_kv8_causal_window512_softcap50_sinks_alibi");
+  for (const char* name : {"2x4x67x16_kv2_causal_window9_softcap5_sinks_alibi",
+                           "1x2x8x8_softcap30.5", "1x2x8x8_dropout_alibi"}) {
+    EXPECT_EQ(measure::ParseAttentionShape(name, false).Name(), name);
+  }
+  for (const char* name :
+       {"8x12x4096x64_window512", "1x6x100x8_kv3_softcap30.5_sinks_alibi"}) {
+    EXPECT_EQ(measure::ParseAttentionShape(name, true).Name(), name);
+  }
+  EXPECT_EQ(
+      measure::ParseScoresShape("2x3x37x37_causal_alibi_window5", true).Name(),
+      "2x3x37x37_causal_window5_alibi");
+  for (const char* bad :
+       {"1x2x8x8_window0", "1x2x8x8_window", "1x2x8x8_window-3",
+        "1x2x8x8_softcap0", "1x2x8x8_softcap-1", "1x2x8x8_softcap.5",
+        "1x2x8x8_softcap5.", "1x2x8x8_softcap1e3", "1x2x8x8_sinks_sinks",
+        "1x2x8x8_window4_window5", "1x2x8x8_alibi2", "1x2x8x8_Sinks"}) {
+    EXPECT_THROW(measure::ParseAttentionShape(bad, false),
+                 std::invalid_argument)
+        << bad;
+    EXPECT_THROW(measure::ParseScoresShape(bad, true), std::invalid_argument)
+        << bad;
+  }
+  // Dropout shapes take no mask; decode is causal already.
+  EXPECT_THROW(measure::ParseScoresShape("1x2x8x8_sinks", false),
+               std::invalid_argument);
+  EXPECT_THROW(measure::ParseAttentionShape("1x2x8x8_window4_causal", true),
+               std::invalid_argument);
+}
+
+TEST(Shapes, SinkLogits) {
+  EXPECT_EQ(measure::SinkLogits(6),
+            (std::vector<float>{1.0f, 0.5f, 0.0f, -0.5f, -1.0f, 1.0f}));
 }
 
 // The scope pins the target and restores the default dispatch after. The

@@ -548,8 +548,9 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
                       " bench: " + std::to_string(options.repetitions) +
                       " repetitions of >= " + Fixed(options.min_time_ms, 0) +
                       " ms each; median per call, spread = (max - min) / "
-                      "median\nrates: GFLOP/s of useful FLOPs (causal "
-                      "attention: the visible pairs only, diagonal included), "
+                      "median\nrates: GFLOP/s of useful FLOPs (causal and "
+                      "windowed attention: the visible pairs only, diagonal "
+                      "included), "
                       "GB/s of bytes read + written\npeaks measured here (FMA "
                       "loop, copy loop):\n";
   std::vector<std::vector<std::string>> peak_rows;

@@ -83,8 +83,8 @@ double CheckSoftmax(const measure::ScoresShape& s) {
   const float scale = 0.3f;
   const std::vector<float> x = Random(s.Elements(), 5, -8.0f, 8.0f);
   std::vector<float> y(x.size(), -1.0f);
-  AttentionMask mask;
-  mask.causal = s.causal;
+  const measure::ShapeMask shape_mask(s.variants, s.heads, s.causal, 0);
+  const AttentionMask& mask = shape_mask.mask();
   const ConstTensor4 x_view =
       ConstTensor4::Dense(x.data(), s.batch, s.heads, s.rows, s.cols);
   Softmax(x_view, Tensor4::Dense(y.data(), s.batch, s.heads, s.rows, s.cols),
@@ -211,18 +211,22 @@ double CheckMha(const measure::MhaShape& s) {
 
 // ScaledDotProductAttention on random data against reference::Attention,
 // the queries being the last positions (decode: one query seeing the whole
-// cache). Bound: 1e-5 of max |v| (each output is a convex combination of
-// values). Dropout is left to CheckDropout: the fused kernel draws the same
-// bits.
+// cache, or its window), with the shape's mask. Bound: 1e-5 of max |v|
+// (each output is a convex combination of values); each row's log-sum-exp
+// within 1e-5 (1 + |L|), -inf exactly. Dropout is left to CheckDropout: the
+// fused kernel draws the same bits.
 double CheckAttention(const measure::AttentionShape& s) {
   const size_t tq = s.QueryTokens(), tk = s.tokens, d = s.head_dim;
   const std::vector<float> q = Random(s.batch * s.heads * tq * d, 13, -1, 1);
   const std::vector<float> k = Random(s.batch * s.kv_heads * tk * d, 14, -1, 1);
   const std::vector<float> v = Random(k.size(), 15, -1, 1);
   std::vector<float> out(q.size(), -1.0f);
+  std::vector<float> lse(s.batch * s.heads * tq, -1.0f);
+  const measure::ShapeMask shape_mask(s.variants, s.heads, s.causal || s.decode,
+                                      tk - tq);
   AttentionOptions options;
-  options.mask.causal = s.causal || s.decode;
-  options.mask.causal_offset = tk - tq;
+  options.mask = shape_mask.mask();
+  options.log_sum_exp = lse.data();
   const ConstTensor4 q_view =
       ConstTensor4::Dense(q.data(), s.batch, s.heads, tq, d);
   const ConstTensor4 k_view =
@@ -232,11 +236,19 @@ double CheckAttention(const measure::AttentionShape& s) {
   ScaledDotProductAttention(q_view, k_view, v_view,
                             Tensor4::Dense(out.data(), s.batch, s.heads, tq, d),
                             options);
-  const std::vector<double> ref = reference::Attention(
-      q_view, k_view, v_view, 1.0 / std::sqrt(double(d)), options.mask);
+  std::vector<double> ref_lse;
+  const std::vector<double> ref =
+      reference::Attention(q_view, k_view, v_view, 1.0 / std::sqrt(double(d)),
+                           options.mask, &ref_lse);
   double worst = 0;
   for (size_t e = 0; e < out.size(); ++e) {
     worst = std::max(worst, Ratio(out[e] - ref[e], 1e-5));
+  }
+  for (size_t r = 0; r < lse.size(); ++r) {
+    const double bound =
+        std::isinf(ref_lse[r]) ? 0 : 1e-5 * (1 + std::abs(ref_lse[r]));
+    const double error = lse[r] == ref_lse[r] ? 0 : lse[r] - ref_lse[r];
+    worst = std::max(worst, Ratio(error, bound));
   }
   return worst;
 }
@@ -309,9 +321,12 @@ const std::vector<OpSpec>& Ops() {
        MatMulCase},
       {"softmax",
        Metric::kGbPerSec,
-       "BxHxRxC[_causal]  softmax(0.125 x) over C columns",
+       "BxHxRxC[_causal][_windowW][_softcapC][_sinks][_alibi]  "
+       "softmax(0.125 x) over C columns; a window of W keys (causal), "
+       "scores capped at C tanh(s / C), per-head sink logits, ALiBi slopes",
        Names(measure::StandardSoftmaxShapes()),
-       {"2x3x37x37", "2x3x37x37_causal", "1x2x5x300", "1x1x70x70_causal"},
+       {"2x3x37x37", "2x3x37x37_causal", "1x2x5x300", "1x1x70x70_causal",
+        "2x3x37x37_window5_softcap5_sinks_alibi"},
        SoftmaxCase},
       {"dropout",
        Metric::kGbPerSec,
@@ -328,17 +343,22 @@ const std::vector<OpSpec>& Ops() {
        MhaCase},
       {"attention",
        Metric::kGflops,
-       "BxHxTxD[_kvG][_causal][_dropout]  fused softmax(Q K^T / sqrt(D)) V, "
-       "G key/value heads, dropout 0.1; useful FLOPs",
+       "BxHxTxD[_kvG][_causal][_dropout][_windowW][_softcapC][_sinks][_alibi]"
+       "  fused softmax(Q K^T / sqrt(D)) V, G key/value heads, dropout 0.1, "
+       "the softmax's variants; useful FLOPs (a window's pairs only)",
        Names(measure::StandardAttentionShapes()),
-       {"1x2x5x8", "2x3x37x16_causal", "1x4x70x8_kv2_causal", "1x2x130x32"},
+       {"1x2x5x8", "2x3x37x16_causal", "1x4x70x8_kv2_causal", "1x2x130x32",
+        "2x4x67x16_kv2_causal_window9_softcap5_sinks_alibi",
+        "1x3x200x8_window17", "1x6x40x8_kv3_window50_sinks_alibi"},
        [](const std::string& text) { return AttentionCase(text, false); }},
       {"decode",
        Metric::kGbPerSec,
-       "BxHxNxD[_kvG]  one query per sequence against N cached keys; bytes "
-       "of K and V read",
+       "BxHxNxD[_kvG][_windowW][_softcapC][_sinks][_alibi]  one query per "
+       "sequence against N cached keys (the last W with a window); bytes of "
+       "K and V read",
        Names(measure::StandardDecodeShapes()),
-       {"1x2x5x8", "2x4x300x16_kv2", "1x3x1000x64"},
+       {"1x2x5x8", "2x4x300x16_kv2", "1x3x1000x64", "2x4x300x16_window40",
+        "1x6x100x8_kv3_softcap30.5_sinks_alibi"},
        [](const std::string& text) { return AttentionCase(text, true); }},
   };
   return ops;

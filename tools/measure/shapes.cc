@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -23,6 +24,21 @@ bool IsCount(const std::string& item) {
   return !item.empty() && item.size() <= 12 &&
          std::all_of(item.begin(), item.end(),
                      [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A positive decimal such as "50" or "30.5", of at most 12 characters.
+bool IsDecimal(const std::string& item) {
+  const size_t point = item.find('.');
+  if (point == std::string::npos) return IsCount(item);
+  return point > 0 && item.size() <= 12 && IsCount(item.substr(0, point)) &&
+         IsCount(item.substr(point + 1));
+}
+
+// The rest of `flag` after `prefix`, or "" if it does not start with it.
+std::string After(const std::string& flag, const std::string& prefix) {
+  return flag.compare(0, prefix.size(), prefix) == 0
+             ? flag.substr(prefix.size())
+             : std::string();
 }
 
 // "64x64x64_Bt" -> dims {64, 64, 64}, flags {"Bt"}.
@@ -61,6 +77,55 @@ Parsed Parse(const std::string& text, const char* expected) {
 
 }  // namespace
 
+std::string MaskVariants::Name() const {
+  std::string name;
+  if (window != 0) name += "_window" + std::to_string(window);
+  if (softcap != 0.0f) {
+    std::ostringstream c;
+    c << softcap;
+    name += "_softcap" + c.str();
+  }
+  if (sinks) name += "_sinks";
+  if (alibi) name += "_alibi";
+  return name;
+}
+
+bool MaskVariants::Parse(const std::string& flag) {
+  const std::string w = After(flag, "window"), c = After(flag, "softcap");
+  if (window == 0 && IsCount(w) && std::stoul(w) > 0) {
+    window = std::stoul(w);
+  } else if (softcap == 0.0f && IsDecimal(c) && std::stof(c) > 0.0f) {
+    softcap = std::stof(c);
+  } else if (flag == "sinks" && !sinks) {
+    sinks = true;
+  } else if (flag == "alibi" && !alibi) {
+    alibi = true;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::vector<float> SinkLogits(size_t heads) {
+  std::vector<float> sinks(heads);
+  for (size_t h = 0; h < heads; ++h) sinks[h] = 1.0f - 0.5f * float(h % 5);
+  return sinks;
+}
+
+double VisiblePairs(size_t queries, size_t keys, size_t offset, bool causal,
+                    size_t window) {
+  if (!causal && window == 0) return double(queries) * double(keys);
+  double pairs = 0;
+  for (size_t i = 0; i < queries; ++i) {
+    // Keys [first, last) with last = min(p + 1, keys).
+    const size_t p = i + offset;
+    const size_t last = std::min(p + 1, keys);
+    const size_t first = window != 0 && p + 1 > window ? p + 1 - window : 0;
+    if (last > first) pairs += double(last - first);
+  }
+  return pairs;
+}
+
 std::string MatMulShape::Name() const {
   return Dims({m, k, n}) + (transpose_b ? "_Bt" : "");
 }
@@ -70,19 +135,15 @@ double MatMulShape::Flops() const {
 }
 
 std::string ScoresShape::Name() const {
-  return Dims({batch, heads, rows, cols}) + (causal ? "_causal" : "");
+  return Dims({batch, heads, rows, cols}) + (causal ? "_causal" : "") +
+         variants.Name();
 }
 
 size_t ScoresShape::Elements() const { return batch * heads * rows * cols; }
 
 double ScoresShape::SoftmaxBytes() const {
-  double read = double(Elements());
-  if (causal) {
-    // Row i reads min(i + 1, cols) columns.
-    const double full = double(std::min(rows, cols));
-    read = full * (full + 1) / 2 + double(rows - std::min(rows, cols)) * cols;
-    read *= double(batch) * double(heads);
-  }
+  const double read = double(batch) * double(heads) *
+                      VisiblePairs(rows, cols, 0, causal, variants.window);
   return (read + double(Elements())) * sizeof(float);
 }
 
@@ -96,16 +157,13 @@ std::string MhaShape::Name() const {
 }
 
 double AttentionFlops(size_t batch, size_t heads, size_t queries, size_t keys,
-                      size_t head_dim, bool causal) {
-  double pairs = double(queries) * double(keys);
-  if (causal) {
-    pairs = 0;
-    for (size_t i = 0; i < queries; ++i) {
-      // Keys 0 .. i + keys - queries, none when that is negative.
-      const double seen = double(i) + double(keys) - double(queries) + 1;
-      pairs += std::clamp(seen, 0.0, double(keys));
-    }
-  }
+                      size_t head_dim, bool causal, size_t window) {
+  // The queries are the last positions, offset keys - queries; with more
+  // queries than keys, the first queries - keys see no key when masked.
+  const bool masked = causal || window != 0;
+  const size_t seen = masked ? std::min(queries, keys) : queries;
+  const double pairs =
+      VisiblePairs(seen, keys, keys - std::min(seen, keys), causal, window);
   return 4.0 * double(batch) * double(heads) * pairs * double(head_dim);
 }
 
@@ -122,15 +180,18 @@ std::string AttentionShape::Name() const {
   if (kv_heads != heads) name += "_kv" + std::to_string(kv_heads);
   if (causal) name += "_causal";
   if (dropout) name += "_dropout";
-  return name;
+  return name + variants.Name();
 }
 
 double AttentionShape::Flops() const {
-  return AttentionFlops(batch, heads, QueryTokens(), tokens, head_dim, causal);
+  return AttentionFlops(batch, heads, QueryTokens(), tokens, head_dim, causal,
+                        variants.window);
 }
 
 double AttentionShape::Bytes() const {
-  const double kv = 2.0 * double(batch) * kv_heads * tokens * head_dim;
+  const size_t read =
+      variants.window != 0 ? std::min(variants.window, tokens) : tokens;
+  const double kv = 2.0 * double(batch) * kv_heads * read * head_dim;
   const double q_and_out =
       2.0 * double(batch) * heads * QueryTokens() * head_dim;
   return (kv + q_and_out) * sizeof(float);
@@ -229,17 +290,24 @@ MatMulShape ParseMatMulShape(const std::string& text) {
   return {p.dims[0], p.dims[1], p.dims[2], !p.flags.empty()};
 }
 
-ScoresShape ParseScoresShape(const std::string& text, bool allow_causal) {
+ScoresShape ParseScoresShape(const std::string& text, bool allow_mask) {
   const char* const form =
-      allow_causal ? "BxHxRxC or BxHxRxC_causal (e.g. 1x12x1024x1024_causal)"
-                   : "BxHxRxC (e.g. 1x12x1024x1024)";
+      allow_mask ? "BxHxRxC with optional _causal, _windowW, _softcapC, "
+                   "_sinks, _alibi (e.g. 1x12x1024x1024_causal)"
+                 : "BxHxRxC (e.g. 1x12x1024x1024)";
   const Parsed p = Parse(text, form);
-  const bool causal = p.flags.size() == 1 && p.flags[0] == "causal";
-  if (p.dims.size() != 4 || p.flags.size() > 1 ||
-      (p.flags.size() == 1 && (!causal || !allow_causal))) {
+  if (p.dims.size() != 4 || (!allow_mask && !p.flags.empty())) {
     Fail(text, form);
   }
-  return {p.dims[0], p.dims[1], p.dims[2], p.dims[3], causal};
+  ScoresShape s{p.dims[0], p.dims[1], p.dims[2], p.dims[3]};
+  for (const std::string& flag : p.flags) {
+    if (flag == "causal" && !s.causal) {
+      s.causal = true;
+    } else if (!s.variants.Parse(flag)) {
+      Fail(text, form);
+    }
+  }
+  return s;
 }
 
 MhaShape ParseMhaShape(const std::string& text) {
@@ -258,9 +326,11 @@ MhaShape ParseMhaShape(const std::string& text) {
 
 AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   const char* const form =
-      decode ? "BxHxNxD or BxHxNxD_kvG, G dividing H (e.g. 1x12x4096x64)"
+      decode ? "BxHxNxD with optional _kvG (G dividing H), _windowW, "
+               "_softcapC, _sinks, _alibi (e.g. 1x12x4096x64_window512)"
              : "BxHxTxD with optional _kvG (G dividing H), _causal, "
-               "_dropout (e.g. 1x32x2048x128_kv8_causal)";
+               "_dropout, _windowW, _softcapC, _sinks, _alibi (e.g. "
+               "1x32x2048x128_kv8_causal)";
   const Parsed p = Parse(text, form);
   if (p.dims.size() != 4) Fail(text, form);
   AttentionShape s{p.dims[0], p.dims[1], p.dims[1], p.dims[2], p.dims[3]};
@@ -273,7 +343,7 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
       s.causal = true;
     } else if (flag == "dropout" && !decode && !s.dropout) {
       s.dropout = true;
-    } else {
+    } else if (!s.variants.Parse(flag)) {
       Fail(text, form);
     }
   }

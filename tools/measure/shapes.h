@@ -26,16 +26,45 @@ struct MatMulShape {
   double Flops() const;      // 2 m n k.
 };
 
+// The attention variants a softmax or attention shape may add to its mask
+// (kernels.h's AttentionMask), as flags in any order: "_windowW" (a query
+// sees the last W keys up to its own position, so a window is causal),
+// "_softcapC" (C a decimal, e.g. 50 or 30.5), "_sinks" (SinkLogits) and
+// "_alibi" (kernels.h's AlibiSlopes). All off by default.
+struct MaskVariants {
+  size_t window = 0;
+  float softcap = 0.0f;
+  bool sinks = false;
+  bool alibi = false;
+
+  // "_windowW_softcapC_sinks_alibi", those that are on; "" when none is.
+  std::string Name() const;
+  bool Any() const { return window != 0 || softcap != 0.0f || sinks || alibi; }
+  // Takes `flag` (without its '_') if it names a variant not yet on.
+  bool Parse(const std::string& flag);
+};
+
+// The sink logits of "_sinks": 1, 0.5, 0, -0.5, -1, then again from 1.
+std::vector<float> SinkLogits(size_t heads);
+
+// The (query, key) pairs a mask keeps of `queries` rows against `keys`:
+// query i sits at position p = i + offset and, when causal or windowed,
+// sees keys j <= p, and with a window only j > p - window.
+double VisiblePairs(size_t queries, size_t keys, size_t offset, bool causal,
+                    size_t window);
+
 // A (batch, heads, rows, cols) score tensor, softmax-ed or dropped out row
 // by row over its last dimension.
 struct ScoresShape {
   size_t batch = 0, heads = 0, rows = 0, cols = 0;
-  bool causal = false;  // Softmax only: row i keeps columns j <= i.
+  bool causal = false;         // Softmax only: row i keeps columns j <= i.
+  MaskVariants variants = {};  // Softmax only.
 
-  std::string Name() const;  // "BxHxRxC" or "BxHxRxC_causal".
+  // "BxHxRxC", then "_causal" and the variants.
+  std::string Name() const;
   size_t Elements() const;
-  // Bytes read + written by one softmax: a causal row reads only its first
-  // i + 1 columns (the rest need no exp) but writes every column.
+  // Bytes read + written by one softmax: a row reads only the columns it
+  // sees (VisiblePairs; the rest need no exp) but writes every column.
   double SoftmaxBytes() const;
   // Bytes read + written by one in-place dropout.
   double DropoutBytes() const;
@@ -46,11 +75,12 @@ struct ScoresShape {
 // per (query, key) pair a query sees. Causal: query i sees keys
 // j <= i + keys - queries (the library's causal_offset), diagonal included,
 // so causal prefill counts T (T + 1) / 2 pairs, about half of T x T, and a
-// decode query all its keys. Every FLOP rate of attention (the attention op,
-// MultiHeadAttention, `simdattn demo`) counts with it, so that none can
+// decode query all its keys. A window W > 0 (causal too) keeps the last W
+// of those: about T W pairs. Every FLOP rate of attention (the attention
+// op, MultiHeadAttention, `simdattn demo`) counts with it, so that none can
 // exceed the FMA peak by counting masked work.
 double AttentionFlops(size_t batch, size_t heads, size_t queries, size_t keys,
-                      size_t head_dim, bool causal);
+                      size_t head_dim, bool causal, size_t window = 0);
 
 // MultiHeadAttention forward: causal, eval, no qkv bias, out_proj.
 struct MhaShape {
@@ -66,20 +96,24 @@ struct MhaShape {
 // Fused attention, ScaledDotProductAttention: `heads` query heads sharing
 // kv_heads key/value heads, head_dim for Q, K and V. Prefill: `tokens`
 // queries against as many keys. Decode: one new query per sequence against
-// a cache of `tokens` keys (causal, so it sees them all).
+// a cache of `tokens` keys (causal, so it sees them all, or with a window
+// the last W).
 struct AttentionShape {
   size_t batch = 0, heads = 0, kv_heads = 0, tokens = 0, head_dim = 0;
   bool causal = false;   // Prefill: query i sees keys j <= i.
   bool dropout = false;  // Prefill: dropout 0.1 on the weights.
   bool decode = false;
+  MaskVariants variants = {};
 
   size_t QueryTokens() const { return decode ? 1 : tokens; }
-  // "BxHxTxD", then "_kvN" when kv_heads != heads, "_causal", "_dropout".
+  // "BxHxTxD", then "_kvN" when kv_heads != heads, "_causal", "_dropout"
+  // and the variants.
   std::string Name() const;
-  // AttentionFlops: causal prefill counts about half of non-causal.
+  // AttentionFlops: causal prefill counts about half of non-causal, a
+  // window W about T W pairs.
   double Flops() const;
-  // Decode is memory-bound: bytes of K and V read plus Q read and out
-  // written.
+  // Decode is memory-bound: bytes of K and V read (the window's keys only)
+  // plus Q read and out written.
   double Bytes() const;
 };
 
@@ -105,9 +139,10 @@ const std::vector<AttentionShape>& StandardDecodeShapes();
 // Parse the Name() syntax; throw std::invalid_argument naming the text and
 // the expected form for anything else (zero extents included).
 MatMulShape ParseMatMulShape(const std::string& text);
-ScoresShape ParseScoresShape(const std::string& text, bool allow_causal);
+// allow_mask: softmax, whose shapes take _causal and the variants.
+ScoresShape ParseScoresShape(const std::string& text, bool allow_mask);
 MhaShape ParseMhaShape(const std::string& text);
-// Decode shapes take only the _kvN flag.
+// Decode shapes take the _kvN flag and the variants.
 AttentionShape ParseAttentionShape(const std::string& text, bool decode);
 
 }  // namespace measure

@@ -102,17 +102,16 @@ class SimdattnSoftmax : public Workload {
       : x_(Scores(s.Elements())),
         y_(x_.size()),
         xv_(ConstTensor4::Dense(x_.data(), s.batch, s.heads, s.rows, s.cols)),
-        yv_(Tensor4::Dense(y_.data(), s.batch, s.heads, s.rows, s.cols)) {
-    mask_.causal = s.causal;
-  }
-  void Run() override { Softmax(xv_, yv_, 0.125f, mask_); }
+        yv_(Tensor4::Dense(y_.data(), s.batch, s.heads, s.rows, s.cols)),
+        mask_(s.variants, s.heads, s.causal, 0) {}
+  void Run() override { Softmax(xv_, yv_, 0.125f, mask_.mask()); }
   std::string Impl() const override { return ActiveTarget(); }
 
  private:
   Buffer x_, y_;
   ConstTensor4 xv_;
   Tensor4 yv_;
-  AttentionMask mask_;
+  ShapeMask mask_;
 };
 
 class SimdattnDropout : public Workload {
@@ -168,9 +167,10 @@ class AttentionWorkload : public Workload {
         v_view_(ConstTensor4::Dense(v_.data(), s.batch, s.kv_heads, s.tokens,
                                     s.head_dim)),
         out_view_(Tensor4::Dense(out_.data(), s.batch, s.heads, s.QueryTokens(),
-                                 s.head_dim)) {
-    options_.mask.causal = s.causal || s.decode;
-    options_.mask.causal_offset = s.tokens - s.QueryTokens();
+                                 s.head_dim)),
+        mask_(s.variants, s.heads, s.causal || s.decode,
+              s.tokens - s.QueryTokens()) {
+    options_.mask = mask_.mask();
     options_.dropout = s.dropout ? 0.1f : 0.0f;
   }
   std::string Impl() const override { return ActiveTarget(); }
@@ -185,6 +185,7 @@ class AttentionWorkload : public Workload {
   Buffer q_, k_, v_, out_;
   ConstTensor4 q_view_, k_view_, v_view_;
   Tensor4 out_view_;
+  ShapeMask mask_;
   AttentionOptions options_;
 };
 
@@ -345,6 +346,22 @@ class OpenBlasMatMul : public Workload {
 
 }  // namespace
 
+ShapeMask::ShapeMask(const MaskVariants& variants, size_t heads, bool causal,
+                     size_t causal_offset) {
+  mask_.causal = causal;
+  mask_.causal_offset = causal_offset;
+  mask_.window = variants.window;
+  mask_.softcap = variants.softcap;
+  if (variants.alibi) {
+    alibi_slopes_ = AlibiSlopes(heads);
+    mask_.alibi_slopes = alibi_slopes_.data();
+  }
+  if (variants.sinks) {
+    sinks_ = SinkLogits(heads);
+    mask_.sinks = sinks_.data();
+  }
+}
+
 const char* LibraryName(Library library) {
   switch (library) {
     case Library::kSimdattn:
@@ -405,8 +422,8 @@ std::unique_ptr<Workload> MakeSoftmax(const ScoresShape& shape, Library library,
       return std::make_unique<SimdattnSoftmax>(shape);
     case Library::kOneDnn:
 #ifdef SIMDATTN_HAVE_ONEDNN
-      // oneDNN's softmax has no causal mask: only unmasked is comparable.
-      if (shape.causal) return nullptr;
+      // oneDNN's softmax has no masks: only unmasked is comparable.
+      if (shape.causal || shape.variants.Any()) return nullptr;
       return std::make_unique<OneDnnSoftmax>(shape, threads);
 #else
       return nullptr;

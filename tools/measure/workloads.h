@@ -6,9 +6,12 @@
 #ifndef SIMDATTN_TOOLS_MEASURE_WORKLOADS_H_
 #define SIMDATTN_TOOLS_MEASURE_WORKLOADS_H_
 
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "simdattn/kernels.h"
 #include "tools/measure/shapes.h"
 
 namespace simdattn {
@@ -20,6 +23,23 @@ enum class Library { kSimdattn, kOneDnn, kOpenBlas };
 const char* LibraryName(Library library);
 // Whether this build links the library.
 bool LibraryAvailable(Library library);
+
+// The AttentionMask of a shape: causality, its causal offset and its
+// variants, owning the per-head arrays (AlibiSlopes, SinkLogits) the mask
+// points to. Not copyable: a copy's mask would point into the original.
+class ShapeMask {
+ public:
+  ShapeMask(const MaskVariants& variants, size_t heads, bool causal,
+            size_t causal_offset);
+  ShapeMask(const ShapeMask&) = delete;
+  ShapeMask& operator=(const ShapeMask&) = delete;
+
+  const AttentionMask& mask() const { return mask_; }
+
+ private:
+  std::vector<float> alibi_slopes_, sinks_;
+  AttentionMask mask_;
+};
 
 class Workload {
  public:
@@ -41,7 +61,8 @@ class Workload {
 std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape,
                                      Library library = Library::kSimdattn,
                                      int threads = 0);
-// softmax(0.125 x) over the last axis, out of place (0.125 = 1/sqrt(64)).
+// softmax(0.125 x) over the last axis, out of place (0.125 = 1/sqrt(64)),
+// with the shape's mask.
 std::unique_ptr<Workload> MakeSoftmax(const ScoresShape& shape,
                                       Library library = Library::kSimdattn,
                                       int threads = 0);
@@ -50,8 +71,9 @@ std::unique_ptr<Workload> MakeSoftmax(const ScoresShape& shape,
 std::unique_ptr<Workload> MakeDropout(const ScoresShape& shape);
 // MultiHeadAttention::Forward, causal, eval.
 std::unique_ptr<Workload> MakeMha(const MhaShape& shape);
-// ScaledDotProductAttention over dense (b, h, T, D) tensors; the queries
-// are the last positions (a decode query sees the whole cache).
+// ScaledDotProductAttention over dense (b, h, T, D) tensors with the
+// shape's mask; the queries are the last positions (a decode query sees the
+// whole cache, or its window).
 std::unique_ptr<Workload> MakeAttention(const AttentionShape& shape);
 // The same through this library's unfused path, storing the (b, h, T, T)
 // weights: BatchedMatMul, Softmax, Dropout, BatchedMatMul. What the modules
