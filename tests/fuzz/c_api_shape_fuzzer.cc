@@ -289,6 +289,11 @@ simdattn_mask Mask(Input& in, const Like& scores, Call& masks) {
     masks.Back4(in, &mask.additive_mask, /*null_is_absent=*/true);
   }
   mask.key_lengths = masks.Array<size_t>(in, scores.dims[0]);
+  mask.causal_offsets = masks.Array<size_t>(in, scores.dims[0]);
+  mask.window = in.Byte() % 2 ? in.Dim() : 0;
+  mask.softcap = in.Byte() % 2 ? in.Float() : 0.0f;
+  mask.alibi_slopes = masks.Array<float>(in, scores.dims[1]);
+  mask.sinks = masks.Array<float>(in, scores.dims[1]);
   return mask;
 }
 
@@ -362,6 +367,17 @@ void FuzzAttention(Input& in) {
   options.dropout = in.Byte() % 2 ? in.Float() : 0.0f;
   options.dropout_seed = in.U64();
   options.dropout_offset = in.U64();
+  // Each row's log-sum-exp, (batch, q_heads, q_tokens), or on out's memory.
+  if (in.Byte() % 2) {
+    const size_t dims[3] = {q.dims[0], q.dims[1], q.dims[2]};
+    const size_t strides[2] = {q.dims[1] * q.dims[2], q.dims[2]};
+    if (in.Byte() % 8 == 0) {
+      options.log_sum_exp = out.data;
+    } else {
+      masks.Back(in, dims, strides, 3, &options.log_sum_exp,
+                 /*null_is_absent=*/true);
+    }
+  }
   const bool with_options = in.Byte() % 8 != 0;
   if (call.skip || masks.skip) return;
   CheckStatus(simdattn_scaled_dot_product_attention(
