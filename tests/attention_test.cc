@@ -139,7 +139,8 @@ TEST_P(AttentionTest, VariantsMatchFloat64Reference) {
     }
     std::vector<size_t> offsets(s.batch), lengths(s.batch);
     for (size_t b = 0; b < s.batch; ++b) {
-      offsets[b] = b * 3 + (s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0);
+      offsets[b] =
+          b * 3 + (s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0);
       lengths[b] = s.k_tokens - (b * s.k_tokens) / 4;
     }
     for (int variant = 0; variant < 8; ++variant) {
@@ -147,8 +148,7 @@ TEST_P(AttentionTest, VariantsMatchFloat64Reference) {
       AttentionOptions options;
       AttentionMask& m = options.mask;
       m.causal = variant % 2 == 0;
-      m.causal_offset =
-          s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0;
+      m.causal_offset = s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0;
       m.window = variant == 1 ? 0 : windows[variant % 5];
       if (variant == 2 || variant >= 6) m.softcap = 0.8f;
       if (variant == 3 || variant >= 6) m.alibi_slopes = slopes.data();
@@ -166,9 +166,10 @@ TEST_P(AttentionTest, VariantsMatchFloat64Reference) {
                                std::to_string(variant) + " window " +
                                std::to_string(m.window);
       // Softcap and ALiBi round each score once more (tanh within 4 ulp).
-      ExpectNear(o.out, reference::Attention(o.Q(), o.K(), o.V(), 0.7, m,
-                                             &expected_lse),
-                 4e-6, what);
+      ExpectNear(
+          o.out,
+          reference::Attention(o.Q(), o.K(), o.V(), 0.7, m, &expected_lse),
+          4e-6, what);
       if (o.out.empty()) continue;
       for (size_t r = 0; r < lse.size(); ++r) {
         if (std::isinf(expected_lse[r])) {
@@ -209,10 +210,10 @@ TEST_P(AttentionTest, LogSumExpMergesPartialAttentions) {
   ConstTensor4 k1 = k, v1 = v;
   k1.dims[2] = v1.dims[2] = split;
   // Row i sits at i + offset among all keys, whichever part it sees.
-  ScaledDotProductAttention(o.Q(), k1, v1,
-                            Tensor4::Dense(out1.data(), s.batch, s.q_heads,
-                                           s.q_tokens, s.value_dim),
-                            first);
+  ScaledDotProductAttention(
+      o.Q(), k1, v1,
+      Tensor4::Dense(out1.data(), s.batch, s.q_heads, s.q_tokens, s.value_dim),
+      first);
   AttentionOptions second = options;
   second.mask.sinks = nullptr;
   second.log_sum_exp = lse2.data();
@@ -222,15 +223,15 @@ TEST_P(AttentionTest, LogSumExpMergesPartialAttentions) {
   k2.dims[2] = v2.dims[2] = s.k_tokens - split;
   // Keys shift by `split`: so do the rows' positions and windows.
   second.mask.causal_offset -= split;
-  ScaledDotProductAttention(o.Q(), k2, v2,
-                            Tensor4::Dense(out2.data(), s.batch, s.q_heads,
-                                           s.q_tokens, s.value_dim),
-                            second);
+  ScaledDotProductAttention(
+      o.Q(), k2, v2,
+      Tensor4::Dense(out2.data(), s.batch, s.q_heads, s.q_tokens, s.value_dim),
+      second);
   for (size_t r = 0; r < rows; ++r) {
     const double l1 = lse1[r], l2 = lse2[r];
-    const double l = std::max(l1, l2) +
-                     std::log(std::exp(l1 - std::max(l1, l2)) +
-                              std::exp(l2 - std::max(l1, l2)));
+    const double l =
+        std::max(l1, l2) + std::log(std::exp(l1 - std::max(l1, l2)) +
+                                    std::exp(l2 - std::max(l1, l2)));
     EXPECT_NEAR(lse[r], l, 2e-6 * (1.0 + std::abs(l))) << "row " << r;
     for (size_t c = 0; c < s.value_dim; ++c) {
       const size_t e = r * s.value_dim + c;
@@ -244,10 +245,10 @@ TEST_P(AttentionTest, LogSumExpMergesPartialAttentions) {
 // ALiBi's published slopes (the paper's get_slopes): 12 heads take the 8 of
 // 8 heads, then every other one of 16 heads.
 TEST(AlibiSlopes, AsPublished) {
-  const std::vector<float> expected = {
-      0.5f,       0.25f,       0.125f,      0.0625f,
-      0.03125f,   0.015625f,   0.0078125f,  0.00390625f,
-      0.70710678f, 0.35355339f, 0.17677670f, 0.08838835f};
+  const std::vector<float> expected = {0.5f,        0.25f,       0.125f,
+                                       0.0625f,     0.03125f,    0.015625f,
+                                       0.0078125f,  0.00390625f, 0.70710678f,
+                                       0.35355339f, 0.17677670f, 0.08838835f};
   const std::vector<float> slopes = AlibiSlopes(12);
   ASSERT_EQ(slopes.size(), expected.size());
   for (size_t h = 0; h < slopes.size(); ++h) {

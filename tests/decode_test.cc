@@ -68,8 +68,8 @@ void ExpectStepsMatchFullForward(size_t num_heads, size_t num_kv_heads,
     std::vector<float> unfused(full.size());
     std::vector<float> weights(batch * num_heads * tokens * tokens);
     ForwardOptions options;
-    options.attention_weights = Tensor4::Dense(weights.data(), batch,
-                                               num_heads, tokens, tokens);
+    options.attention_weights =
+        Tensor4::Dense(weights.data(), batch, num_heads, tokens, tokens);
     mha.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
                 Tensor3(unfused.data(), batch, tokens, d_out), options);
     const auto [worst, scale] = WorstDifference(full, unfused);
@@ -169,7 +169,9 @@ TEST_P(DecodeTest, VariantsStepsMatchFullForward) {
 
 TEST(DecodeErrors, VariantsAreChecked) {
   ExpectInvalid(
-      [] { MultiHeadAttention(8, 8, 16, 0.0f, 2, false, 0, 0, {0, -1.0f}); },
+      [] {
+        MultiHeadAttention(8, 8, 16, 0.0f, 2, false, 0, 0, {0, -1.0f});
+      },
       "variants.softcap (-1)");
   AttentionVariants sinks;
   sinks.sinks = true;

@@ -198,9 +198,9 @@ class AttentionEngine {
     SIMDATTN_REQUIRE(std::isfinite(v.softcap) && v.softcap >= 0.0f, name_,
                      "variants.softcap (", v.softcap,
                      ") is not finite and >= 0 (0: off)");
-    SIMDATTN_REQUIRE(
-        c.causal || (v.window == 0 && v.softcap == 0.0f && !v.alibi && !v.sinks),
-        name_, "variants need a causal module");
+    SIMDATTN_REQUIRE(c.causal || (v.window == 0 && v.softcap == 0.0f &&
+                                  !v.alibi && !v.sinks),
+                     name_, "variants need a causal module");
   }
 
   // The module's mask when the queries sit `offset` keys into the sequence.

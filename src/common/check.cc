@@ -244,8 +244,8 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
   }
   // An array of `count` entries read by the kernel: in bounds, apart from
   // the output.
-  const auto check_array = [&](const char* name, const void* data,
-                               size_t count, size_t element_size) {
+  const auto check_array = [&](const char* name, const void* data, size_t count,
+                               size_t element_size) {
     if (data == nullptr || count == 0) return;
     const Footprint rk =
         ContiguousFootprint(function, name, data, count, element_size);
@@ -263,7 +263,8 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
   }
   SIMDATTN_REQUIRE(
       mask.causal_offsets == nullptr || mask.causal || mask.window != 0,
-      function, "mask.causal_offsets is given but neither mask.causal nor "
+      function,
+      "mask.causal_offsets is given but neither mask.causal nor "
       "mask.window is set");
   check_array("mask.causal_offsets", mask.causal_offsets, scores[0],
               sizeof(size_t));
@@ -274,8 +275,8 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
   const auto check_heads = [&](const char* name, const float* values) {
     check_array(name, values, scores[1], sizeof(float));
     for (size_t h = 0; values != nullptr && h < scores[1]; ++h) {
-      SIMDATTN_REQUIRE(std::isfinite(values[h]), function, name, "[", h,
-                       "] (", values[h], ") is not finite");
+      SIMDATTN_REQUIRE(std::isfinite(values[h]), function, name, "[", h, "] (",
+                       values[h], ") is not finite");
     }
   };
   check_heads("mask.alibi_slopes", mask.alibi_slopes);

@@ -275,10 +275,10 @@ inline void SoftmaxTile(const Problem& pr, size_t b, size_t h, size_t i0,
     const size_t from = begin - begin % hn::Lanes(d);
     ws.corr[r] = 1.0f;
     bool nan = false;
-    const float tile_max =
-        begin >= limit ? -kInf
-                       : MaskTileRow(d, pr, ws, srow, b, h, i, j0, cols, begin,
-                                     limit, &nan);
+    const float tile_max = begin >= limit
+                               ? -kInf
+                               : MaskTileRow(d, pr, ws, srow, b, h, i, j0, cols,
+                                             begin, limit, &nan);
     if (nan) st.nan[r] = 1.0f;
     const float new_max = std::max(st.max[r], tile_max);
     if (new_max == -kInf) {  // Nothing unmasked yet: P = 0.
@@ -407,8 +407,8 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
     return std::min(j_end, pr.mask.End(b, last_row));
   };
   if (rows <= kSkinnyRows) {
-    started[0] =
-        AttendFewRows(pr, b, h, i0, i1, j_begin, j_end, acc, acc_stride, st, ws);
+    started[0] = AttendFewRows(pr, b, h, i0, i1, j_begin, j_end, acc,
+                               acc_stride, st, ws);
   } else {
     const hn::ScalableTag<float> d;
     const size_t nr = kVectors * hn::Lanes(d);
@@ -668,7 +668,8 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
         }
       }
       FinishRow(o, sum, nan, value_dim, o);
-      if (log_sum_exp != nullptr) lse(b, h, i0 + r) = LogSumExp(row_max, sum, nan);
+      if (log_sum_exp != nullptr)
+        lse(b, h, i0 + r) = LogSumExp(row_max, sum, nan);
     }
   }
   if (drop_all) zero_outputs();

@@ -61,11 +61,10 @@ void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
   if (options.log_sum_exp != nullptr && !out.empty()) {
     const Footprint rl = internal::ContiguousFootprint(
         kFn, "log_sum_exp", options.log_sum_exp,
-        internal::CheckedMul(
-            kFn, "log_sum_exp's size",
-            internal::CheckedMul(kFn, "log_sum_exp's size", q.dims[0],
-                                 q.dims[1]),
-            q.dims[2]),
+        internal::CheckedMul(kFn, "log_sum_exp's size",
+                             internal::CheckedMul(kFn, "log_sum_exp's size",
+                                                  q.dims[0], q.dims[1]),
+                             q.dims[2]),
         sizeof(float));
     for (const Footprint& input : {rq, rk, rv, ro}) {
       SIMDATTN_REQUIRE(!rl.Overlaps(input), kFn,

@@ -479,10 +479,10 @@ HWY_NOINLINE void SoftmaxGroup(SoftmaxRow* rows, size_t count,
 
 // SoftmaxGroup for the call's form and boolean mask.
 template <Form kForm>
-HWY_INLINE void SoftmaxGroupOfForm(bool boolean, SoftmaxRow* rows,
-                                   size_t count, const SoftmaxRow* later,
-                                   size_t later_count, const Scaling& scaling,
-                                   float* stage, size_t slot, bool stream) {
+HWY_INLINE void SoftmaxGroupOfForm(bool boolean, SoftmaxRow* rows, size_t count,
+                                   const SoftmaxRow* later, size_t later_count,
+                                   const Scaling& scaling, float* stage,
+                                   size_t slot, bool stream) {
   if (boolean) {
     SoftmaxGroup<kForm, true>(rows, count, later, later_count, scaling, stage,
                               slot, stream);

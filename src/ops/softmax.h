@@ -89,16 +89,15 @@ class SoftmaxRowWalk {
     if (masks.additive != nullptr) masks.additive += skipped;
     if (masks.boolean != nullptr) masks.boolean += skipped;
     masks.position -= static_cast<float>(skipped);
-    SoftmaxRow r{
-        x_.data + b_ * x_.strides[0] + h_ * x_.strides[1] + i_ * x_.strides[2] +
-            skipped,
-        y_.data + b_ * y_.strides[0] + h_ * y_.strides[1] + i_ * y_.strides[2] +
-            skipped,
-        masks,
-        x_.dims[3] - skipped,
-        end - skipped,
-        skipped,
-        model_.Sink(h_)};
+    SoftmaxRow r{x_.data + b_ * x_.strides[0] + h_ * x_.strides[1] +
+                     i_ * x_.strides[2] + skipped,
+                 y_.data + b_ * y_.strides[0] + h_ * y_.strides[1] +
+                     i_ * y_.strides[2] + skipped,
+                 masks,
+                 x_.dims[3] - skipped,
+                 end - skipped,
+                 skipped,
+                 model_.Sink(h_)};
     if (++i_ == x_.dims[2]) {
       i_ = 0;
       if (++h_ == x_.dims[1]) {

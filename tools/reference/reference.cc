@@ -34,9 +34,9 @@ Bounded MatMulElement(ConstMatrix a, ConstMatrix b,
 }
 
 bool Masked(const AttentionMask& m, size_t b, size_t h, size_t i, size_t j) {
-  const double position = double(i) + double(m.causal_offsets != nullptr
-                                                  ? m.causal_offsets[b]
-                                                  : m.causal_offset);
+  const double position =
+      double(i) + double(m.causal_offsets != nullptr ? m.causal_offsets[b]
+                                                     : m.causal_offset);
   if ((m.causal || m.window != 0) && double(j) > position) return true;
   if (m.window != 0 && double(j) <= position - double(m.window)) return true;
   if (m.key_lengths && j >= m.key_lengths[b]) return true;
@@ -94,7 +94,8 @@ std::vector<SoftmaxValue> SoftmaxRow(ConstTensor4 x, float scale,
     double ulps = 16.0 + std::abs(v[j] - max);
     if (m.additive.data || terms) ulps += std::abs(v[j]);
     if (terms) ulps += 2.0 * std::abs(max) + 12.0 * m.softcap;
-    if (m.alibi_slopes) ulps += 4.0 * std::abs(v[j] - double(scale) * row(i, j));
+    if (m.alibi_slopes)
+      ulps += 4.0 * std::abs(v[j] - double(scale) * row(i, j));
     if (std::isfinite(ulps)) {  // Else exp gave exactly 0.
       out[j].relative_error = std::max(kSoftmaxRelativeError, ulps * 0x1p-24);
     }
@@ -114,7 +115,8 @@ std::vector<double> Attention(Tensor4View<const T> q, Tensor4View<const T> k,
   const size_t group = q_heads / k.dims[1];
   std::vector<double> out(batch * q_heads * q_tokens * value_dim, 0.0);
   std::vector<double> w(k_tokens);
-  if (log_sum_exp != nullptr) log_sum_exp->assign(batch * q_heads * q_tokens, 0);
+  if (log_sum_exp != nullptr)
+    log_sum_exp->assign(batch * q_heads * q_tokens, 0);
   for (size_t b = 0; b < batch; ++b) {
     for (size_t h = 0; h < q_heads; ++h) {
       const MatrixView<const T> qh = q.Slice(b, h);
