@@ -1,9 +1,11 @@
 // MatMul and BatchedMatMul on every target against a float64 reference.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -84,8 +86,132 @@ void RunCase(const Case& t, uint64_t seed) {
   ASSERT_EQ(c.store.back(), c_before.back());
 }
 
+// B rounded to a 16-bit format (bits), and those values widened back.
+template <typename T16>
+struct HalfOperand {
+  std::vector<T16> store;
+  std::vector<float> widened;
+  MatrixView<const T16> view;
+  ConstMatrix widened_view;
+  HalfOperand(const Operand& b, size_t offset) {
+    for (float x : b.store) {
+      T16 h;
+      float back;
+      if constexpr (std::is_same_v<T16, BFloat16>) {
+        uint32_t bits;
+        std::memcpy(&bits, &x, sizeof(bits));
+        bits += 0x7FFF + ((bits >> 16) & 1);  // Round to nearest even.
+        h.bits = static_cast<uint16_t>(bits >> 16);
+        bits = uint32_t{h.bits} << 16;
+        std::memcpy(&back, &bits, sizeof(back));
+      } else {
+        const _Float16 f16 = static_cast<_Float16>(x);
+        std::memcpy(&h.bits, &f16, sizeof(h.bits));
+        back = static_cast<float>(f16);
+      }
+      store.push_back(h);
+      widened.push_back(back);
+    }
+    view = {store.data() + offset, b.view.rows, b.view.cols, b.view.stride};
+    widened_view = {widened.data() + offset, b.view.rows, b.view.cols,
+                    b.view.stride};
+  }
+};
+
+// MatMul with B in T16 gives the bits of MatMul over the widened B, padding
+// untouched.
+template <typename T16>
+void RunHalfCase(const Case& t, uint64_t seed) {
+  const bool tb = t.transpose_b == Transpose::kYes;
+  Operand a(t.m, t.k, t.pad, t.offset, seed);
+  const HalfOperand<T16> b(
+      Operand(tb ? t.n : t.k, tb ? t.k : t.n, t.pad, t.offset, seed + 1),
+      t.offset);
+  Operand c16(t.m, t.n, t.pad, t.offset, seed + 2), c32 = c16;
+  c32.view.data = c32.store.data() + t.offset;
+  const std::vector<float> bias = test::RandomVector(t.n, seed + 3);
+  MatMulOptions opt;
+  opt.transpose_b = t.transpose_b;
+  opt.alpha = t.alpha;
+  opt.beta = t.beta;
+  opt.bias = t.bias ? bias.data() : nullptr;
+  MatMul(a.view, b.view, c16.view, opt);
+  MatMul(a.view, b.widened_view, c32.view, opt);
+  ASSERT_EQ(std::memcmp(c16.store.data(), c32.store.data(),
+                        c16.store.size() * sizeof(float)),
+            0)
+      << t.m << "x" << t.k << "x" << t.n << (tb ? " B^T" : "") << " pad "
+      << t.pad << " offset " << t.offset;
+}
+
+float FloatFromBits(uint32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, sizeof(x));
+  return x;
+}
+
+// The scalar conversions against the compiler's _Float16 (every half, and
+// floats around every rounding boundary) and bfloat16's definition.
+TEST(HalfConversions, RoundToNearestEven) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    _Float16 f16;
+    const uint16_t bits = static_cast<uint16_t>(h);
+    std::memcpy(&f16, &bits, sizeof(bits));
+    const float want = static_cast<float>(f16), got = ToFloat(Float16{bits});
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << h;
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(&want, &got, sizeof(float)), 0) << h;
+    // Halfway to the next half, just below and just above it.
+    const float next = std::nextafter(want, want < 0 ? -1e9f : 1e9f);
+    for (float x :
+         {want, (want + next) / 2, std::nextafter(want, 0.0f), next}) {
+      const _Float16 rounded = static_cast<_Float16>(x);
+      uint16_t expected;
+      std::memcpy(&expected, &rounded, sizeof(expected));
+      ASSERT_EQ(ToFloat16(x).bits, expected) << x;
+    }
+  }
+  EXPECT_EQ(ToFloat16(1e6f).bits, 0x7C00);
+  EXPECT_EQ(ToFloat16(-1e-9f).bits, 0x8000);
+  EXPECT_EQ(ToBFloat16(1.0f).bits, 0x3F80);
+  EXPECT_EQ(ToBFloat16(FloatFromBits(0x3F808000u)).bits, 0x3F80);
+  EXPECT_EQ(ToBFloat16(FloatFromBits(0x3F818000u)).bits, 0x3F82);
+  EXPECT_EQ(ToBFloat16(FloatFromBits(0x3F808001u)).bits, 0x3F81);
+  EXPECT_EQ(ToBFloat16(FloatFromBits(0x7F7FFFFFu)).bits, 0x7F80);
+  EXPECT_TRUE(std::isnan(ToFloat(ToBFloat16(std::nanf("")))));
+  EXPECT_EQ(ToFloat(BFloat16{0xC0A0}), -5.0f);
+}
+
 class MatMulTest : public test::PerTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(MatMulTest);
+
+// Skinny, tiny and tiled products, both layouts, K and N around the vectors
+// and blocks, strides and misaligned bases.
+TEST_P(MatMulTest, HalfPrecisionBEqualsWidenedB) {
+  uint64_t seed = 1000;
+  for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
+    for (const Case& shape :
+         {Case{1, 768, 2304}, Case{3, 17, 45}, Case{8, 768, 2304},
+          Case{5, 300, 70}, Case{97, 257, 33}, Case{2, 5, 3},
+          Case{200, 64, 130}}) {
+      for (size_t variant = 0; variant < 2; ++variant) {
+        Case c = shape;
+        c.transpose_b = t;
+        if (variant == 1) {
+          c.pad = 3;
+          c.offset = 1;
+          c.alpha = 0.5f;
+          c.beta = 2.0f;
+          c.bias = true;
+        }
+        RunHalfCase<BFloat16>(c, seed++);
+        RunHalfCase<Float16>(c, seed++);
+      }
+    }
+  }
+}
 
 TEST_P(MatMulTest, EveryRowCountAroundTheTile) {
   for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
@@ -294,7 +420,7 @@ TEST(MatMulErrors, NamesTheArgumentAndValues) {
   // Empty products are valid and write nothing.
   MatMul({nullptr, 0, 3}, {p, 3, 4}, {nullptr, 0, 4});
   p[0] = 5.0f;
-  MatMul({nullptr, 2, 0}, {nullptr, 0, 4}, {p, 2, 4});  // K = 0: C = 0.
+  MatMul({nullptr, 2, 0}, ConstMatrix{nullptr, 0, 4}, {p, 2, 4});  // K = 0.
   EXPECT_EQ(p[0], 0.0f);
 }
 

@@ -85,6 +85,19 @@ TEST(Shapes, NamesParseBack) {
   }
 }
 
+TEST(Shapes, MatMulStorageFlags) {
+  const measure::MatMulShape s =
+      measure::ParseMatMulShape("8x768x2304_bf16_Bt");
+  EXPECT_TRUE(s.transpose_b);
+  EXPECT_EQ(s.b_storage, measure::MatMulShape::Storage::kBFloat16);
+  EXPECT_EQ(s.Name(), "8x768x2304_Bt_bf16");
+  EXPECT_EQ(measure::ParseMatMulShape("2x3x4_f16").b_storage,
+            measure::MatMulShape::Storage::kFloat16);
+  for (const char* bad : {"2x3x4_bf16_f16", "2x3x4_bf16_bf16", "2x3x4_fp16"}) {
+    EXPECT_THROW(measure::ParseMatMulShape(bad), std::invalid_argument) << bad;
+  }
+}
+
 TEST(Shapes, VariantsParseInAnyOrderAndPrintInOne) {
   const measure::AttentionShape s = measure::ParseAttentionShape(
       "1x32x4096x128_kv8_causal_softcap50_sinks_alibi_window512", false);

@@ -59,8 +59,10 @@ double CheckMatMul(const measure::MatMulShape& s) {
   options.beta = 0.25f;
   options.bias = bias.data();
   const ConstMatrix a_view(a.data(), s.m, s.k, lda);
-  const ConstMatrix b_view(b.data(), b_rows, b_cols);
-  MatMul(a_view, b_view, Matrix(c.data(), s.m, s.n, ldc), options);
+  // The reference multiplies the values B holds in its storage.
+  const measure::StoredB stored(b.data(), b_rows, b_cols, s.b_storage);
+  const ConstMatrix b_view = stored.widened();
+  stored.Multiply(a_view, Matrix(c.data(), s.m, s.n, ldc), options);
   double worst = 0;
   for (size_t i = 0; i < s.m; ++i) {
     for (size_t j = 0; j < s.n; ++j) {
@@ -315,9 +317,12 @@ const std::vector<OpSpec>& Ops() {
   static const std::vector<OpSpec> ops = {
       {"matmul",
        Metric::kGflops,
-       "MxKxN[_Bt]  C = A op(B), op(B) = B^T with _Bt",
+       "MxKxN[_Bt][_bf16|_f16]  C = A op(B), op(B) = B^T with _Bt, B stored "
+       "in bfloat16 or float16",
        Names(measure::StandardMatMulShapes()),
-       {"6x3x2", "67x45x33", "67x45x33_Bt", "1x64x300_Bt", "130x257x129"},
+       {"6x3x2", "67x45x33", "67x45x33_Bt", "1x64x300_Bt", "130x257x129",
+        "3x45x70_bf16", "67x45x33_Bt_bf16", "130x257x129_f16",
+        "2x64x300_Bt_f16"},
        MatMulCase},
       {"softmax",
        Metric::kGbPerSec,

@@ -38,6 +38,23 @@ struct MatMulOptions {
 SIMDATTN_API void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
                          const MatMulOptions& options = {});
 
+// MatMul with op(B) stored in bfloat16 or float16 (weights as checkpoints
+// ship them): each element of B is widened exactly to float32 as it is
+// packed or loaded, and the product is then MatMul's, so the result has the
+// bits of MatMul over the widened B. B takes half the memory and the
+// bandwidth of float32.
+SIMDATTN_API void MatMul(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
+                         const MatMulOptions& options = {});
+SIMDATTN_API void MatMul(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
+                         const MatMulOptions& options = {});
+
+// One value to or from the 16-bit formats: rounded to nearest, ties to even;
+// overflow gives infinity, NaN stays NaN.
+SIMDATTN_API BFloat16 ToBFloat16(float x);
+SIMDATTN_API Float16 ToFloat16(float x);
+SIMDATTN_API float ToFloat(BFloat16 x);
+SIMDATTN_API float ToFloat(Float16 x);
+
 // MatMul on every (i0, i1) matrix of the 4-D views: C[i0, i1] = A[i0, i1] *
 // op(B[i0, j1]) with j1 = i1 / (A.dims[1] / B.dims[1]), so B may hold fewer
 // heads than A (grouped-query attention shares one K/V head among several

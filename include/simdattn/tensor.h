@@ -5,6 +5,7 @@
 #define SIMDATTN_TENSOR_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 namespace simdattn {
@@ -24,9 +25,10 @@ struct MatrixView {
   constexpr MatrixView(T* data, size_t rows, size_t cols, size_t stride)
       : data(data), rows(rows), cols(cols), stride(stride) {}
 
-  // A view of T is also a view of const T.
+  // A view of T is also a view of const T (and of nothing else).
   template <typename U = T,
-            typename = std::enable_if_t<!std::is_const<U>::value>>
+            typename = std::enable_if_t<!std::is_const<U>::value &&
+                                        std::is_same<U, T>::value>>
   constexpr operator MatrixView<const U>() const {
     return {data, rows, cols, stride};
   }
@@ -40,6 +42,16 @@ struct MatrixView {
 
 using Matrix = MatrixView<float>;
 using ConstMatrix = MatrixView<const float>;
+
+// 16-bit floating-point storage, as raw bits: bfloat16 (a float32's upper
+// half) and IEEE binary16. Kernels widen them to float32 exactly, in
+// registers; engines keep weights in them to halve their memory.
+struct BFloat16 {
+  uint16_t bits;
+};
+struct Float16 {
+  uint16_t bits;
+};
 
 // A batch of sequences, (batch, tokens, features) with contiguous features:
 // the input and output of the attention modules, PyTorch's (b, T, d).

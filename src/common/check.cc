@@ -31,15 +31,16 @@ size_t SpanBytes(const char* function, const char* name, const size_t* dims,
 
 }  // namespace
 
-Footprint CheckMatrix(const char* function, const char* name, ConstMatrix m) {
-  SIMDATTN_REQUIRE(m.stride >= m.cols || m.rows <= 1, function, name,
-                   ".stride (", m.stride, ") is less than ", name, ".cols (",
-                   m.cols, ")");
-  SIMDATTN_REQUIRE(m.data != nullptr || m.empty(), function, name,
-                   " is null but has shape ", m.rows, " x ", m.cols);
-  const size_t dims[4] = {1, 1, m.rows, m.cols};
-  const size_t strides[3] = {0, 0, m.stride};
-  return CheckTensor4(function, name, m.data, dims, strides, sizeof(float));
+Footprint CheckMatrix(const char* function, const char* name, const void* data,
+                      size_t rows, size_t cols, size_t stride,
+                      size_t element_size) {
+  SIMDATTN_REQUIRE(stride >= cols || rows <= 1, function, name, ".stride (",
+                   stride, ") is less than ", name, ".cols (", cols, ")");
+  SIMDATTN_REQUIRE(data != nullptr || rows == 0 || cols == 0, function, name,
+                   " is null but has shape ", rows, " x ", cols);
+  const size_t dims[4] = {1, 1, rows, cols};
+  const size_t strides[3] = {0, 0, stride};
+  return CheckTensor4(function, name, data, dims, strides, element_size);
 }
 
 Footprint CheckTensor4(const char* function, const char* name, const void* data,

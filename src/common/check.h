@@ -56,7 +56,14 @@ Footprint ContiguousFootprint(const char* function, const char* name,
 
 // Validates a matrix argument (null data with a non-zero size, stride < cols,
 // extents that overflow) and returns the memory it spans.
-Footprint CheckMatrix(const char* function, const char* name, ConstMatrix m);
+Footprint CheckMatrix(const char* function, const char* name, const void* data,
+                      size_t rows, size_t cols, size_t stride,
+                      size_t element_size);
+template <typename T>
+Footprint CheckMatrix(const char* function, const char* name, MatrixView<T> m) {
+  return CheckMatrix(function, name, m.data, m.rows, m.cols, m.stride,
+                     sizeof(T));
+}
 
 // The same for a 4-D view; element size in bytes for non-float views.
 Footprint CheckTensor4(const char* function, const char* name, const void* data,

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
@@ -68,6 +69,39 @@ struct Epilogue {
   bool first_block;   // First K block: apply beta and bias.
   const float* bias;  // Packed, NR floats (zero padded) or nullptr.
 };
+
+// B's element types: float, or 16-bit storage (tensor.h) widened exactly to
+// float as it is loaded, so that a product over bf16 or fp16 B gives the
+// bits of the same product over the widened B.
+template <typename TB>
+struct HwyType {
+  using type = float;
+};
+template <>
+struct HwyType<BFloat16> {
+  using type = hwy::bfloat16_t;
+};
+template <>
+struct HwyType<Float16> {
+  using type = hwy::float16_t;
+};
+
+template <class D, typename TB>
+HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<TB, float>) {
+    return hn::LoadU(d, p);
+  } else {
+    using T = typename HwyType<TB>::type;
+    return hn::PromoteTo(
+        d, hn::LoadU(hn::Rebind<T, D>(), reinterpret_cast<const T*>(p)));
+  }
+}
+
+// One element of B as a float.
+template <typename TB>
+HWY_INLINE float ToFloat(const TB* p) {
+  return hn::GetLane(LoadB(hn::CappedTag<float, 1>(), p));
+}
 
 // Returns the value to store for accumulator `acc` whose old C is at `c`
 // (only read when needed) and whose bias lanes are at `bias`.
@@ -227,8 +261,10 @@ HWY_INLINE void StoreBlocks(D d, hn::Vec<D> v, float* HWY_RESTRICT dst,
 // against 2 for scalar copies (a load and a store); gathers are slower
 // still. Scalable (SVE) and one-lane targets, the last rows
 // and the last columns of K copy scalars.
-inline void PackTransposedPanel(ConstMatrix b, size_t k0, size_t kc, size_t n0,
-                                size_t cols, size_t nr, float* panel) {
+template <typename TB>
+inline void PackTransposedPanel(MatrixView<const TB> b, size_t k0, size_t kc,
+                                size_t n0, size_t cols, size_t nr,
+                                float* panel) {
   size_t n = 0;
 #if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
   const hn::ScalableTag<float> d;
@@ -236,13 +272,13 @@ inline void PackTransposedPanel(ConstMatrix b, size_t k0, size_t kc, size_t n0,
   const size_t N = hn::Lanes(d);
   const size_t vector_k = kc / N * N;
   for (; n + 4 <= cols; n += 4) {
-    const float* HWY_RESTRICT r0 = b.Row(n0 + n) + k0;
-    const float* HWY_RESTRICT r1 = b.Row(n0 + n + 1) + k0;
-    const float* HWY_RESTRICT r2 = b.Row(n0 + n + 2) + k0;
-    const float* HWY_RESTRICT r3 = b.Row(n0 + n + 3) + k0;
+    const TB* HWY_RESTRICT r0 = b.Row(n0 + n) + k0;
+    const TB* HWY_RESTRICT r1 = b.Row(n0 + n + 1) + k0;
+    const TB* HWY_RESTRICT r2 = b.Row(n0 + n + 2) + k0;
+    const TB* HWY_RESTRICT r3 = b.Row(n0 + n + 3) + k0;
     for (size_t k = 0; k < vector_k; k += N) {
-      const auto v0 = hn::LoadU(d, r0 + k), v1 = hn::LoadU(d, r1 + k);
-      const auto v2 = hn::LoadU(d, r2 + k), v3 = hn::LoadU(d, r3 + k);
+      const auto v0 = LoadB(d, r0 + k), v1 = LoadB(d, r1 + k);
+      const auto v2 = LoadB(d, r2 + k), v3 = LoadB(d, r3 + k);
       // Per block: t0 = r0[0] r1[0] r0[1] r1[1], t1 = the same of r2, r3;
       // t2, t3 = elements 2 and 3.
       const auto t0 = hn::BitCast(d64, hn::InterleaveLower(v0, v1));
@@ -262,17 +298,17 @@ inline void PackTransposedPanel(ConstMatrix b, size_t k0, size_t kc, size_t n0,
     }
     for (size_t k = vector_k; k < kc; ++k) {
       float* HWY_RESTRICT dst = panel + k * nr + n;
-      dst[0] = r0[k];
-      dst[1] = r1[k];
-      dst[2] = r2[k];
-      dst[3] = r3[k];
+      dst[0] = ToFloat(r0 + k);
+      dst[1] = ToFloat(r1 + k);
+      dst[2] = ToFloat(r2 + k);
+      dst[3] = ToFloat(r3 + k);
     }
   }
 #endif
   for (; n < cols; ++n) {
-    const float* HWY_RESTRICT row = b.Row(n0 + n) + k0;
+    const TB* HWY_RESTRICT row = b.Row(n0 + n) + k0;
     float* HWY_RESTRICT column = panel + n;
-    for (size_t k = 0; k < kc; ++k) column[k * nr] = row[k];
+    for (size_t k = 0; k < kc; ++k) column[k * nr] = ToFloat(row + k);
   }
   if (cols == nr) return;
   for (size_t k = 0; k < kc; ++k) {
@@ -283,19 +319,21 @@ inline void PackTransposedPanel(ConstMatrix b, size_t k0, size_t kc, size_t n0,
 // Copies op(B)[k0..k0+kc, n0..n0+cols) into panel (kc rows of nr floats),
 // zero-filling columns cols..nr. Rows of B go by vectors: a panel row is a
 // few vectors, too short for memcpy's call to pay off.
-inline void PackPanel(ConstMatrix b, bool transposed, size_t k0, size_t kc,
-                      size_t n0, size_t cols, size_t nr, float* panel) {
+template <typename TB>
+inline void PackPanel(MatrixView<const TB> b, bool transposed, size_t k0,
+                      size_t kc, size_t n0, size_t cols, size_t nr,
+                      float* panel) {
   if (transposed) return PackTransposedPanel(b, k0, kc, n0, cols, nr, panel);
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const size_t vector_cols = cols / N * N;
   for (size_t k = 0; k < kc; ++k) {
-    const float* HWY_RESTRICT src = b.Row(k0 + k) + n0;
+    const TB* HWY_RESTRICT src = b.Row(k0 + k) + n0;
     float* HWY_RESTRICT dst = panel + k * nr;
     for (size_t n = 0; n < vector_cols; n += N) {
-      hn::Store(hn::LoadU(d, src + n), d, dst + n);
+      hn::Store(LoadB(d, src + n), d, dst + n);
     }
-    std::copy(src + vector_cols, src + cols, dst + vector_cols);
+    for (size_t n = vector_cols; n < cols; ++n) dst[n] = ToFloat(src + n);
     std::fill(dst + cols, dst + nr, 0.0f);
   }
 }
@@ -306,7 +344,8 @@ inline void PackPanel(ConstMatrix b, bool transposed, size_t k0, size_t kc,
 // nr floats start at Panel(p); depth block k0 at Panel(p) + k0 * nr.
 class PackedB {
  public:
-  PackedB(ConstMatrix b, bool transposed, size_t nr)
+  template <typename TB>
+  PackedB(MatrixView<const TB> b, bool transposed, size_t nr)
       : depth_(transposed ? b.cols : b.rows),
         nr_(nr),
         scratch_(hwy::DivCeil(transposed ? b.rows : b.cols, nr) * nr * depth_) {
@@ -331,7 +370,8 @@ class PackedB {
 };
 
 // The tiled path: tasks of kRowBlock rows x one NR panel; K > 0.
-inline void TiledMatMul(ConstMatrix a, ConstMatrix b, Matrix c,
+template <typename TB>
+inline void TiledMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
                         const MatMulOptions& opt) {
   const hn::ScalableTag<float> d;
   const size_t nr = kVectors * hn::Lanes(d);
@@ -392,7 +432,8 @@ HWY_INLINE void ScalarEpilogue(float acc, float* out, size_t n,
 // Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
 // rows of A times B (B rows contiguous), or dot products with rows of B when
 // it is transposed (Q K^T in decode).
-inline void DirectColumns(ConstMatrix a, ConstMatrix b, Matrix c,
+template <typename TB>
+inline void DirectColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
                           const MatMulOptions& opt, size_t n_begin,
                           size_t n_end) {
   const hn::ScalableTag<float> d;
@@ -403,21 +444,19 @@ inline void DirectColumns(ConstMatrix a, ConstMatrix b, Matrix c,
     float* HWY_RESTRICT c_row = c.Row(m);
     if (opt.transpose_b == Transpose::kYes) {
       for (size_t n = n_begin; n < n_end; ++n) {
-        const float* HWY_RESTRICT b_row = b.Row(n);
+        const TB* HWY_RESTRICT b_row = b.Row(n);
         auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
         size_t k = 0;
         for (; k + 2 * N <= K; k += 2 * N) {
-          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), hn::LoadU(d, b_row + k),
-                            sum0);
+          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row + k), sum0);
           sum1 = hn::MulAdd(hn::LoadU(d, a_row + k + N),
-                            hn::LoadU(d, b_row + k + N), sum1);
+                            LoadB(d, b_row + k + N), sum1);
         }
         for (; k + N <= K; k += N) {
-          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), hn::LoadU(d, b_row + k),
-                            sum0);
+          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row + k), sum0);
         }
         float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
-        for (; k < K; ++k) dot += a_row[k] * b_row[k];
+        for (; k < K; ++k) dot += a_row[k] * ToFloat(b_row + k);
         ScalarEpilogue(dot, c_row + n, n, opt);
       }
       continue;
@@ -435,11 +474,11 @@ inline void DirectColumns(ConstMatrix a, ConstMatrix b, Matrix c,
       auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
       for (size_t k = 0; k < K; ++k) {
         const auto ak = hn::Set(d, a_row[k]);
-        const float* b_row = b.Row(k) + n;
-        s0 = hn::MulAdd(ak, hn::LoadU(d, b_row), s0);
-        s1 = hn::MulAdd(ak, hn::LoadU(d, b_row + N), s1);
-        s2 = hn::MulAdd(ak, hn::LoadU(d, b_row + 2 * N), s2);
-        s3 = hn::MulAdd(ak, hn::LoadU(d, b_row + 3 * N), s3);
+        const TB* b_row = b.Row(k) + n;
+        s0 = hn::MulAdd(ak, LoadB(d, b_row), s0);
+        s1 = hn::MulAdd(ak, LoadB(d, b_row + N), s1);
+        s2 = hn::MulAdd(ak, LoadB(d, b_row + 2 * N), s2);
+        s3 = hn::MulAdd(ak, LoadB(d, b_row + 3 * N), s3);
       }
       finish(s0, n);
       finish(s1, n + N);
@@ -449,13 +488,13 @@ inline void DirectColumns(ConstMatrix a, ConstMatrix b, Matrix c,
     for (; n + N <= n_end; n += N) {
       auto sum = hn::Zero(d);
       for (size_t k = 0; k < K; ++k) {
-        sum = hn::MulAdd(hn::Set(d, a_row[k]), hn::LoadU(d, b.Row(k) + n), sum);
+        sum = hn::MulAdd(hn::Set(d, a_row[k]), LoadB(d, b.Row(k) + n), sum);
       }
       finish(sum, n);
     }
     for (; n < n_end; ++n) {
       float sum = 0.0f;
-      for (size_t k = 0; k < K; ++k) sum += a_row[k] * b(k, n);
+      for (size_t k = 0; k < K; ++k) sum += a_row[k] * ToFloat(b.Row(k) + n);
       ScalarEpilogue(sum, c_row + n, n, opt);
     }
   }
@@ -464,8 +503,9 @@ inline void DirectColumns(ConstMatrix a, ConstMatrix b, Matrix c,
 }  // namespace matmul_detail
 
 // Same-target entry point; arguments were validated by the caller.
-inline void MatMulImpl(ConstMatrix a, ConstMatrix b, Matrix c,
-                       const MatMulOptions& opt) {
+template <typename TB>
+inline void MatMulOf(ConstMatrix a, MatrixView<const TB> b, Matrix c,
+                     const MatMulOptions& opt) {
   using namespace matmul_detail;
   const size_t M = c.rows, N = c.cols, K = a.cols;
   if (M == 0 || N == 0) return;
@@ -489,6 +529,19 @@ inline void MatMulImpl(ConstMatrix a, ConstMatrix b, Matrix c,
   } else {
     DirectColumns(a, b, c, opt, 0, N);
   }
+}
+
+inline void MatMulImpl(ConstMatrix a, ConstMatrix b, Matrix c,
+                       const MatMulOptions& opt) {
+  MatMulOf(a, b, c, opt);
+}
+inline void MatMulBF16Impl(ConstMatrix a, MatrixView<const BFloat16> b,
+                           Matrix c, const MatMulOptions& opt) {
+  MatMulOf(a, b, c, opt);
+}
+inline void MatMulF16Impl(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
+                          const MatMulOptions& opt) {
+  MatMulOf(a, b, c, opt);
 }
 
 // Same-target batched product over (i0, i1); B may have fewer heads.

@@ -14,6 +14,8 @@
 #if HWY_ONCE
 namespace simdattn {
 HWY_EXPORT(MatMulImpl);
+HWY_EXPORT(MatMulBF16Impl);
+HWY_EXPORT(MatMulF16Impl);
 HWY_EXPORT(BatchedMatMulImpl);
 
 namespace {
@@ -21,14 +23,17 @@ namespace {
 using internal::Footprint;
 
 // The shape of op(B).
-size_t OpRows(ConstMatrix b, Transpose t) {
+template <typename TB>
+size_t OpRows(MatrixView<const TB> b, Transpose t) {
   return t == Transpose::kYes ? b.cols : b.rows;
 }
-size_t OpCols(ConstMatrix b, Transpose t) {
+template <typename TB>
+size_t OpCols(MatrixView<const TB> b, Transpose t) {
   return t == Transpose::kYes ? b.rows : b.cols;
 }
 
-void CheckMatMulShapes(const char* fn, ConstMatrix a, ConstMatrix b,
+template <typename TB>
+void CheckMatMulShapes(const char* fn, ConstMatrix a, MatrixView<const TB> b,
                        ConstMatrix c, const MatMulOptions& opt) {
   const Transpose t = opt.transpose_b;
   SIMDATTN_REQUIRE(a.cols == OpRows(b, t), fn, "inner dimensions differ: A is ",
@@ -44,14 +49,13 @@ void CheckBias(const char* fn, const float* bias, size_t n, Footprint c) {
   if (bias == nullptr || n == 0) return;
   const Footprint range =
       internal::ContiguousFootprint(fn, "bias", bias, n, sizeof(float));
-  SIMDATTN_REQUIRE(!c.Overlaps(range), fn, "C overlaps bias (", n,
-                   " floats)");
+  SIMDATTN_REQUIRE(!c.Overlaps(range), fn, "C overlaps bias (", n, " floats)");
 }
 
-}  // namespace
-
-void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
-            const MatMulOptions& options) {
+// Validates MatMul's arguments; false: nothing to compute.
+template <typename TB>
+bool CheckMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
+                 const MatMulOptions& options) {
   constexpr const char* kFn = "MatMul";
   CheckMatMulShapes(kFn, a, b, c, options);
   const Footprint ra = internal::CheckMatrix(kFn, "A", a);
@@ -60,8 +64,30 @@ void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
   SIMDATTN_REQUIRE(!rc.Overlaps(ra), kFn, "C overlaps A");
   SIMDATTN_REQUIRE(!rc.Overlaps(rb), kFn, "C overlaps B");
   CheckBias(kFn, options.bias, c.cols, rc);
-  if (c.empty()) return;
-  HWY_DYNAMIC_DISPATCH(MatMulImpl)(a, b, c, options);
+  return !c.empty();
+}
+
+}  // namespace
+
+void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
+            const MatMulOptions& options) {
+  if (CheckMatMul(a, b, c, options)) {
+    HWY_DYNAMIC_DISPATCH(MatMulImpl)(a, b, c, options);
+  }
+}
+
+void MatMul(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
+            const MatMulOptions& options) {
+  if (CheckMatMul(a, b, c, options)) {
+    HWY_DYNAMIC_DISPATCH(MatMulBF16Impl)(a, b, c, options);
+  }
+}
+
+void MatMul(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
+            const MatMulOptions& options) {
+  if (CheckMatMul(a, b, c, options)) {
+    HWY_DYNAMIC_DISPATCH(MatMulF16Impl)(a, b, c, options);
+  }
 }
 
 void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
@@ -70,13 +96,13 @@ void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
   SIMDATTN_REQUIRE(a.dims[0] == c.dims[0] && a.dims[1] == c.dims[1], kFn,
                    "A has shape ", internal::ShapeString(a.dims),
                    " but C has shape ", internal::ShapeString(c.dims));
-  SIMDATTN_REQUIRE(b.dims[0] == a.dims[0] || b.dims[0] == 1 ||
-                       a.dims[0] == 0,
+  SIMDATTN_REQUIRE(b.dims[0] == a.dims[0] || b.dims[0] == 1 || a.dims[0] == 0,
                    kFn, "B's batch (", b.dims[0], ") is neither A's (",
                    a.dims[0], ") nor 1");
-  SIMDATTN_REQUIRE(a.dims[1] == 0 || (b.dims[1] != 0 && a.dims[1] % b.dims[1] == 0),
-                   kFn, "A's heads (", a.dims[1],
-                   ") are not a multiple of B's heads (", b.dims[1], ")");
+  SIMDATTN_REQUIRE(
+      a.dims[1] == 0 || (b.dims[1] != 0 && a.dims[1] % b.dims[1] == 0), kFn,
+      "A's heads (", a.dims[1], ") are not a multiple of B's heads (",
+      b.dims[1], ")");
   const Footprint ra = internal::CheckTensor4(kFn, "A", a);
   const Footprint rb = internal::CheckTensor4(kFn, "B", b);
   const Footprint rc = internal::CheckTensor4(kFn, "C", c);

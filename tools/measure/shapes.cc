@@ -127,7 +127,9 @@ double VisiblePairs(size_t queries, size_t keys, size_t offset, bool causal,
 }
 
 std::string MatMulShape::Name() const {
-  return Dims({m, k, n}) + (transpose_b ? "_Bt" : "");
+  const char* const storage[] = {"", "_bf16", "_f16"};
+  return Dims({m, k, n}) + (transpose_b ? "_Bt" : "") +
+         storage[static_cast<int>(b_storage)];
 }
 
 double MatMulShape::Flops() const {
@@ -281,13 +283,24 @@ const std::vector<AttentionShape>& StandardDecodeShapes() {
 }
 
 MatMulShape ParseMatMulShape(const std::string& text) {
-  constexpr const char* kForm = "MxKxN or MxKxN_Bt (e.g. 1024x64x1024_Bt)";
+  constexpr const char* kForm =
+      "MxKxN with optional _Bt and _bf16 or _f16 (e.g. 1024x64x1024_Bt)";
   const Parsed p = Parse(text, kForm);
-  if (p.dims.size() != 3 || p.flags.size() > 1 ||
-      (p.flags.size() == 1 && p.flags[0] != "Bt")) {
-    Fail(text, kForm);
+  if (p.dims.size() != 3) Fail(text, kForm);
+  MatMulShape s{p.dims[0], p.dims[1], p.dims[2]};
+  using Storage = MatMulShape::Storage;
+  for (const std::string& flag : p.flags) {
+    if (flag == "Bt" && !s.transpose_b) {
+      s.transpose_b = true;
+    } else if (flag == "bf16" && s.b_storage == Storage::kFloat32) {
+      s.b_storage = Storage::kBFloat16;
+    } else if (flag == "f16" && s.b_storage == Storage::kFloat32) {
+      s.b_storage = Storage::kFloat16;
+    } else {
+      Fail(text, kForm);
+    }
   }
-  return {p.dims[0], p.dims[1], p.dims[2], !p.flags.empty()};
+  return s;
 }
 
 ScoresShape ParseScoresShape(const std::string& text, bool allow_mask) {

@@ -18,11 +18,13 @@ namespace measure {
 
 // C = A op(B): A is m x k, op(B) is k x n.
 struct MatMulShape {
+  enum class Storage { kFloat32, kBFloat16, kFloat16 };
   size_t m = 0, k = 0, n = 0;
   // op(B) = B^T with B stored n x k (one head's Q K^T).
   bool transpose_b = false;
+  Storage b_storage = Storage::kFloat32;  // Flags "_bf16", "_f16".
 
-  std::string Name() const;  // "MxKxN" or "MxKxN_Bt".
+  std::string Name() const;  // "MxKxN", then "_Bt", "_bf16" or "_f16".
   double Flops() const;      // 2 m n k.
 };
 

@@ -81,17 +81,18 @@ class SimdattnMatMul : public Workload {
   explicit SimdattnMatMul(const MatMulShape& s)
       : ops_(s),
         a_(ops_.a.data(), s.m, s.k),
-        b_(s.transpose_b ? ConstMatrix(ops_.b.data(), s.n, s.k)
-                         : ConstMatrix(ops_.b.data(), s.k, s.n)),
+        b_(ops_.b.data(), s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n,
+           s.b_storage),
         c_(ops_.c.data(), s.m, s.n) {
     options_.transpose_b = s.transpose_b ? Transpose::kYes : Transpose::kNo;
   }
-  void Run() override { MatMul(a_, b_, c_, options_); }
+  void Run() override { b_.Multiply(a_, c_, options_); }
   std::string Impl() const override { return ActiveTarget(); }
 
  private:
   MatMulOperands ops_;
-  ConstMatrix a_, b_;
+  ConstMatrix a_;
+  StoredB b_;
   Matrix c_;
   MatMulOptions options_;
 };
@@ -394,8 +395,47 @@ bool LibraryAvailable(Library library) {
   return false;
 }
 
+StoredB::StoredB(const float* values, size_t rows, size_t cols,
+                 MatMulShape::Storage storage)
+    : rows_(rows), cols_(cols), storage_(storage) {
+  for (size_t i = 0; i < rows * cols; ++i) {
+    switch (storage) {
+      case MatMulShape::Storage::kFloat32:
+        widened_.push_back(values[i]);
+        break;
+      case MatMulShape::Storage::kBFloat16:
+        bf16_.push_back(ToBFloat16(values[i]));
+        widened_.push_back(ToFloat(bf16_.back()));
+        break;
+      case MatMulShape::Storage::kFloat16:
+        f16_.push_back(ToFloat16(values[i]));
+        widened_.push_back(ToFloat(f16_.back()));
+        break;
+    }
+  }
+}
+
+void StoredB::Multiply(ConstMatrix a, Matrix c,
+                       const MatMulOptions& options) const {
+  switch (storage_) {
+    case MatMulShape::Storage::kFloat32:
+      return MatMul(a, widened(), c, options);
+    case MatMulShape::Storage::kBFloat16:
+      return MatMul(a, MatrixView<const BFloat16>(bf16_.data(), rows_, cols_),
+                    c, options);
+    case MatMulShape::Storage::kFloat16:
+      return MatMul(a, MatrixView<const Float16>(f16_.data(), rows_, cols_), c,
+                    options);
+  }
+}
+
 std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape, Library library,
                                      [[maybe_unused]] int threads) {
+  // The other libraries are measured on float32 B only.
+  if (library != Library::kSimdattn &&
+      shape.b_storage != MatMulShape::Storage::kFloat32) {
+    return nullptr;
+  }
   switch (library) {
     case Library::kSimdattn:
       return std::make_unique<SimdattnMatMul>(shape);

@@ -41,6 +41,25 @@ class ShapeMask {
   AttentionMask mask_;
 };
 
+// A matmul's B in its shape's storage: float values rounded to it once.
+class StoredB {
+ public:
+  // `values`: rows x cols floats, row-major.
+  StoredB(const float* values, size_t rows, size_t cols,
+          MatMulShape::Storage storage);
+  // B's values as stored, widened back to float: what the product uses.
+  ConstMatrix widened() const { return {widened_.data(), rows_, cols_}; }
+  // MatMul(a, B, c, options) with the overload of B's storage.
+  void Multiply(ConstMatrix a, Matrix c, const MatMulOptions& options) const;
+
+ private:
+  size_t rows_, cols_;
+  MatMulShape::Storage storage_;
+  std::vector<float> widened_;
+  std::vector<BFloat16> bf16_;
+  std::vector<Float16> f16_;
+};
+
 class Workload {
  public:
   virtual ~Workload() = default;
