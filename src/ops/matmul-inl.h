@@ -437,6 +437,9 @@ inline void DirectColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
                           const MatMulOptions& opt, size_t n_begin,
                           size_t n_end) {
   const hn::ScalableTag<float> d;
+  // Scalar tails as one-lane vectors: the same fused (or not) multiply-add
+  // for every element type of B.
+  const hn::CappedTag<float, 1> d1;
   const size_t N = hn::Lanes(d);
   const size_t K = a.cols;
   for (size_t m = 0; m < c.rows; ++m) {
@@ -455,9 +458,12 @@ inline void DirectColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
         for (; k + N <= K; k += N) {
           sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row + k), sum0);
         }
-        float dot = hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
-        for (; k < K; ++k) dot += a_row[k] * ToFloat(b_row + k);
-        ScalarEpilogue(dot, c_row + n, n, opt);
+        auto dot =
+            hn::Set(d1, hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1))));
+        for (; k < K; ++k) {
+          dot = hn::MulAdd(hn::Set(d1, a_row[k]), LoadB(d1, b_row + k), dot);
+        }
+        ScalarEpilogue(hn::GetLane(dot), c_row + n, n, opt);
       }
       continue;
     }
@@ -493,9 +499,11 @@ inline void DirectColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
       finish(sum, n);
     }
     for (; n < n_end; ++n) {
-      float sum = 0.0f;
-      for (size_t k = 0; k < K; ++k) sum += a_row[k] * ToFloat(b.Row(k) + n);
-      ScalarEpilogue(sum, c_row + n, n, opt);
+      auto sum = hn::Zero(d1);
+      for (size_t k = 0; k < K; ++k) {
+        sum = hn::MulAdd(hn::Set(d1, a_row[k]), LoadB(d1, b.Row(k) + n), sum);
+      }
+      ScalarEpilogue(hn::GetLane(sum), c_row + n, n, opt);
     }
   }
 }
