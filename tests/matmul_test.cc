@@ -86,6 +86,14 @@ void RunCase(const Case& t, uint64_t seed) {
   ASSERT_EQ(c.store.back(), c_before.back());
 }
 
+// The compiler's IEEE half, an independent reference for the conversions
+// (C++ has _Float16 on x86 only; AArch64's __fp16 is the same format).
+#if defined(__aarch64__)
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
+
 // B rounded to a 16-bit format (bits), and those values widened back.
 template <typename T16>
 struct HalfOperand {
@@ -105,7 +113,7 @@ struct HalfOperand {
         bits = uint32_t{h.bits} << 16;
         std::memcpy(&back, &bits, sizeof(back));
       } else {
-        const _Float16 f16 = static_cast<_Float16>(x);
+        const Half f16 = static_cast<Half>(x);
         std::memcpy(&h.bits, &f16, sizeof(h.bits));
         back = static_cast<float>(f16);
       }
@@ -150,11 +158,11 @@ float FloatFromBits(uint32_t bits) {
   return x;
 }
 
-// The scalar conversions against the compiler's _Float16 (every half, and
+// The scalar conversions against the compiler's half (every half, and
 // floats around every rounding boundary) and bfloat16's definition.
 TEST(HalfConversions, RoundToNearestEven) {
   for (uint32_t h = 0; h < 65536; ++h) {
-    _Float16 f16;
+    Half f16;
     const uint16_t bits = static_cast<uint16_t>(h);
     std::memcpy(&f16, &bits, sizeof(bits));
     const float want = static_cast<float>(f16), got = ToFloat(Float16{bits});
@@ -167,7 +175,7 @@ TEST(HalfConversions, RoundToNearestEven) {
     const float next = std::nextafter(want, want < 0 ? -1e9f : 1e9f);
     for (float x :
          {want, (want + next) / 2, std::nextafter(want, 0.0f), next}) {
-      const _Float16 rounded = static_cast<_Float16>(x);
+      const Half rounded = static_cast<Half>(x);
       uint16_t expected;
       std::memcpy(&expected, &rounded, sizeof(expected));
       ASSERT_EQ(ToFloat16(x).bits, expected) << x;
