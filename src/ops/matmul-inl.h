@@ -59,6 +59,10 @@ constexpr size_t kDepthBlock = 256;
 // and task spawning cost more than they save.
 constexpr size_t kSmallWork = size_t{1} << 15;
 constexpr size_t kSkinnyRows = 4;
+// With op(B) = B^T, 2 to 16 rows of A go by dot-product tiles (DotColumns);
+// one row streams B faster one dot at a time (bench/RESULTS.md).
+constexpr size_t kDotMinRows = 2;
+constexpr size_t kDotMaxRows = 16;
 // Skinny products are split over threads only above this many multiply-adds.
 constexpr size_t kParallelSkinnyWork = size_t{1} << 20;
 
@@ -508,6 +512,116 @@ inline void DirectColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
   }
 }
 
+// Dot-product tiles for op(B) = B^T with few rows of A (decode's
+// projections: nn.Linear weights are B^T): each loaded vector of A serves
+// kDotCols rows of B and each of B kDotRows rows of A, and B is read where
+// it lies, once per kDotRows rows of A, without packing.
+constexpr size_t kDotRows = 4;
+#if HWY_TARGET == HWY_SCALAR || \
+    !(HWY_ARCH_ARM_A64 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL)
+constexpr size_t kDotCols = 2;  // 16 vector registers (or one lane).
+#else
+constexpr size_t kDotCols = 4;
+#endif
+
+// C[0, R) x [n0, n0 + C) of the dot products of rows a (lda apart) and rows
+// b (ldb apart) over K; R <= kDotRows, C <= kDotCols. Each sum is a
+// vector's lanes, then the last K % Lanes elements, in a fixed order.
+template <size_t R, size_t C, class D, typename TB>
+HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
+                          const TB* HWY_RESTRICT b, size_t ldb, size_t K,
+                          float* HWY_RESTRICT c, size_t ldc, size_t n0,
+                          const MatMulOptions& opt) {
+  static_assert(R >= 1 && R <= 4 && C >= 1 && C <= kDotCols, "tile too large");
+  using Vec = hn::Vec<D>;
+  const size_t N = hn::Lanes(d);
+  Vec s00 = hn::Zero(d), s01 = s00, s02 = s00, s03 = s00;
+  Vec s10 = s00, s11 = s00, s12 = s00, s13 = s00;
+  Vec s20 = s00, s21 = s00, s22 = s00, s23 = s00;
+  Vec s30 = s00, s31 = s00, s32 = s00, s33 = s00;
+  size_t k = 0;
+  for (; k + N <= K; k += N) {
+    const Vec b0 = LoadB(d, b + k);
+    const Vec b1 = C > 1 ? LoadB(d, b + ldb + k) : b0;
+    const Vec b2 = C > 2 ? LoadB(d, b + 2 * ldb + k) : b0;
+    const Vec b3 = C > 3 ? LoadB(d, b + 3 * ldb + k) : b0;
+#define SIMDATTN_DOT_ROW(r)                           \
+  if (R > r) {                                        \
+    const Vec ar = hn::LoadU(d, a + r * lda + k);     \
+    s##r##0 = hn::MulAdd(ar, b0, s##r##0);            \
+    if (C > 1) s##r##1 = hn::MulAdd(ar, b1, s##r##1); \
+    if (C > 2) s##r##2 = hn::MulAdd(ar, b2, s##r##2); \
+    if (C > 3) s##r##3 = hn::MulAdd(ar, b3, s##r##3); \
+  }
+    SIMDATTN_DOT_ROW(0)
+    SIMDATTN_DOT_ROW(1)
+    SIMDATTN_DOT_ROW(2)
+    SIMDATTN_DOT_ROW(3)
+#undef SIMDATTN_DOT_ROW
+  }
+  const hn::CappedTag<float, 1> d1;
+  const auto finish = [&](size_t r, size_t j, Vec sum) {
+    auto dot = hn::Set(d1, hn::GetLane(hn::SumOfLanes(d, sum)));
+    for (size_t kk = k; kk < K; ++kk) {
+      dot = hn::MulAdd(hn::Set(d1, a[r * lda + kk]),
+                       LoadB(d1, b + j * ldb + kk), dot);
+    }
+    ScalarEpilogue(hn::GetLane(dot), c + r * ldc + n0 + j, n0 + j, opt);
+  };
+#define SIMDATTN_DOT_FINISH(r)        \
+  if (R > r) {                        \
+    finish(r, 0, s##r##0);            \
+    if (C > 1) finish(r, 1, s##r##1); \
+    if (C > 2) finish(r, 2, s##r##2); \
+    if (C > 3) finish(r, 3, s##r##3); \
+  }
+  SIMDATTN_DOT_FINISH(0)
+  SIMDATTN_DOT_FINISH(1)
+  SIMDATTN_DOT_FINISH(2)
+  SIMDATTN_DOT_FINISH(3)
+#undef SIMDATTN_DOT_FINISH
+}
+
+template <size_t C, class D, typename TB>
+HWY_INLINE void DotTileRows(D d, size_t rows, const float* a, size_t lda,
+                            const TB* b, size_t ldb, size_t K, float* c,
+                            size_t ldc, size_t n0, const MatMulOptions& opt) {
+  switch (rows) {
+    case 4:
+      return DotTile<4, C>(d, a, lda, b, ldb, K, c, ldc, n0, opt);
+    case 3:
+      return DotTile<3, C>(d, a, lda, b, ldb, K, c, ldc, n0, opt);
+    case 2:
+      return DotTile<2, C>(d, a, lda, b, ldb, K, c, ldc, n0, opt);
+    default:
+      return DotTile<1, C>(d, a, lda, b, ldb, K, c, ldc, n0, opt);
+  }
+}
+
+// Columns [n_begin, n_end) of C = A B^T by dot-product tiles: for each
+// kDotCols rows of B, every kDotRows rows of A.
+template <typename TB>
+inline void DotColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
+                       const MatMulOptions& opt, size_t n_begin, size_t n_end) {
+  const hn::ScalableTag<float> d;
+  size_t n = n_begin;
+  for (; n < n_end; n += kDotCols) {
+    const size_t cols = std::min(kDotCols, n_end - n);
+    for (size_t m = 0; m < c.rows; m += kDotRows) {
+      const size_t rows = std::min(kDotRows, c.rows - m);
+      if (cols == kDotCols) {
+        DotTileRows<kDotCols>(d, rows, a.Row(m), a.stride, b.Row(n), b.stride,
+                              a.cols, c.Row(m), c.stride, n, opt);
+      } else {
+        for (size_t j = 0; j < cols; ++j) {
+          DotTileRows<1>(d, rows, a.Row(m), a.stride, b.Row(n + j), b.stride,
+                         a.cols, c.Row(m), c.stride, n + j, opt);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace matmul_detail
 
 // Same-target entry point; arguments were validated by the caller.
@@ -526,7 +640,15 @@ inline void MatMulOf(ConstMatrix a, MatrixView<const TB> b, Matrix c,
     return;
   }
   const size_t work = M * N * K;
-  if (M > kSkinnyRows && work > kSmallWork) {
+  if (opt.transpose_b == Transpose::kYes && M >= kDotMinRows &&
+      M <= kDotMaxRows) {
+    const size_t grain = hwy::RoundUpTo(
+        std::max<size_t>(64, kParallelSkinnyWork / (M * K + 1)), kDotCols);
+    internal::ParallelFor(0, N, work > kParallelSkinnyWork ? grain : N,
+                          [&](size_t first, size_t last) {
+                            DotColumns(a, b, c, opt, first, last);
+                          });
+  } else if (M > kSkinnyRows && work > kSmallWork) {
     TiledMatMul(a, b, c, opt);
   } else if (work > kParallelSkinnyWork) {
     const size_t grain =
