@@ -135,6 +135,32 @@ struct DropoutKey {
 // Throws for p < 0, p > 1 or NaN.
 SIMDATTN_API void Dropout(Tensor4 x, float p, DropoutKey key);
 
+// Rotary position embedding (RoPE): which dimensions of a head turn
+// together.
+enum class RopePairing : uint8_t {
+  kHalfSplit,    // Dims i and i + rotary_dim / 2 (GPT-NeoX, Llama).
+  kInterleaved,  // Dims 2i and 2i + 1 (GPT-J).
+};
+
+struct RopeOptions {
+  RopePairing pairing = RopePairing::kHalfSplit;
+  // Pair i turns by position * theta^(-2i / rotary_dim); finite, > 0.
+  float theta = 10000.0f;
+  // The leading dims rotated, even and <= head_dim (partial rotary); 0: all.
+  size_t rotary_dim = 0;
+  // Per batch item, the position of its token 0 (token t is at
+  // positions[b] + t); null: 0.
+  const size_t* positions = nullptr;
+};
+
+// In place on queries or keys x (batch, heads, tokens, head_dim): rotates
+// each pair (x1, x2) of a token's rotary dims by its angle a to
+// (x1 cos a - x2 sin a, x2 cos a + x1 sin a). Angles are computed in double
+// and their cos and sin rounded once to float (HF's float32 tables differ
+// by up to position * 2^-24 in the angle); each output is within 2 ulp of
+// |x1| + |x2| of the exact rotation of the float inputs by those values.
+SIMDATTN_API void ApplyRope(Tensor4 x, const RopeOptions& options = {});
+
 struct AttentionOptions {
   // Multiplies Q K^T; absent: 1 / sqrt(head_dim), PyTorch's default.
   std::optional<float> scale;
