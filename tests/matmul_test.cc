@@ -40,6 +40,16 @@ struct Operand {
   }
 };
 
+// The case's options, with `bias` if it has one.
+MatMulOptions Options(const Case& t, const std::vector<float>& bias) {
+  MatMulOptions opt;
+  opt.transpose_b = t.transpose_b;
+  opt.alpha = t.alpha;
+  opt.beta = t.beta;
+  opt.bias = t.bias ? bias.data() : nullptr;
+  return opt;
+}
+
 // Runs one case and checks every element against the float64 product within
 // the componentwise bound of reference::MatMulElement.
 void RunCase(const Case& t, uint64_t seed) {
@@ -57,11 +67,7 @@ void RunCase(const Case& t, uint64_t seed) {
       }
     }
   }
-  MatMulOptions opt;
-  opt.transpose_b = t.transpose_b;
-  opt.alpha = t.alpha;
-  opt.beta = t.beta;
-  opt.bias = t.bias ? bias.data() : nullptr;
+  const MatMulOptions opt = Options(t, bias);
   MatMul(a.view, b.view, c.view, opt);
 
   for (size_t r = 0; r < t.m; ++r) {
@@ -138,11 +144,7 @@ void RunHalfCase(const Case& t, uint64_t seed) {
   Operand c16(t.m, t.n, t.pad, t.offset, seed + 2), c32 = c16;
   c32.view.data = c32.store.data() + t.offset;
   const std::vector<float> bias = test::RandomVector(t.n, seed + 3);
-  MatMulOptions opt;
-  opt.transpose_b = t.transpose_b;
-  opt.alpha = t.alpha;
-  opt.beta = t.beta;
-  opt.bias = t.bias ? bias.data() : nullptr;
+  const MatMulOptions opt = Options(t, bias);
   MatMul(a.view, b.view, c16.view, opt);
   MatMul(a.view, b.widened_view, c32.view, opt);
   ASSERT_EQ(std::memcmp(c16.store.data(), c32.store.data(),
