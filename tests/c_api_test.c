@@ -1094,6 +1094,98 @@ static void TestForwardStep(void) {
   simdattn_module_destroy(module);
 }
 
+/* MultiHeadAttention's variants through the config: a "sinks" tensor of
+ * (num_heads) in its state_dict; weights exactly 0 outside the window; the
+ * variants refused on other kinds. */
+static void TestModuleVariants(void) {
+  enum { kB = 1, kT = 6, kIn = 4, kOut = 8, kHeads = 2, kWindow = 2 };
+  simdattn_module_config config =
+      Config(SIMDATTN_MULTI_HEAD_ATTENTION, kIn, kOut, kT, kHeads);
+  simdattn_module* module = NULL;
+  simdattn_forward_options options;
+  float x[kB * kT * kIn], y[kB * kT * kOut], w[kB * kHeads * kT * kT];
+  size_t count = 0, i, found = 0, h, r, j;
+  config.window = kWindow;
+  config.softcap = 3.0f;
+  config.alibi = 1;
+  config.sinks = 1;
+  CHECK_OK(simdattn_module_create(&config, &module));
+  if (module == NULL) return;
+  CHECK_OK(simdattn_module_weight_count(module, &count));
+  for (i = 0; i < count; ++i) {
+    const char* name = NULL;
+    const size_t* shape = NULL;
+    size_t rank = 0;
+    CHECK_OK(
+        simdattn_module_weight_info(module, i, &name, &shape, &rank, NULL));
+    if (name != NULL && strcmp(name, "sinks") == 0) {
+      found = 1;
+      CHECK(rank == 1 && shape[0] == kHeads);
+    }
+  }
+  CHECK(found);
+  Fill(x, kB * kT * kIn, 5);
+  memset(&options, 0, sizeof(options));
+  options.attention_weights = Dense4(w, kB, kHeads, kT, kT);
+  CHECK_OK(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
+                                   Dense3(y, kB, kT, kOut), &options));
+  for (h = 0; h < kHeads; ++h) {
+    for (r = 0; r < kT; ++r) {
+      for (j = 0; j < kT; ++j) {
+        const float weight = w[(h * kT + r) * kT + j];
+        if (j > r || j + kWindow <= r) CHECK(weight == 0.0f);
+        if (j <= r && j + kWindow > r) CHECK(weight > 0.0f);
+      }
+    }
+  }
+  simdattn_module_destroy(module);
+  config = Config(SIMDATTN_CAUSAL_ATTENTION, kIn, kOut, kT, 1);
+  config.sinks = 1;
+  CHECK_ERROR(simdattn_module_create(&config, &module), INVALID,
+              "config->window, softcap, alibi and sinks apply to "
+              "SIMDATTN_MULTI_HEAD_ATTENTION only");
+}
+
+/* Rotary embeddings against a double computation, both pairings; errors. */
+static void TestRope(void) {
+  enum { kB = 2, kH = 2, kT = 3, kD = 6 };
+  float x[kB * kH * kT * kD], before[kB * kH * kT * kD];
+  const size_t positions[kB] = {4, 100};
+  int32_t interleaved;
+  size_t b, h, t, i;
+  for (interleaved = 0; interleaved <= 1; ++interleaved) {
+    Fill(x, kB * kH * kT * kD, 11);
+    memcpy(before, x, sizeof(x));
+    CHECK_OK(simdattn_apply_rope(Dense4(x, kB, kH, kT, kD), interleaved,
+                                 1000.0f, 4, positions));
+    for (b = 0; b < kB; ++b) {
+      for (h = 0; h < kH; ++h) {
+        for (t = 0; t < kT; ++t) {
+          const float* in = before + ((b * kH + h) * kT + t) * kD;
+          const float* out = x + ((b * kH + h) * kT + t) * kD;
+          for (i = 0; i < 2; ++i) {
+            const double angle = (double)(positions[b] + t) *
+                                 pow(1000.0, -2.0 * (double)i / 4.0);
+            const size_t p1 = interleaved ? 2 * i : i;
+            const size_t p2 = interleaved ? 2 * i + 1 : i + 2;
+            CHECK_NEAR(out[p1], in[p1] * cos(angle) - in[p2] * sin(angle),
+                       1e-6);
+            CHECK_NEAR(out[p2], in[p2] * cos(angle) + in[p1] * sin(angle),
+                       1e-6);
+          }
+          CHECK(out[4] == in[4] && out[5] == in[5]); /* Past rotary_dim. */
+        }
+      }
+    }
+  }
+  CHECK_ERROR(
+      simdattn_apply_rope(Dense4(x, kB, kH, kT, kD), 0, 1000.0f, 3, NULL),
+      INVALID, "options.rotary_dim (3) is not even");
+  CHECK_ERROR(
+      simdattn_apply_rope(Dense4(x, kB, kH, kT, kD), 2, 1000.0f, 0, NULL),
+      INVALID, "interleaved (2) is neither 0 nor 1");
+}
+
 int main(void) {
   TestRuntime();
   TestMatMul();
@@ -1108,6 +1200,8 @@ int main(void) {
   TestModuleErrors();
   TestOverflowingWeights();
   TestForwardStep();
+  TestModuleVariants();
+  TestRope();
   if (g_failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;

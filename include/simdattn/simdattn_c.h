@@ -209,6 +209,17 @@ SIMDATTN_API simdattn_status simdattn_softmax(simdattn_const_tensor4 x,
                                               simdattn_tensor4 y, float scale,
                                               const simdattn_mask* mask);
 
+/* Rotary position embedding in place on queries or keys x (batch, heads,
+ * tokens, head_dim) (kernels.h's ApplyRope): interleaved 0 pairs dims i and
+ * i + rotary_dim / 2 (GPT-NeoX, Llama), 1 pairs 2i and 2i + 1 (GPT-J); pair
+ * i turns by position * theta^(-2i / rotary_dim); rotary_dim 0: head_dim;
+ * positions NULL or dims[0] entries: token t of item b is at
+ * positions[b] + t. */
+SIMDATTN_API simdattn_status simdattn_apply_rope(simdattn_tensor4 x,
+                                                 int32_t interleaved,
+                                                 float theta, size_t rotary_dim,
+                                                 const size_t* positions);
+
 /* In place: keeps each element with probability 1 - p (p rounded to a
  * multiple of 2^-16), scaled by 1 / (1 - p). The mask is a pure function of
  * (seed, offset, element index); advance offset every training step. p
@@ -323,6 +334,14 @@ typedef struct simdattn_module_config {
   /* Initial weights are drawn from PyTorch's distributions with this seed
    * (the values differ from PyTorch's); load a state_dict to replace them. */
   uint64_t seed;
+  /* SIMDATTN_MULTI_HEAD_ATTENTION only (attention.h's AttentionVariants);
+   * zero: off. A sliding window of `window` tokens; softcap > 0 caps the
+   * scores; alibi 1: ALiBi with the paper's slopes; sinks 1: a learned sink
+   * logit per head, the state_dict's "sinks" (num_heads), initially 0. */
+  size_t window;
+  float softcap;
+  int32_t alibi;
+  int32_t sinks;
 } simdattn_module_config;
 
 typedef struct simdattn_module simdattn_module;

@@ -160,6 +160,12 @@ MatMulOptions ToOptions(const simdattn_matmul_options* options,
 AttentionModule MakeModule(const simdattn_module_config& c) {
   constexpr const char* kFn = "simdattn_module_create";
   const bool bias = Flag(c.qkv_bias, kFn, "config->qkv_bias");
+  SIMDATTN_REQUIRE(
+      c.kind == SIMDATTN_MULTI_HEAD_ATTENTION ||
+          (c.window == 0 && c.softcap == 0.0f && c.alibi == 0 && c.sinks == 0),
+      kFn,
+      "config->window, softcap, alibi and sinks apply to "
+      "SIMDATTN_MULTI_HEAD_ATTENTION only");
   switch (c.kind) {
     case SIMDATTN_SIMPLIFIED_SELF_ATTENTION:
       return SimplifiedSelfAttention(c.d_in);
@@ -173,9 +179,16 @@ AttentionModule MakeModule(const simdattn_module_config& c) {
     case SIMDATTN_MULTI_HEAD_ATTENTION_WRAPPER:
       return MultiHeadAttentionWrapper(c.d_in, c.d_out, c.context_length,
                                        c.dropout, c.num_heads, bias, c.seed);
-    case SIMDATTN_MULTI_HEAD_ATTENTION:
+    case SIMDATTN_MULTI_HEAD_ATTENTION: {
+      AttentionVariants variants;
+      variants.window = c.window;
+      variants.softcap = c.softcap;
+      variants.alibi = Flag(c.alibi, kFn, "config->alibi");
+      variants.sinks = Flag(c.sinks, kFn, "config->sinks");
       return MultiHeadAttention(c.d_in, c.d_out, c.context_length, c.dropout,
-                                c.num_heads, bias, c.seed, c.num_kv_heads);
+                                c.num_heads, bias, c.seed, c.num_kv_heads,
+                                variants);
+    }
   }
   internal::ThrowInvalidArgument(kFn, "config->kind (", c.kind,
                                  ") is not a simdattn_module_kind (0 to 5)");
@@ -285,6 +298,22 @@ simdattn_status simdattn_softmax(simdattn_const_tensor4 x, simdattn_tensor4 y,
                       simdattn::View4<float>(y), scale,
                       mask == nullptr ? simdattn::AttentionMask()
                                       : simdattn::ToMask(*mask, kFn));
+  });
+}
+
+simdattn_status simdattn_apply_rope(simdattn_tensor4 x, int32_t interleaved,
+                                    float theta, size_t rotary_dim,
+                                    const size_t* positions) {
+  constexpr const char* kFn = "simdattn_apply_rope";
+  return CallGuarded(kFn, [&] {
+    simdattn::RopeOptions options;
+    options.pairing = simdattn::Flag(interleaved, kFn, "interleaved")
+                          ? simdattn::RopePairing::kInterleaved
+                          : simdattn::RopePairing::kHalfSplit;
+    options.theta = theta;
+    options.rotary_dim = rotary_dim;
+    options.positions = positions;
+    simdattn::ApplyRope(simdattn::View4<float>(x), options);
   });
 }
 
