@@ -93,7 +93,10 @@ TEST(Shapes, MatMulStorageFlags) {
   EXPECT_EQ(s.Name(), "8x768x2304_Bt_bf16");
   EXPECT_EQ(measure::ParseMatMulShape("2x3x4_f16").b_storage,
             measure::MatMulShape::Storage::kFloat16);
-  for (const char* bad : {"2x3x4_bf16_f16", "2x3x4_bf16_bf16", "2x3x4_fp16"}) {
+  EXPECT_EQ(measure::ParseMatMulShape("8x768x2304_cold_Bt_bf16").Name(),
+            "8x768x2304_Bt_bf16_cold");
+  for (const char* bad :
+       {"2x3x4_bf16_f16", "2x3x4_bf16_bf16", "2x3x4_fp16", "2x3x4_cold_cold"}) {
     EXPECT_THROW(measure::ParseMatMulShape(bad), std::invalid_argument) << bad;
   }
 }

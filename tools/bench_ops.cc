@@ -317,8 +317,9 @@ const std::vector<OpSpec>& Ops() {
   static const std::vector<OpSpec> ops = {
       {"matmul",
        Metric::kGflops,
-       "MxKxN[_Bt][_bf16|_f16]  C = A op(B), op(B) = B^T with _Bt, B stored "
-       "in bfloat16 or float16",
+       "MxKxN[_Bt][_bf16|_f16][_cold]  C = A op(B), op(B) = B^T with _Bt, B "
+       "stored in bfloat16 or float16, a copy of B per call past the L3 "
+       "with _cold",
        Names(measure::StandardMatMulShapes()),
        {"6x3x2", "67x45x33", "67x45x33_Bt", "1x64x300_Bt", "130x257x129",
         "3x45x70_bf16", "67x45x33_Bt_bf16", "130x257x129_f16",

@@ -129,7 +129,7 @@ double VisiblePairs(size_t queries, size_t keys, size_t offset, bool causal,
 std::string MatMulShape::Name() const {
   const char* const storage[] = {"", "_bf16", "_f16"};
   return Dims({m, k, n}) + (transpose_b ? "_Bt" : "") +
-         storage[static_cast<int>(b_storage)];
+         storage[static_cast<int>(b_storage)] + (cold ? "_cold" : "");
 }
 
 double MatMulShape::Flops() const {
@@ -284,7 +284,7 @@ const std::vector<AttentionShape>& StandardDecodeShapes() {
 
 MatMulShape ParseMatMulShape(const std::string& text) {
   constexpr const char* kForm =
-      "MxKxN with optional _Bt and _bf16 or _f16 (e.g. 1024x64x1024_Bt)";
+      "MxKxN with optional _Bt, _bf16 or _f16, _cold (e.g. 1024x64x1024_Bt)";
   const Parsed p = Parse(text, kForm);
   if (p.dims.size() != 3) Fail(text, kForm);
   MatMulShape s{p.dims[0], p.dims[1], p.dims[2]};
@@ -296,6 +296,8 @@ MatMulShape ParseMatMulShape(const std::string& text) {
       s.b_storage = Storage::kBFloat16;
     } else if (flag == "f16" && s.b_storage == Storage::kFloat32) {
       s.b_storage = Storage::kFloat16;
+    } else if (flag == "cold" && !s.cold) {
+      s.cold = true;
     } else {
       Fail(text, kForm);
     }

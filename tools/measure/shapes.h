@@ -23,9 +23,15 @@ struct MatMulShape {
   // op(B) = B^T with B stored n x k (one head's Q K^T).
   bool transpose_b = false;
   Storage b_storage = Storage::kFloat32;  // Flags "_bf16", "_f16".
+  // Flag "_cold": each call reads its own copy of B, the copies together
+  // past any L3 (kColdBytes), as a model's decode step reads each layer's
+  // weights from memory.
+  bool cold = false;
+  static constexpr size_t kColdBytes = size_t{256} << 20;
 
-  std::string Name() const;  // "MxKxN", then "_Bt", "_bf16" or "_f16".
-  double Flops() const;      // 2 m n k.
+  // "MxKxN", then "_Bt", "_bf16" or "_f16", "_cold".
+  std::string Name() const;
+  double Flops() const;  // 2 m n k.
 };
 
 // The attention variants a softmax or attention shape may add to its mask

@@ -79,20 +79,29 @@ Buffer Scores(size_t n) {
 class SimdattnMatMul : public Workload {
  public:
   explicit SimdattnMatMul(const MatMulShape& s)
-      : ops_(s),
-        a_(ops_.a.data(), s.m, s.k),
-        b_(ops_.b.data(), s.transpose_b ? s.n : s.k, s.transpose_b ? s.k : s.n,
-           s.b_storage),
-        c_(ops_.c.data(), s.m, s.n) {
+      : ops_(s), a_(ops_.a.data(), s.m, s.k), c_(ops_.c.data(), s.m, s.n) {
     options_.transpose_b = s.transpose_b ? Transpose::kYes : Transpose::kNo;
+    const size_t rows = s.transpose_b ? s.n : s.k;
+    const size_t cols = s.transpose_b ? s.k : s.n;
+    const size_t bytes = rows * cols * sizeof(float);
+    const size_t copies =
+        s.cold ? std::max<size_t>(2, MatMulShape::kColdBytes / (bytes + 1)) : 1;
+    for (size_t i = 0; i < copies; ++i) {
+      b_.push_back(
+          std::make_unique<StoredB>(ops_.b.data(), rows, cols, s.b_storage));
+    }
   }
-  void Run() override { b_.Multiply(a_, c_, options_); }
+  void Run() override {
+    b_[next_]->Multiply(a_, c_, options_);
+    next_ = (next_ + 1) % b_.size();
+  }
   std::string Impl() const override { return ActiveTarget(); }
 
  private:
   MatMulOperands ops_;
   ConstMatrix a_;
-  StoredB b_;
+  std::vector<std::unique_ptr<StoredB>> b_;  // One, or the cold copies.
+  size_t next_ = 0;
   Matrix c_;
   MatMulOptions options_;
 };
@@ -431,9 +440,9 @@ void StoredB::Multiply(ConstMatrix a, Matrix c,
 
 std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape, Library library,
                                      [[maybe_unused]] int threads) {
-  // The other libraries are measured on float32 B only.
+  // The other libraries are measured on float32, warm B only.
   if (library != Library::kSimdattn &&
-      shape.b_storage != MatMulShape::Storage::kFloat32) {
+      (shape.b_storage != MatMulShape::Storage::kFloat32 || shape.cold)) {
     return nullptr;
   }
   switch (library) {
