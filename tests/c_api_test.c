@@ -959,6 +959,74 @@ static void TestAttentionVariants(void) {
 
 /* A cache owning its memory and one in caller memory: append, size, views,
  * clear, and the errors. */
+/* A bf16 paged cache through the C API: ragged appends, attention over it
+ * next to the same tokens in a float cache (within bf16's rounding), the
+ * sequence operations and their errors. */
+static void TestKVCacheTypes(void) {
+  enum { kB = 2, kHeads = 2, kCap = 40, kD = 8, kN = 20 };
+  float k[kB * kHeads * kN * kD], v[kB * kHeads * kN * kD];
+  float q[kB * kHeads * kD], out[kB * kHeads * kD], ref[kB * kHeads * kD];
+  simdattn_kv_cache_config config;
+  simdattn_kv_cache* narrow = NULL;
+  simdattn_kv_cache* wide = NULL;
+  simdattn_attention_options options = simdattn_attention_default_options();
+  const size_t both[2] = {0, 1}, second[1] = {1}, order[2] = {1, 1};
+  size_t length = 0, i;
+  Fill(k, sizeof(k) / sizeof(float), 41);
+  Fill(v, sizeof(v) / sizeof(float), 42);
+  Fill(q, sizeof(q) / sizeof(float), 43);
+  memset(&config, 0, sizeof(config));
+  config.type = SIMDATTN_KV_BF16;
+  config.block_size = 16;
+  CHECK_OK(
+      simdattn_kv_cache_create_with(kB, kHeads, kCap, kD, &config, &narrow));
+  CHECK_OK(simdattn_kv_cache_create_with(kB, kHeads, kCap, kD, NULL, &wide));
+  if (narrow == NULL || wide == NULL) {
+    simdattn_kv_cache_destroy(narrow);
+    simdattn_kv_cache_destroy(wide);
+    return;
+  }
+  CHECK_OK(
+      simdattn_kv_cache_append_to(narrow, Const4(Dense4(k, 2, kHeads, kN, kD)),
+                                  Const4(Dense4(v, 2, kHeads, kN, kD)), both));
+  CHECK_OK(
+      simdattn_kv_cache_append_to(wide, Const4(Dense4(k, 2, kHeads, kN, kD)),
+                                  Const4(Dense4(v, 2, kHeads, kN, kD)), both));
+  CHECK_OK(
+      simdattn_kv_cache_append_to(narrow, Const4(Dense4(k, 1, kHeads, 3, kD)),
+                                  Const4(Dense4(v, 1, kHeads, 3, kD)), second));
+  CHECK_OK(simdattn_kv_cache_length(narrow, 1, &length));
+  CHECK(length == kN + 3);
+  CHECK_OK(simdattn_kv_cache_truncate(narrow, 1, kN));
+  options.mask.causal = 1;
+  CHECK_OK(simdattn_kv_cache_attention(Const4(Dense4(q, kB, kHeads, 1, kD)),
+                                       narrow, Dense4(out, kB, kHeads, 1, kD),
+                                       &options));
+  CHECK_OK(simdattn_kv_cache_attention(Const4(Dense4(q, kB, kHeads, 1, kD)),
+                                       wide, Dense4(ref, kB, kHeads, 1, kD),
+                                       &options));
+  for (i = 0; i < kB * kHeads * kD; ++i) CHECK_NEAR(out[i], ref[i], 2e-2);
+  CHECK_OK(simdattn_kv_cache_copy(narrow, 0, 1));
+  CHECK_OK(simdattn_kv_cache_reorder(narrow, order));
+  CHECK_OK(simdattn_kv_cache_length(narrow, 0, &length));
+  CHECK(length == kN);
+  config.type = 7;
+  CHECK_ERROR(
+      simdattn_kv_cache_create_with(kB, kHeads, kCap, kD, &config, &wide),
+      INVALID, "config->type (7) is not a simdattn_kv_type");
+  options.mask.causal_offset = 1;
+  CHECK_ERROR(
+      simdattn_kv_cache_attention(Const4(Dense4(q, kB, kHeads, 1, kD)), narrow,
+                                  Dense4(out, kB, kHeads, 1, kD), &options),
+      INVALID, "the cache's lengths give them");
+  CHECK_ERROR(simdattn_kv_cache_truncate(narrow, 0, kN + 1), INVALID,
+              "length (21) exceeds");
+  CHECK_ERROR(simdattn_kv_cache_reorder(narrow, NULL), INVALID,
+              "order is null");
+  simdattn_kv_cache_destroy(narrow);
+  simdattn_kv_cache_destroy(wide);
+}
+
 static void TestKVCache(void) {
   enum { kHeads = 2, kCap = 4, kD = 3 };
   float keys[kHeads * kCap * kD], values[kHeads * kCap * kD];
@@ -1007,7 +1075,7 @@ static void TestKVCache(void) {
   CHECK_ERROR(
       simdattn_kv_cache_append(owned, Const4(Dense4(new_k, 1, kHeads, 2, kD)),
                                Const4(Dense4(new_v, 1, kHeads, 2, kD))),
-      INVALID, "appending 2 tokens to 3 exceeds the capacity (4)");
+      INVALID, "appending 2 tokens to sequence 0's 3 exceeds the capacity (4)");
   CHECK_ERROR(
       simdattn_kv_cache_append(owned, Const4(Dense4(new_k, 1, kHeads, 1, kD)),
                                Const4(Dense4(new_v, 1, kHeads, 1, kD - 1))),
@@ -1195,6 +1263,7 @@ int main(void) {
   TestAttention();
   TestAttentionVariants();
   TestKVCache();
+  TestKVCacheTypes();
   TestCausalAgainstReference();
   TestEveryModule();
   TestModuleErrors();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -216,12 +217,27 @@ double CheckMha(const measure::MhaShape& s) {
 // cache, or its window), with the shape's mask. Bound: 1e-5 of max |v|
 // (each output is a convex combination of values); each row's log-sum-exp
 // within 1e-5 (1 + |L|), -inf exactly. Dropout is left to CheckDropout: the
-// fused kernel draws the same bits.
+// fused kernel draws the same bits. Shapes in a KVCache are checked against
+// the reference over what the cache holds (KVCache::Read).
 double CheckAttention(const measure::AttentionShape& s) {
   const size_t tq = s.QueryTokens(), tk = s.tokens, d = s.head_dim;
   const std::vector<float> q = Random(s.batch * s.heads * tq * d, 13, -1, 1);
-  const std::vector<float> k = Random(s.batch * s.kv_heads * tk * d, 14, -1, 1);
-  const std::vector<float> v = Random(k.size(), 15, -1, 1);
+  std::vector<float> k = Random(s.batch * s.kv_heads * tk * d, 14, -1, 1);
+  std::vector<float> v = Random(k.size(), 15, -1, 1);
+  std::optional<KVCache> cache;
+  if (s.InCache()) {
+    KVCacheConfig config;
+    config.type = s.cache;
+    config.block_size = s.page;
+    cache.emplace(s.batch, s.kv_heads, tk, d, config);
+    cache->Append(ConstTensor4::Dense(k.data(), s.batch, s.kv_heads, tk, d),
+                  ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, tk, d));
+    const size_t per_sequence = s.kv_heads * tk * d;
+    for (size_t b = 0; b < s.batch; ++b) {
+      cache->Read(b, Tensor3(k.data() + b * per_sequence, s.kv_heads, tk, d),
+                  Tensor3(v.data() + b * per_sequence, s.kv_heads, tk, d));
+    }
+  }
   std::vector<float> out(q.size(), -1.0f);
   std::vector<float> lse(s.batch * s.heads * tq, -1.0f);
   const measure::ShapeMask shape_mask(s.variants, s.heads, s.causal || s.decode,
@@ -235,9 +251,14 @@ double CheckAttention(const measure::AttentionShape& s) {
       ConstTensor4::Dense(k.data(), s.batch, s.kv_heads, tk, d);
   const ConstTensor4 v_view =
       ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, tk, d);
-  ScaledDotProductAttention(q_view, k_view, v_view,
-                            Tensor4::Dense(out.data(), s.batch, s.heads, tq, d),
-                            options);
+  const Tensor4 out_view = Tensor4::Dense(out.data(), s.batch, s.heads, tq, d);
+  if (cache) {
+    AttentionOptions from_cache = options;
+    from_cache.mask.causal_offset = 0;  // The cache's lengths give it.
+    ScaledDotProductAttention(q_view, cache->View(), out_view, from_cache);
+  } else {
+    ScaledDotProductAttention(q_view, k_view, v_view, out_view, options);
+  }
   std::vector<double> ref_lse;
   const std::vector<double> ref =
       reference::Attention(q_view, k_view, v_view, 1.0 / std::sqrt(double(d)),
@@ -359,12 +380,15 @@ const std::vector<OpSpec>& Ops() {
        [](const std::string& text) { return AttentionCase(text, false); }},
       {"decode",
        Metric::kGbPerSec,
-       "BxHxNxD[_kvG][_windowW][_softcapC][_sinks][_alibi]  one query per "
-       "sequence against N cached keys (the last W with a window); bytes of "
-       "K and V read",
+       "BxHxNxD[_kvG][_windowW][_softcapC][_sinks][_alibi][_kvbf16|_kvf16|"
+       "_kvint8][_pagedN]  one query per sequence against N cached keys (the "
+       "last W with a window), in a KVCache of that type and layout; bytes "
+       "of K and V read",
        Names(measure::StandardDecodeShapes()),
        {"1x2x5x8", "2x4x300x16_kv2", "1x3x1000x64", "2x4x300x16_window40",
-        "1x6x100x8_kv3_softcap30.5_sinks_alibi"},
+        "1x6x100x8_kv3_softcap30.5_sinks_alibi", "2x4x300x16_kv2_kvbf16",
+        "2x4x300x16_kvf16_paged16", "1x6x1000x64_kv3_kvint8",
+        "2x4x300x16_kv2_kvint8_paged32_window40_sinks", "2x2x70x8_paged16"},
        [](const std::string& text) { return AttentionCase(text, true); }},
   };
   return ops;

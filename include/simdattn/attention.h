@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,41 +81,90 @@ namespace internal {
 enum class StateDictLayout : int;  // Each seed module's state_dict naming.
 }  // namespace internal
 
+// How a KVCache stores its tokens.
+struct KVCacheConfig {
+  KVType type = KVType::kF32;  // kernels.h states each type's error.
+  // 0: contiguous, `capacity` tokens reserved per sequence. Otherwise paged:
+  // blocks of block_size tokens (a power of two, 16 to 256) taken from one
+  // pool as sequences grow, and given back when they shrink.
+  size_t block_size = 0;
+  // Paged: blocks in the pool; 0: enough for every sequence's capacity.
+  size_t num_blocks = 0;
+  // Rotates keys as they are appended, each token at its position in its
+  // sequence (rope->positions must be null).
+  std::optional<RopeOptions> rope;
+};
+
 // The keys and values of the tokens seen so far, for one attention layer:
-// (batch, kv_heads, capacity, head_dim) each, in memory the cache owns or
-// the caller's. Every batch item holds the same number of tokens, size().
+// `batch` sequences of kv_heads x head_dim keys and values per token, each
+// sequence its own length (up to `capacity`). Attention reads them where
+// they lie (View(), ScaledDotProductAttention). The cache owns its memory,
+// or uses the caller's float (batch, kv_heads, capacity, head_dim) tensors.
 class SIMDATTN_API KVCache {
  public:
-  // Owns zero-initialised memory for `capacity` tokens.
-  KVCache(size_t batch, size_t kv_heads, size_t capacity, size_t head_dim);
-  // Uses the caller's (batch, kv_heads, capacity, head_dim) tensors, which
-  // must have the same dims, not overlap, and outlive the cache.
+  KVCache(size_t batch, size_t kv_heads, size_t capacity, size_t head_dim,
+          const KVCacheConfig& config = {});
+  // Uses the caller's (batch, kv_heads, capacity, head_dim) float tensors,
+  // contiguous layout, which must have the same dims, not overlap, and
+  // outlive the cache.
   KVCache(Tensor4 keys, Tensor4 values);
-  KVCache(KVCache&&) = default;
-  KVCache& operator=(KVCache&&) = default;
+  KVCache(KVCache&&) noexcept;
+  KVCache& operator=(KVCache&&) noexcept;
+  ~KVCache();
   KVCache(const KVCache&) = delete;  // Would alias or copy caller memory.
   KVCache& operator=(const KVCache&) = delete;
 
-  // Copies n more tokens' keys and values, (batch, kv_heads, n, head_dim)
-  // views (e.g. a projection's output, in place). Throws if they do not fit.
+  // Appends n tokens' keys and values, (batch, kv_heads, n, head_dim) views
+  // (e.g. a projection's output, in place), to every sequence. Throws,
+  // changing nothing, if they do not fit.
   void Append(ConstTensor4 keys, ConstTensor4 values);
-  // Forgets every token (a new sequence); the memory stays.
-  void Clear() { size_ = 0; }
+  // Appends keys[s] and values[s] (s < keys.dims[0]) to the distinct
+  // sequences[s].
+  void Append(ConstTensor4 keys, ConstTensor4 values,
+              const std::vector<size_t>& sequences);
+  // Keeps a sequence's first `length` tokens (rolling back rejected
+  // speculative tokens); length <= its length.
+  void Truncate(size_t sequence, size_t length);
+  // Empties one sequence, or all (the memory stays).
+  void Reset(size_t sequence) { Truncate(sequence, 0); }
+  void Clear();
+  // Sequence dst becomes a copy of sequence src (a shared prefix). Paged,
+  // dst shares src's blocks until one of them appends to a shared block.
+  void Copy(size_t src, size_t dst);
+  // Sequence b becomes what sequence order[b] was, for every b (beam search:
+  // order may repeat or drop sequences). order.size() == batch().
+  void Reorder(const std::vector<size_t>& order);
 
-  // (batch, kv_heads, size(), head_dim) views of what was appended.
+  // Where the tokens lie, for ScaledDotProductAttention; valid until the
+  // next change to the cache.
+  KVCacheView View() const;
+  // A sequence's keys and values as attention sees them (widened or
+  // dequantized to float): (kv_heads, length(sequence), head_dim) each.
+  void Read(size_t sequence, Tensor3 keys, Tensor3 values) const;
+
+  size_t length(size_t sequence) const;
+  // The longest sequence's length.
+  size_t size() const;
+  size_t capacity() const { return capacity_; }
+  size_t batch() const { return batch_; }
+  size_t kv_heads() const { return kv_heads_; }
+  size_t head_dim() const { return head_dim_; }
+  const KVCacheConfig& config() const { return config_; }
+  // Float contiguous caches only: (batch, kv_heads, size(), head_dim) views;
+  // tokens past a shorter sequence's length are stale.
   ConstTensor4 keys() const;
   ConstTensor4 values() const;
 
-  size_t size() const { return size_; }
-  size_t capacity() const { return keys_.dims[2]; }
-  size_t batch() const { return keys_.dims[0]; }
-  size_t kv_heads() const { return keys_.dims[1]; }
-  size_t head_dim() const { return keys_.dims[3]; }
-
  private:
-  std::vector<float> owned_;
-  Tensor4 keys_, values_;
-  size_t size_ = 0;
+  struct Storage;
+  // Throws (naming `function`) unless the keys and values are
+  // (count, kv_heads, n, head_dim) views.
+  void CheckTokens(const char* function, ConstTensor4 keys, ConstTensor4 values,
+                   size_t count) const;
+
+  size_t batch_ = 0, kv_heads_ = 0, capacity_ = 0, head_dim_ = 0;
+  KVCacheConfig config_;
+  std::unique_ptr<Storage> storage_;
 };
 
 // The common implementation of the modules: projections, scores, masked

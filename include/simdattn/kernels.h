@@ -200,6 +200,60 @@ SIMDATTN_API void ScaledDotProductAttention(
     ConstTensor4 q, ConstTensor4 k, ConstTensor4 v, Tensor4 out,
     const AttentionOptions& options = {});
 
+// How a KV cache stores keys and values. Attention widens bf16 and f16
+// exactly; int8 holds round(x / scale), |x - scale q| <= scale / 2 with
+// scale = max |x| / 127 over the token's head (one scale per token and head).
+enum class KVType : uint8_t { kF32, kBF16, kF16, kInt8 };
+
+// Size in bytes of one element of a type.
+SIMDATTN_API size_t KVTypeBytes(KVType type);
+
+// Keys and values where a KV cache keeps them (attention.h's KVCache::View
+// gives one), read in place by attention: no converted copy is made. Keys and
+// values share one layout: element c of token t of sequence b in head h is at
+//   keys[block * block_stride + h * head_stride + (t % block_size) *
+//        row_stride + c]
+// (values alike), elements of `type`, where block is
+//   block_table[b * blocks_per_sequence + t / block_size]  when paged,
+//   b  when block_table is null (contiguous: block_size = the capacity).
+// int8 scales: key_scales[block * scale_block_stride + h * scale_head_stride
+// + t % block_size], value_scales alike. Sequence b holds lengths[b] tokens;
+// slots past them (unwritten, or left by a truncation) never affect a result.
+struct KVCacheView {
+  KVType type = KVType::kF32;
+  size_t batch = 0, kv_heads = 0, head_dim = 0;
+  const size_t* lengths = nullptr;
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  size_t block_stride = 0, head_stride = 0, row_stride = 0;  // In elements.
+  const float* key_scales = nullptr;
+  const float* value_scales = nullptr;
+  size_t scale_block_stride = 0, scale_head_stride = 0;
+  // Tokens per block: a power of two when paged.
+  size_t block_size = 0;
+  const int32_t* block_table = nullptr;
+  size_t blocks_per_sequence = 0;
+  size_t num_blocks = 0;  // Blocks in the pool (paged): table entries < it.
+
+  // Tokens a sequence can hold.
+  size_t capacity() const {
+    return block_table != nullptr ? blocks_per_sequence * block_size
+                                  : block_size;
+  }
+};
+
+// Attention of q (batch, q_heads, q_tokens, head_dim) over a cache's keys and
+// values, as ScaledDotProductAttention over them widened to float (bf16, f16)
+// or dequantized (int8: the scale is applied to each score and each weight,
+// so results differ from attention over dequantized values by rounding). The
+// queries are each sequence's last q_tokens tokens (lengths[b] >= q_tokens):
+// options.mask.causal (and window) count positions from there, and key
+// lengths come from the cache, so mask.causal_offset(s) and key_lengths must
+// be unset. Masks' and dropout's key dimension is the cache's capacity().
+SIMDATTN_API void ScaledDotProductAttention(
+    ConstTensor4 q, const KVCacheView& kv, Tensor4 out,
+    const AttentionOptions& options = {});
+
 }  // namespace simdattn
 
 #endif  // SIMDATTN_KERNELS_H_

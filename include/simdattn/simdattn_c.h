@@ -299,10 +299,66 @@ SIMDATTN_API simdattn_status simdattn_kv_cache_size(
     const simdattn_kv_cache* cache, size_t* size, size_t* capacity);
 
 /* Views (batch, kv_heads, size, head_dim) of what was appended, valid until
- * the cache is destroyed; either pointer may be NULL. */
+ * the cache is destroyed; either pointer may be NULL. Float contiguous
+ * caches only. */
 SIMDATTN_API simdattn_status simdattn_kv_cache_view(
     const simdattn_kv_cache* cache, simdattn_const_tensor4* keys,
     simdattn_const_tensor4* values);
+
+/* How a cache stores tokens (attention.h's KVCacheConfig; kernels.h's
+ * KVType states each type's error). All zero: float, contiguous. */
+typedef enum simdattn_kv_type {
+  SIMDATTN_KV_F32 = 0,
+  SIMDATTN_KV_BF16 = 1,
+  SIMDATTN_KV_F16 = 2,
+  SIMDATTN_KV_INT8 = 3 /* one scale per token and head */
+} simdattn_kv_type;
+typedef struct simdattn_kv_cache_config {
+  int type;          /* a simdattn_kv_type */
+  size_t block_size; /* 0: contiguous; else paged, a power of two 16..256 */
+  size_t num_blocks; /* paged: the pool; 0: enough for every sequence */
+  /* Nonzero: keys rotated on append, each at its position (RoPE). */
+  int rope;
+  int rope_interleaved; /* 0: half-split pairs (NeoX); 1: GPT-J's */
+  float rope_theta;     /* 0: 10000 */
+  size_t rope_dim;      /* 0: head_dim */
+} simdattn_kv_cache_config;
+
+/* A cache of `capacity` tokens per sequence as config says (NULL: float,
+ * contiguous). */
+SIMDATTN_API simdattn_status simdattn_kv_cache_create_with(
+    size_t batch, size_t kv_heads, size_t capacity, size_t head_dim,
+    const simdattn_kv_cache_config* config, simdattn_kv_cache** cache);
+
+/* Appends keys[s], values[s] (s < keys.dims[0]) to the distinct
+ * sequences[s]. */
+SIMDATTN_API simdattn_status simdattn_kv_cache_append_to(
+    simdattn_kv_cache* cache, simdattn_const_tensor4 keys,
+    simdattn_const_tensor4 values, const size_t* sequences);
+
+/* Keeps a sequence's first `length` tokens (length <= its length). */
+SIMDATTN_API simdattn_status simdattn_kv_cache_truncate(
+    simdattn_kv_cache* cache, size_t sequence, size_t length);
+
+/* Sequence dst becomes a copy of src (paged: blocks shared until written). */
+SIMDATTN_API simdattn_status simdattn_kv_cache_copy(simdattn_kv_cache* cache,
+                                                    size_t src, size_t dst);
+
+/* Sequence b becomes what sequence order[b] was; order has batch entries. */
+SIMDATTN_API simdattn_status simdattn_kv_cache_reorder(simdattn_kv_cache* cache,
+                                                       const size_t* order);
+
+/* One sequence's length. */
+SIMDATTN_API simdattn_status simdattn_kv_cache_length(
+    const simdattn_kv_cache* cache, size_t sequence, size_t* length);
+
+/* Attention of q (batch, q_heads, q_tokens, head_dim), each sequence's last
+ * q_tokens tokens, over the cache where it lies (kernels.h's
+ * ScaledDotProductAttention over a KVCacheView): options' causal offsets
+ * and key lengths must be unset (the cache gives them). */
+SIMDATTN_API simdattn_status simdattn_kv_cache_attention(
+    simdattn_const_tensor4 q, const simdattn_kv_cache* cache,
+    simdattn_tensor4 out, const simdattn_attention_options* options);
 
 /* ------------------------------------------------------------------------ */
 /* Attention modules (attention.h)                                           */

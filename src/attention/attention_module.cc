@@ -347,6 +347,9 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
       name_, "the cache holds (batch ", cache.batch(), ", kv_heads ",
       cache.kv_heads(), ", head_dim ", cache.head_dim(), "), expected (", batch,
       ", ", c.num_kv_heads, ", ", c.head_dim, ")");
+  SIMDATTN_REQUIRE(!cache.config().rope, name_,
+                   "the cache rotates keys (config.rope) but the module has "
+                   "no rotary embedding for its queries");
   // Compared as a difference: size() + tokens could wrap.
   SIMDATTN_REQUIRE(tokens <= cache.capacity() - cache.size(), name_,
                    "the cache holds ", cache.size(), " of ", cache.capacity(),
@@ -361,12 +364,13 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
   HeadViews(qkv_buffer.data(), batch, tokens, &q, &k, &v);
   cache.Append(k, v);
 
-  // The new tokens are the last of the cache's: causal offset size - n.
+  // The new tokens are the last of each sequence's: the cache gives the
+  // causal offsets.
   ScratchBuffer context_buffer(sizes.context);
   AttentionOptions attention;
   attention.scale = ScoreScale();
-  attention.mask = Mask(cache.size() - tokens);
-  ScaledDotProductAttention(q, cache.keys(), cache.values(),
+  attention.mask = Mask(0);
+  ScaledDotProductAttention(q, cache.View(),
                             ContextView(context_buffer.data(), y), attention);
   if (c.out_proj) ProjectOut(context_buffer.data(), y);
 }

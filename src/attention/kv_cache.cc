@@ -1,29 +1,305 @@
-// KVCache: validation and row copies; attention over it is
-// ScaledDotProductAttention with a causal offset.
+// KVCache: storage in four element types and two layouts, the block pool of
+// the paged layout, and the conversions on append. Attention over it is
+// ScaledDotProductAttention over View().
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "simdattn/attention.h"
 #include "src/common/check.h"
 
 namespace simdattn {
 
+using internal::CheckedMul;
 using internal::ShapeString;
 
-KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
-                 size_t head_dim) {
-  constexpr const char* kFn = "KVCache";
-  const size_t per_tensor = internal::CheckedMul(
-      kFn, "batch * kv_heads * capacity * head_dim",
-      internal::CheckedMul(kFn, "batch * kv_heads", batch, kv_heads),
-      internal::CheckedMul(kFn, "capacity * head_dim", capacity, head_dim));
-  owned_.assign(internal::CheckedMul(kFn, "the keys and values", per_tensor, 2),
-                0.0f);
-  keys_ = Tensor4::Dense(owned_.data(), batch, kv_heads, capacity, head_dim);
-  values_ = Tensor4::Dense(owned_.data() + per_tensor, batch, kv_heads,
-                           capacity, head_dim);
+namespace {
+
+// Writes n floats as `type` (int8: one scale for the row, max |x| / 127;
+// a non-finite element makes the scale, so the whole dequantized row, NaN).
+void WriteRow(KVType type, const float* src, size_t n, void* dst,
+              float* scale) {
+  switch (type) {
+    case KVType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case KVType::kBF16: {
+      auto* out = static_cast<BFloat16*>(dst);
+      for (size_t i = 0; i < n; ++i) out[i] = ToBFloat16(src[i]);
+      return;
+    }
+    case KVType::kF16: {
+      auto* out = static_cast<Float16*>(dst);
+      for (size_t i = 0; i < n; ++i) out[i] = ToFloat16(src[i]);
+      return;
+    }
+    case KVType::kInt8: {
+      auto* out = static_cast<int8_t*>(dst);
+      float max_abs = 0.0f;
+      bool finite = true;
+      for (size_t i = 0; i < n; ++i) {
+        finite = finite && std::isfinite(src[i]);
+        max_abs = std::max(max_abs, std::fabs(src[i]));
+      }
+      if (!finite || max_abs == 0.0f) {
+        *scale = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+        std::fill(out, out + n, int8_t{0});
+        return;
+      }
+      *scale = max_abs / 127.0f;
+      const float inverse = 127.0f / max_abs;
+      for (size_t i = 0; i < n; ++i) {
+        const float q = std::nearbyint(src[i] * inverse);
+        out[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+      }
+      return;
+    }
+  }
 }
 
-KVCache::KVCache(Tensor4 keys, Tensor4 values) : keys_(keys), values_(values) {
+// The inverse, as attention reads a row: widened, or scale * q.
+void ReadRow(KVType type, const void* src, float scale, size_t n, float* dst) {
+  switch (type) {
+    case KVType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case KVType::kBF16:
+      for (size_t i = 0; i < n; ++i) {
+        dst[i] = ToFloat(static_cast<const BFloat16*>(src)[i]);
+      }
+      return;
+    case KVType::kF16:
+      for (size_t i = 0; i < n; ++i) {
+        dst[i] = ToFloat(static_cast<const Float16*>(src)[i]);
+      }
+      return;
+    case KVType::kInt8:
+      for (size_t i = 0; i < n; ++i) {
+        dst[i] = scale * static_cast<float>(static_cast<const int8_t*>(src)[i]);
+      }
+      return;
+  }
+}
+
+}  // namespace
+
+// The memory and the bookkeeping: element (block, h, row, c) of keys at
+// keys + ((block * block_stride + h * head_stride + row * row_stride + c) *
+// element bytes), as KVCacheView describes; contiguous storage has a block
+// per sequence.
+struct KVCache::Storage {
+  KVType type = KVType::kF32;
+  size_t element = 4;  // Bytes.
+  std::vector<uint8_t> owned_keys, owned_values;
+  uint8_t* keys = nullptr;
+  uint8_t* values = nullptr;
+  size_t block_stride = 0, head_stride = 0, row_stride = 0;
+  std::vector<float> key_scales, value_scales;  // int8.
+  size_t scale_block_stride = 0, scale_head_stride = 0;
+  size_t block_size = 0;
+  bool paged = false;
+  size_t blocks_per_sequence = 0, num_blocks = 0;
+  std::vector<int32_t> table;        // Paged: -1 where no block is held.
+  std::vector<uint32_t> references;  // Per block: sequences holding it.
+  std::vector<int32_t> free_blocks;
+  std::vector<size_t> lengths;
+
+  size_t Block(size_t b, size_t t) const {
+    return paged ? static_cast<size_t>(
+                       table[b * blocks_per_sequence + t / block_size])
+                 : b;
+  }
+  size_t Offset(size_t b, size_t h, size_t t) const {
+    return Block(b, t) * block_stride + h * head_stride +
+           t % block_size * row_stride;
+  }
+  size_t ScaleOffset(size_t b, size_t h, size_t t) const {
+    return Block(b, t) * scale_block_stride + h * scale_head_stride +
+           t % block_size;
+  }
+  size_t BlocksFor(size_t tokens) const {
+    return (tokens + block_size - 1) / block_size;
+  }
+
+  // Paged: drops sequence b's hold on its blocks from `from` on.
+  void Release(size_t b, size_t from) {
+    for (size_t i = from; i < blocks_per_sequence; ++i) {
+      int32_t& entry = table[b * blocks_per_sequence + i];
+      if (entry < 0) continue;
+      if (--references[entry] == 0) free_blocks.push_back(entry);
+      entry = -1;
+    }
+  }
+  int32_t TakeBlock() {
+    const int32_t block = free_blocks.back();
+    free_blocks.pop_back();
+    references[block] = 1;
+    return block;
+  }
+  // Blocks an append of n tokens to sequence b takes from the pool: new
+  // ones, and a copy of a shared block it would write into.
+  size_t BlocksNeeded(size_t b, size_t n) const {
+    const size_t length = lengths[b];
+    size_t needed = BlocksFor(length + n) - BlocksFor(length);
+    if (n != 0 && length % block_size != 0 &&
+        references[table[b * blocks_per_sequence + length / block_size]] > 1) {
+      ++needed;
+    }
+    return needed;
+  }
+  // Makes room for n more tokens in sequence b (BlocksNeeded are free).
+  void Reserve(size_t b, size_t n) {
+    const size_t length = lengths[b];
+    if (length % block_size != 0 && n != 0) {
+      int32_t& entry = table[b * blocks_per_sequence + length / block_size];
+      if (references[entry] > 1) {  // Copy on write.
+        const int32_t copy = TakeBlock();
+        const size_t bytes = block_stride * element;
+        std::memcpy(keys + copy * bytes, keys + entry * bytes, bytes);
+        std::memcpy(values + copy * bytes, values + entry * bytes, bytes);
+        if (type == KVType::kInt8) {
+          for (std::vector<float>* s : {&key_scales, &value_scales}) {
+            std::copy_n(s->data() + entry * scale_block_stride,
+                        scale_block_stride,
+                        s->data() + copy * scale_block_stride);
+          }
+        }
+        --references[entry];
+        entry = copy;
+      }
+    }
+    for (size_t i = BlocksFor(length); i < BlocksFor(length + n); ++i) {
+      table[b * blocks_per_sequence + i] = TakeBlock();
+    }
+  }
+
+  void WriteToken(size_t b, size_t h, size_t t, const float* key,
+                  const float* value, size_t head_dim) {
+    const size_t at = Offset(b, h, t) * element;
+    const bool int8 = type == KVType::kInt8;
+    const size_t s = int8 ? ScaleOffset(b, h, t) : 0;
+    WriteRow(type, key, head_dim, keys + at, int8 ? &key_scales[s] : nullptr);
+    WriteRow(type, value, head_dim, values + at,
+             int8 ? &value_scales[s] : nullptr);
+  }
+  // The raw bytes (and scales) of a sequence's tokens, and back: how
+  // contiguous storage copies and reorders sequences.
+  void SaveSequence(size_t b, size_t kv_heads, size_t head_dim,
+                    std::vector<uint8_t>* bytes,
+                    std::vector<float>* scales) const {
+    const size_t row = head_dim * element;
+    bytes->resize(2 * kv_heads * lengths[b] * row);
+    scales->resize(2 * kv_heads * lengths[b]);
+    uint8_t* out = bytes->data();
+    float* scale = scales->data();
+    for (size_t h = 0; h < kv_heads; ++h) {
+      for (size_t t = 0; t < lengths[b]; ++t) {
+        std::memcpy(out, keys + Offset(b, h, t) * element, row);
+        std::memcpy(out + row, values + Offset(b, h, t) * element, row);
+        out += 2 * row;
+        if (type == KVType::kInt8) {
+          *scale++ = key_scales[ScaleOffset(b, h, t)];
+          *scale++ = value_scales[ScaleOffset(b, h, t)];
+        }
+      }
+    }
+  }
+  void RestoreSequence(size_t b, size_t kv_heads, size_t head_dim,
+                       size_t length, const std::vector<uint8_t>& bytes,
+                       const std::vector<float>& scales) {
+    const size_t row = head_dim * element;
+    const uint8_t* in = bytes.data();
+    const float* scale = scales.data();
+    for (size_t h = 0; h < kv_heads; ++h) {
+      for (size_t t = 0; t < length; ++t) {
+        std::memcpy(keys + Offset(b, h, t) * element, in, row);
+        std::memcpy(values + Offset(b, h, t) * element, in + row, row);
+        in += 2 * row;
+        if (type == KVType::kInt8) {
+          key_scales[ScaleOffset(b, h, t)] = *scale++;
+          value_scales[ScaleOffset(b, h, t)] = *scale++;
+        }
+      }
+    }
+    lengths[b] = length;
+  }
+};
+
+KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
+                 size_t head_dim, const KVCacheConfig& config)
+    : batch_(batch),
+      kv_heads_(kv_heads),
+      capacity_(capacity),
+      head_dim_(head_dim),
+      config_(config),
+      storage_(std::make_unique<Storage>()) {
+  constexpr const char* kFn = "KVCache";
+  SIMDATTN_REQUIRE(static_cast<unsigned>(config.type) <= 3, kFn,
+                   "config.type (", static_cast<int>(config.type),
+                   ") is not a KVType");
+  SIMDATTN_REQUIRE(!config.rope || config.rope->positions == nullptr, kFn,
+                   "config.rope->positions must be null: keys are rotated at "
+                   "their positions in their sequences");
+  Storage& s = *storage_;
+  s.type = config.type;
+  s.element = KVTypeBytes(config.type);
+  s.lengths.assign(batch, 0);
+  s.paged = config.block_size != 0;
+  size_t blocks = batch;
+  if (s.paged) {
+    const size_t bs = config.block_size;
+    SIMDATTN_REQUIRE(bs >= 16 && bs <= 256 && (bs & (bs - 1)) == 0, kFn,
+                     "config.block_size (", bs,
+                     ") is not a power of two from 16 to 256");
+    s.block_size = bs;
+    s.blocks_per_sequence = capacity / bs + (capacity % bs != 0);
+    blocks = config.num_blocks != 0
+                 ? config.num_blocks
+                 : CheckedMul(kFn, "batch * blocks per sequence", batch,
+                              s.blocks_per_sequence);
+    SIMDATTN_REQUIRE(
+        blocks <= static_cast<size_t>(std::numeric_limits<int32_t>::max()), kFn,
+        "the pool's ", blocks, " blocks exceed 2^31 - 1");
+    s.num_blocks = blocks;
+    s.table.assign(
+        CheckedMul(kFn, "the block table", batch, s.blocks_per_sequence), -1);
+    s.references.assign(blocks, 0);
+    for (size_t i = blocks; i-- > 0;) {
+      s.free_blocks.push_back(static_cast<int32_t>(i));
+    }
+  } else {
+    s.block_size = capacity;
+  }
+  s.row_stride = head_dim;
+  s.head_stride =
+      CheckedMul(kFn, "block_size * head_dim", s.block_size, head_dim);
+  s.block_stride = CheckedMul(kFn, "kv_heads * block_size * head_dim", kv_heads,
+                              s.head_stride);
+  const size_t elements =
+      CheckedMul(kFn, "the cache's elements", blocks, s.block_stride);
+  const size_t bytes =
+      CheckedMul(kFn, "the cache's bytes", elements, s.element);
+  s.owned_keys.assign(bytes, 0);
+  s.owned_values.assign(bytes, 0);
+  s.keys = s.owned_keys.data();
+  s.values = s.owned_values.data();
+  if (config.type == KVType::kInt8) {
+    s.scale_head_stride = s.block_size;
+    s.scale_block_stride = kv_heads * s.block_size;
+    s.key_scales.assign(blocks * s.scale_block_stride, 0.0f);
+    s.value_scales.assign(blocks * s.scale_block_stride, 0.0f);
+  }
+}
+
+KVCache::KVCache(Tensor4 keys, Tensor4 values)
+    : batch_(keys.dims[0]),
+      kv_heads_(keys.dims[1]),
+      capacity_(keys.dims[2]),
+      head_dim_(keys.dims[3]),
+      storage_(std::make_unique<Storage>()) {
   constexpr const char* kFn = "KVCache";
   SIMDATTN_REQUIRE(internal::SameDims(keys.dims, values.dims), kFn,
                    "keys have shape ", ShapeString(keys.dims),
@@ -33,51 +309,255 @@ KVCache::KVCache(Tensor4 keys, Tensor4 values) : keys_(keys), values_(values) {
   internal::CheckDistinctElements(kFn, "keys", keys.dims, keys.strides);
   internal::CheckDistinctElements(kFn, "values", values.dims, values.strides);
   SIMDATTN_REQUIRE(!rk.Overlaps(rv), kFn, "keys overlap values");
+  SIMDATTN_REQUIRE(keys.strides[0] == values.strides[0] &&
+                       keys.strides[1] == values.strides[1] &&
+                       keys.strides[2] == values.strides[2],
+                   kFn, "keys and values have different strides");
+  Storage& s = *storage_;
+  s.keys = reinterpret_cast<uint8_t*>(keys.data);
+  s.values = reinterpret_cast<uint8_t*>(values.data);
+  s.block_stride = keys.strides[0];
+  s.head_stride = keys.strides[1];
+  s.row_stride = keys.strides[2];
+  s.block_size = capacity_;
+  s.lengths.assign(batch_, 0);
+}
+
+KVCache::KVCache(KVCache&&) noexcept = default;
+KVCache& KVCache::operator=(KVCache&&) noexcept = default;
+KVCache::~KVCache() = default;
+
+void KVCache::CheckTokens(const char* function, ConstTensor4 keys,
+                          ConstTensor4 values, size_t count) const {
+  const size_t expected[4] = {count, kv_heads_, keys.dims[2], head_dim_};
+  SIMDATTN_REQUIRE(internal::SameDims(keys.dims, expected), function,
+                   "keys have shape ", ShapeString(keys.dims), ", expected ",
+                   ShapeString(expected));
+  SIMDATTN_REQUIRE(internal::SameDims(values.dims, expected), function,
+                   "values have shape ", ShapeString(values.dims),
+                   ", expected ", ShapeString(expected));
+  internal::CheckTensor4(function, "keys", keys);
+  internal::CheckTensor4(function, "values", values);
 }
 
 void KVCache::Append(ConstTensor4 keys, ConstTensor4 values) {
+  std::vector<size_t> all(batch_);
+  for (size_t b = 0; b < batch_; ++b) all[b] = b;
+  Append(keys, values, all);
+}
+
+void KVCache::Append(ConstTensor4 keys, ConstTensor4 values,
+                     const std::vector<size_t>& sequences) {
   constexpr const char* kFn = "KVCache::Append";
-  const size_t n = keys.dims[2];
-  const size_t expected[4] = {batch(), kv_heads(), n, head_dim()};
-  SIMDATTN_REQUIRE(internal::SameDims(keys.dims, expected), kFn,
-                   "keys have shape ", ShapeString(keys.dims), ", expected ",
-                   ShapeString(expected));
-  SIMDATTN_REQUIRE(internal::SameDims(values.dims, expected), kFn,
-                   "values have shape ", ShapeString(values.dims),
-                   ", expected ", ShapeString(expected));
-  SIMDATTN_REQUIRE(n <= capacity() - size_, kFn, "appending ", n, " tokens to ",
-                   size_, " exceeds the capacity (", capacity(), ")");
-  internal::CheckTensor4(kFn, "keys", keys);
-  internal::CheckTensor4(kFn, "values", values);
-  // Nothing to copy (head_dim 0, no batch or heads): the views may be null,
-  // and the loops below could be long for nothing.
-  if (keys.empty()) {
-    size_ += n;
-    return;
+  Storage& s = *storage_;
+  const size_t count = sequences.size(), n = keys.dims[2];
+  CheckTokens(kFn, keys, values, count);
+  std::vector<bool> seen(batch_, false);
+  size_t blocks_needed = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t b = sequences[i];
+    SIMDATTN_REQUIRE(b < batch_, kFn, "sequences[", i, "] (", b,
+                     ") is not below the batch (", batch_, ")");
+    SIMDATTN_REQUIRE(!seen[b], kFn, "sequence ", b, " is listed twice");
+    seen[b] = true;
+    // Compared as a difference: length + n could wrap.
+    SIMDATTN_REQUIRE(n <= capacity_ - s.lengths[b], kFn, "appending ", n,
+                     " tokens to sequence ", b, "'s ", s.lengths[b],
+                     " exceeds the capacity (", capacity_, ")");
+    if (s.paged) blocks_needed += s.BlocksNeeded(b, n);
   }
-  const size_t row_bytes = head_dim() * sizeof(float);
-  for (size_t b = 0; b < batch(); ++b) {
-    for (size_t h = 0; h < kv_heads(); ++h) {
-      for (size_t t = 0; t < n; ++t) {
-        std::memmove(keys_.Slice(b, h).Row(size_ + t), keys.Slice(b, h).Row(t),
-                     row_bytes);
-        std::memmove(values_.Slice(b, h).Row(size_ + t),
-                     values.Slice(b, h).Row(t), row_bytes);
+  SIMDATTN_REQUIRE(blocks_needed <= s.free_blocks.size(), kFn, "appending ", n,
+                   " tokens needs ", blocks_needed, " blocks, but only ",
+                   s.free_blocks.size(), " of the pool's ", s.num_blocks,
+                   " are free");
+  if (n == 0 || count == 0) return;
+  // Rotated keys go through a copy: the caller's stay as they are.
+  std::vector<float> rotated;
+  if (config_.rope && head_dim_ != 0) {
+    rotated.resize(count * kv_heads_ * n * head_dim_);
+    const Tensor4 copy =
+        Tensor4::Dense(rotated.data(), count, kv_heads_, n, head_dim_);
+    for (size_t i = 0; i < count; ++i) {
+      for (size_t h = 0; h < kv_heads_; ++h) {
+        for (size_t t = 0; t < n; ++t) {
+          std::memcpy(copy.Slice(i, h).Row(t), keys.Slice(i, h).Row(t),
+                      head_dim_ * sizeof(float));
+        }
       }
     }
+    std::vector<size_t> positions(count);
+    for (size_t i = 0; i < count; ++i) positions[i] = s.lengths[sequences[i]];
+    RopeOptions rope = *config_.rope;
+    rope.positions = positions.data();
+    ApplyRope(copy, rope);
+    keys = copy;
   }
-  size_ += n;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t b = sequences[i];
+    if (s.paged) s.Reserve(b, n);
+    if (head_dim_ != 0) {
+      for (size_t h = 0; h < kv_heads_; ++h) {
+        for (size_t t = 0; t < n; ++t) {
+          s.WriteToken(b, h, s.lengths[b] + t, keys.Slice(i, h).Row(t),
+                       values.Slice(i, h).Row(t), head_dim_);
+        }
+      }
+    }
+    s.lengths[b] += n;
+  }
+}
+
+void KVCache::Truncate(size_t sequence, size_t length) {
+  constexpr const char* kFn = "KVCache::Truncate";
+  Storage& s = *storage_;
+  SIMDATTN_REQUIRE(sequence < batch_, kFn, "sequence (", sequence,
+                   ") is not below the batch (", batch_, ")");
+  SIMDATTN_REQUIRE(length <= s.lengths[sequence], kFn, "length (", length,
+                   ") exceeds sequence ", sequence, "'s length (",
+                   s.lengths[sequence], ")");
+  if (s.paged) s.Release(sequence, s.BlocksFor(length));
+  s.lengths[sequence] = length;
+}
+
+void KVCache::Clear() {
+  for (size_t b = 0; b < batch_; ++b) Reset(b);
+}
+
+void KVCache::Copy(size_t src, size_t dst) {
+  constexpr const char* kFn = "KVCache::Copy";
+  SIMDATTN_REQUIRE(src < batch_ && dst < batch_, kFn, "src (", src,
+                   ") and dst (", dst, ") must be below the batch (", batch_,
+                   ")");
+  std::vector<size_t> order(batch_);
+  for (size_t b = 0; b < batch_; ++b) order[b] = b;
+  order[dst] = src;
+  Reorder(order);
+}
+
+void KVCache::Reorder(const std::vector<size_t>& order) {
+  constexpr const char* kFn = "KVCache::Reorder";
+  Storage& s = *storage_;
+  SIMDATTN_REQUIRE(order.size() == batch_, kFn, "order has ", order.size(),
+                   " entries, expected the batch (", batch_, ")");
+  for (size_t b = 0; b < batch_; ++b) {
+    SIMDATTN_REQUIRE(order[b] < batch_, kFn, "order[", b, "] (", order[b],
+                     ") is not below the batch (", batch_, ")");
+  }
+  std::vector<size_t> lengths(batch_);
+  for (size_t b = 0; b < batch_; ++b) lengths[b] = s.lengths[order[b]];
+  if (s.paged) {  // Share blocks: take the new holds before dropping the old.
+    std::vector<int32_t> table(s.table.size(), -1);
+    for (size_t b = 0; b < batch_; ++b) {
+      for (size_t i = 0; i < s.BlocksFor(lengths[b]); ++i) {
+        const int32_t block = s.table[order[b] * s.blocks_per_sequence + i];
+        table[b * s.blocks_per_sequence + i] = block;
+        ++s.references[block];
+      }
+    }
+    for (size_t b = 0; b < batch_; ++b) s.Release(b, 0);
+    s.table = std::move(table);
+    s.lengths = std::move(lengths);
+    return;
+  }
+  // Contiguous: every sequence that moves goes through a saved copy.
+  std::vector<std::vector<uint8_t>> bytes(batch_);
+  std::vector<std::vector<float>> scales(batch_);
+  for (size_t b = 0; b < batch_; ++b) {
+    if (order[b] != b && bytes[order[b]].empty()) {
+      s.SaveSequence(order[b], kv_heads_, head_dim_, &bytes[order[b]],
+                     &scales[order[b]]);
+    }
+  }
+  for (size_t b = 0; b < batch_; ++b) {
+    if (order[b] == b) continue;
+    s.RestoreSequence(b, kv_heads_, head_dim_, lengths[b], bytes[order[b]],
+                      scales[order[b]]);
+  }
+}
+
+KVCacheView KVCache::View() const {
+  const Storage& s = *storage_;
+  KVCacheView view;
+  view.type = s.type;
+  view.batch = batch_;
+  view.kv_heads = kv_heads_;
+  view.head_dim = head_dim_;
+  view.lengths = s.lengths.data();
+  view.keys = s.keys;
+  view.values = s.values;
+  view.block_stride = s.block_stride;
+  view.head_stride = s.head_stride;
+  view.row_stride = s.row_stride;
+  if (s.type == KVType::kInt8) {
+    view.key_scales = s.key_scales.data();
+    view.value_scales = s.value_scales.data();
+    view.scale_block_stride = s.scale_block_stride;
+    view.scale_head_stride = s.scale_head_stride;
+  }
+  view.block_size = s.block_size;
+  if (s.paged) {
+    view.block_table = s.table.data();
+    view.blocks_per_sequence = s.blocks_per_sequence;
+    view.num_blocks = s.num_blocks;
+  }
+  return view;
+}
+
+void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {
+  constexpr const char* kFn = "KVCache::Read";
+  const Storage& s = *storage_;
+  SIMDATTN_REQUIRE(sequence < batch_, kFn, "sequence (", sequence,
+                   ") is not below the batch (", batch_, ")");
+  const size_t length = s.lengths[sequence];
+  for (const Tensor3* t : {&keys, &values}) {
+    SIMDATTN_REQUIRE(t->batch == kv_heads_ && t->tokens == length &&
+                         t->features == head_dim_,
+                     kFn, t == &keys ? "keys" : "values", " are (", t->batch,
+                     ", ", t->tokens, ", ", t->features, "), expected (",
+                     kv_heads_, ", ", length, ", ", head_dim_, ")");
+    SIMDATTN_REQUIRE(t->data != nullptr || t->empty(), kFn, "null output");
+  }
+  const bool int8 = s.type == KVType::kInt8;
+  for (size_t h = 0; h < kv_heads_; ++h) {
+    for (size_t t = 0; t < length; ++t) {
+      const size_t at = s.Offset(sequence, h, t) * s.element;
+      const size_t scale = int8 ? s.ScaleOffset(sequence, h, t) : 0;
+      ReadRow(s.type, s.keys + at, int8 ? s.key_scales[scale] : 1.0f, head_dim_,
+              keys.Sequence(h).Row(t));
+      ReadRow(s.type, s.values + at, int8 ? s.value_scales[scale] : 1.0f,
+              head_dim_, values.Sequence(h).Row(t));
+    }
+  }
+}
+
+size_t KVCache::length(size_t sequence) const {
+  SIMDATTN_REQUIRE(sequence < batch_, "KVCache::length", "sequence (", sequence,
+                   ") is not below the batch (", batch_, ")");
+  return storage_->lengths[sequence];
+}
+
+size_t KVCache::size() const {
+  const std::vector<size_t>& lengths = storage_->lengths;
+  return lengths.empty() ? 0
+                         : *std::max_element(lengths.begin(), lengths.end());
 }
 
 ConstTensor4 KVCache::keys() const {
-  return ConstTensor4(keys_.data, batch(), kv_heads(), size_, head_dim(),
-                      keys_.strides[0], keys_.strides[1], keys_.strides[2]);
+  const Storage& s = *storage_;
+  SIMDATTN_REQUIRE(s.type == KVType::kF32 && !s.paged, "KVCache::keys",
+                   "only a contiguous float cache is a tensor: use View()");
+  return ConstTensor4(reinterpret_cast<const float*>(s.keys), batch_, kv_heads_,
+                      size(), head_dim_, s.block_stride, s.head_stride,
+                      s.row_stride);
 }
 
 ConstTensor4 KVCache::values() const {
-  return ConstTensor4(values_.data, batch(), kv_heads(), size_, head_dim(),
-                      values_.strides[0], values_.strides[1],
-                      values_.strides[2]);
+  const Storage& s = *storage_;
+  SIMDATTN_REQUIRE(s.type == KVType::kF32 && !s.paged, "KVCache::values",
+                   "only a contiguous float cache is a tensor: use View()");
+  return ConstTensor4(reinterpret_cast<const float*>(s.values), batch_,
+                      kv_heads_, size(), head_dim_, s.block_stride,
+                      s.head_stride, s.row_stride);
 }
 
 }  // namespace simdattn

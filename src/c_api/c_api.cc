@@ -137,6 +137,21 @@ ForwardOptions ToOptions(const simdattn_forward_options* options,
   return o;
 }
 
+AttentionOptions ToOptions(const simdattn_attention_options* options,
+                           const char* kFn) {
+  AttentionOptions o;
+  if (options != nullptr) {
+    if (Flag(options->has_scale, kFn, "options->has_scale")) {
+      o.scale = options->scale;
+    }
+    o.mask = ToMask(options->mask, kFn);
+    o.dropout = options->dropout;
+    o.dropout_key = {options->dropout_seed, options->dropout_offset};
+    o.log_sum_exp = options->log_sum_exp;
+  }
+  return o;
+}
+
 MatMulOptions ToOptions(const simdattn_matmul_options* options,
                         const char* function) {
   MatMulOptions result;
@@ -336,16 +351,7 @@ simdattn_status simdattn_scaled_dot_product_attention(
     const simdattn_attention_options* options) {
   constexpr const char* kFn = "simdattn_scaled_dot_product_attention";
   return CallGuarded(kFn, [&] {
-    simdattn::AttentionOptions o;
-    if (options != nullptr) {
-      if (simdattn::Flag(options->has_scale, kFn, "options->has_scale")) {
-        o.scale = options->scale;
-      }
-      o.mask = simdattn::ToMask(options->mask, kFn);
-      o.dropout = options->dropout;
-      o.dropout_key = {options->dropout_seed, options->dropout_offset};
-      o.log_sum_exp = options->log_sum_exp;
-    }
+    const simdattn::AttentionOptions o = simdattn::ToOptions(options, kFn);
     simdattn::ScaledDotProductAttention(
         simdattn::View4<const float>(q), simdattn::View4<const float>(k),
         simdattn::View4<const float>(v), simdattn::View4<float>(out), o);
@@ -374,7 +380,105 @@ simdattn_status simdattn_kv_cache_create_in(simdattn_tensor4 keys,
   });
 }
 
+simdattn_status simdattn_kv_cache_create_with(
+    size_t batch, size_t kv_heads, size_t capacity, size_t head_dim,
+    const simdattn_kv_cache_config* config, simdattn_kv_cache** cache) {
+  constexpr const char* kFn = "simdattn_kv_cache_create_with";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    simdattn::KVCacheConfig c;
+    if (config != nullptr) {
+      SIMDATTN_REQUIRE(config->type >= 0 && config->type <= 3, kFn,
+                       "config->type (", config->type,
+                       ") is not a simdattn_kv_type");
+      c.type = static_cast<simdattn::KVType>(config->type);
+      c.block_size = config->block_size;
+      c.num_blocks = config->num_blocks;
+      if (simdattn::Flag(config->rope, kFn, "config->rope")) {
+        simdattn::RopeOptions rope;
+        rope.pairing = simdattn::Flag(config->rope_interleaved, kFn,
+                                      "config->rope_interleaved")
+                           ? simdattn::RopePairing::kInterleaved
+                           : simdattn::RopePairing::kHalfSplit;
+        if (config->rope_theta != 0.0f) rope.theta = config->rope_theta;
+        rope.rotary_dim = config->rope_dim;
+        c.rope = rope;
+      }
+    }
+    *cache = new simdattn_kv_cache{
+        simdattn::KVCache(batch, kv_heads, capacity, head_dim, c)};
+  });
+}
+
 void simdattn_kv_cache_destroy(simdattn_kv_cache* cache) { delete cache; }
+
+simdattn_status simdattn_kv_cache_append_to(simdattn_kv_cache* cache,
+                                            simdattn_const_tensor4 keys,
+                                            simdattn_const_tensor4 values,
+                                            const size_t* sequences) {
+  constexpr const char* kFn = "simdattn_kv_cache_append_to";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    const size_t count = keys.dims[0];
+    SIMDATTN_REQUIRE(sequences != nullptr || count == 0, kFn,
+                     "sequences is null");
+    cache->cache.Append(simdattn::View4<const float>(keys),
+                        simdattn::View4<const float>(values),
+                        std::vector<size_t>(sequences, sequences + count));
+  });
+}
+
+simdattn_status simdattn_kv_cache_truncate(simdattn_kv_cache* cache,
+                                           size_t sequence, size_t length) {
+  constexpr const char* kFn = "simdattn_kv_cache_truncate";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    cache->cache.Truncate(sequence, length);
+  });
+}
+
+simdattn_status simdattn_kv_cache_copy(simdattn_kv_cache* cache, size_t src,
+                                       size_t dst) {
+  constexpr const char* kFn = "simdattn_kv_cache_copy";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    cache->cache.Copy(src, dst);
+  });
+}
+
+simdattn_status simdattn_kv_cache_reorder(simdattn_kv_cache* cache,
+                                          const size_t* order) {
+  constexpr const char* kFn = "simdattn_kv_cache_reorder";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    const size_t batch = cache->cache.batch();
+    SIMDATTN_REQUIRE(order != nullptr || batch == 0, kFn, "order is null");
+    cache->cache.Reorder(std::vector<size_t>(order, order + batch));
+  });
+}
+
+simdattn_status simdattn_kv_cache_length(const simdattn_kv_cache* cache,
+                                         size_t sequence, size_t* length) {
+  constexpr const char* kFn = "simdattn_kv_cache_length";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    simdattn::RequireNonNull(length, kFn, "length");
+    *length = cache->cache.length(sequence);
+  });
+}
+
+simdattn_status simdattn_kv_cache_attention(
+    simdattn_const_tensor4 q, const simdattn_kv_cache* cache,
+    simdattn_tensor4 out, const simdattn_attention_options* options) {
+  constexpr const char* kFn = "simdattn_kv_cache_attention";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    const simdattn::AttentionOptions o = simdattn::ToOptions(options, kFn);
+    simdattn::ScaledDotProductAttention(simdattn::View4<const float>(q),
+                                        cache->cache.View(),
+                                        simdattn::View4<float>(out), o);
+  });
+}
 
 simdattn_status simdattn_kv_cache_append(simdattn_kv_cache* cache,
                                          simdattn_const_tensor4 keys,

@@ -45,6 +45,7 @@
 #include "src/common/scratch.h"
 #include "src/ops/dropout-inl.h"
 #include "src/ops/exp-inl.h"
+#include "src/ops/kv_rows.h"
 #include "src/ops/mask-inl.h"
 #include "src/ops/mask.h"
 #include "src/ops/matmul-inl.h"
@@ -79,9 +80,12 @@ constexpr size_t kMinSplitKeys = kKeyBlock;
 constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Everything constant over one call.
+// Everything constant over one call but the keys and values, whose element
+// type the functions below take as a template parameter.
 struct Problem {
-  ConstTensor4 q, k, v;
+  ConstTensor4 q;
+  const internal::KVSource* kv;
+  size_t value_dim;
   Tensor4 out;
   float scale;
   internal::MaskModel mask;
@@ -89,6 +93,15 @@ struct Problem {
   bool dropout;
   dropout_detail::Params dropout_params;
   size_t group;  // Query heads per key/value head.
+
+  template <typename T>
+  internal::KVRows<T> Keys(size_t b, size_t h) const {
+    return kv->Rows<T>(kv->keys, b, h / group);
+  }
+  template <typename T>
+  internal::KVRows<T> Values(size_t b, size_t h) const {
+    return kv->Rows<T>(kv->values, b, h / group);
+  }
 };
 
 // The running softmax state of a block's rows: max and sum of exp(s - max)
@@ -109,39 +122,53 @@ struct NonFiniteValues {
   size_t count;
 };
 
-// Lists the rows [j0, j0 + cols) of v with a non-finite element.
-template <class D>
-HWY_INLINE void FindNonFiniteValues(D d, ConstMatrix v, size_t j0, size_t cols,
+// Lists the rows [j0, j0 + cols) of v with a non-finite element (for int8,
+// a non-finite scale: the elements are finite).
+template <class D, typename T>
+HWY_INLINE void FindNonFiniteValues(D d, const internal::KVRows<T>& v,
+                                    size_t j0, size_t cols,
                                     NonFiniteValues& out) {
+  using matmul_detail::LoadRow;
+  const hn::CappedTag<float, 1> d1;
   const size_t N = hn::Lanes(d);
   out.count = 0;
   for (size_t jj = 0; jj < cols; ++jj) {
-    const float* row = v.Row(j0 + jj);
-    auto bad = hn::FirstN(d, 0);
-    size_t c = 0;
-    for (; c + N <= v.cols; c += N) {
-      bad = hn::Or(bad, hn::Not(hn::IsFinite(hn::LoadU(d, row + c))));
+    bool any;
+    if constexpr (std::is_same_v<T, int8_t>) {
+      any = !std::isfinite(v.Scale(j0 + jj));
+    } else {
+      auto bad = hn::FirstN(d, 0);
+      size_t c = 0;
+      for (; c + N <= v.cols; c += N) {
+        bad = hn::Or(bad, hn::Not(hn::IsFinite(LoadRow(d, v, j0 + jj, c))));
+      }
+      any = !hn::AllFalse(d, bad);
+      for (; c < v.cols; ++c) {
+        any = any || !std::isfinite(hn::GetLane(LoadRow(d1, v, j0 + jj, c)));
+      }
     }
-    bool any = !hn::AllFalse(d, bad);
-    for (; c < v.cols; ++c) any = any || !std::isfinite(row[c]);
     if (any) out.keys[out.count++] = static_cast<uint32_t>(jj);
   }
 }
 
 // acc[r] += P[r][jj] V[j0 + jj] for the listed keys and the rows r (query
 // i0 + r of (b, h)) that see them; P's rows are kKeyBlock apart.
+template <typename T>
 inline void AddNonFiniteValues(const Problem& pr, const NonFiniteValues& nf,
-                               ConstMatrix v, size_t b, size_t h, size_t i0,
-                               size_t rows, size_t j0, const float* p,
-                               float* acc, size_t acc_stride) {
+                               const internal::KVRows<T>& v, size_t b, size_t h,
+                               size_t i0, size_t rows, size_t j0,
+                               const float* p, float* acc, size_t acc_stride) {
+  const hn::CappedTag<float, 1> d1;
   for (size_t n = 0; n < nf.count; ++n) {
     const size_t jj = nf.keys[n];
-    const float* value = v.Row(j0 + jj);
     for (size_t r = 0; r < rows; ++r) {
       if (!pr.mask.Visible(b, h, i0 + r, j0 + jj)) continue;
       const float weight = p[r * kKeyBlock + jj];
       float* out = acc + r * acc_stride;
-      for (size_t c = 0; c < v.cols; ++c) out[c] += weight * value[c];
+      for (size_t c = 0; c < v.cols; ++c) {
+        out[c] +=
+            weight * hn::GetLane(matmul_detail::LoadRow(d1, v, j0 + jj, c));
+      }
     }
   }
 }
@@ -329,16 +356,17 @@ inline size_t FirstKey(const Problem& pr, size_t b, size_t i, size_t j_begin) {
 // read where they lie, as MatMul's skinny path does. Leaves the
 // unnormalised outputs in acc (rows acc_stride apart) and the rows' softmax
 // states in st; returns false if no key was in reach (acc left unwritten).
+template <typename T>
 inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
                           size_t i1, size_t j_begin, size_t j_end, float* acc,
                           size_t acc_stride, const RowStates& st,
                           Workspace& ws) {
   using namespace matmul_detail;
   const size_t rows = i1 - i0;
-  const size_t head_dim = pr.q.dims[3], value_dim = pr.v.dims[3];
+  const size_t head_dim = pr.q.dims[3], value_dim = pr.value_dim;
   const ConstMatrix q = pr.q.Slice(b, h);
-  const ConstMatrix k = pr.k.Slice(b, h / pr.group);
-  const ConstMatrix v = pr.v.Slice(b, h / pr.group);
+  const internal::KVRows<T> k = pr.Keys<T>(b, h);
+  const internal::KVRows<T> v = pr.Values<T>(b, h);
   MatMulOptions scores_options;
   scores_options.transpose_b = Transpose::kYes;
   scores_options.alpha = pr.scale;
@@ -347,8 +375,7 @@ inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
   const hn::ScalableTag<float> d;
   for (size_t j0 = j_start; j0 < j_stop; j0 += kKeyBlock) {
     const size_t cols = std::min(kKeyBlock, j_stop - j0);
-    DirectColumns(ConstMatrix(q.Row(i0), rows, head_dim, q.stride),
-                  ConstMatrix(k.Row(j0), cols, head_dim, k.stride),
+    DirectColumns(ConstMatrix(q.Row(i0), rows, head_dim, q.stride), k.From(j0),
                   Matrix(ws.scores, rows, cols, kKeyBlock), scores_options, 0,
                   cols);
     SoftmaxTile(pr, b, h, i0, rows, j0, cols, st, ws);
@@ -356,25 +383,24 @@ inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
     if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);
     MatMulOptions accumulate;
     accumulate.beta = first ? 0.0f : 1.0f;
-    ConstMatrix v_tile(v.Row(j0), cols, value_dim, v.stride);
     ws.nonfinite.count = 0;
     if (pr.mask.Classify(b, i0, i1, j0, j0 + cols) != TileKind::kFull) {
       FindNonFiniteValues(d, v, j0, cols, ws.nonfinite);
     }
-    if (ws.nonfinite.count != 0) {  // A copy with those rows zeroed.
-      for (size_t jj = 0; jj < cols; ++jj) {
-        std::memcpy(ws.v_panels + jj * value_dim, v.Row(j0 + jj),
-                    value_dim * sizeof(float));
-      }
+    const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
+    const Matrix acc_rows(acc, rows, value_dim, acc_stride);
+    if (ws.nonfinite.count == 0) {
+      DirectColumns(p, v.From(j0), acc_rows, accumulate, 0, value_dim);
+    } else {  // A float copy with those rows zeroed.
+      PackPanel(v, /*transposed=*/false, j0, cols, 0, value_dim, value_dim,
+                ws.v_panels);
       for (size_t n = 0; n < ws.nonfinite.count; ++n) {
         std::fill_n(ws.v_panels + ws.nonfinite.keys[n] * value_dim, value_dim,
                     0.0f);
       }
-      v_tile = ConstMatrix(ws.v_panels, cols, value_dim, value_dim);
+      DirectColumns(p, ConstMatrix(ws.v_panels, cols, value_dim, value_dim),
+                    acc_rows, accumulate, 0, value_dim);
     }
-    DirectColumns(ConstMatrix(ws.scores, rows, cols, kKeyBlock), v_tile,
-                  Matrix(acc, rows, value_dim, acc_stride), accumulate, 0,
-                  value_dim);
     AddNonFiniteValues(pr, ws.nonfinite, v, b, h, i0, rows, j0, ws.scores, acc,
                        acc_stride);
   }
@@ -387,12 +413,13 @@ inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
 // each tile of K and V is packed once for all the task's query blocks that
 // see it. Leaves the unnormalised outputs in acc (rows of value_dim floats,
 // acc_stride apart) and the rows' softmax states in st.
+template <typename T>
 inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
                         size_t i1, size_t j_begin, size_t j_end, float* acc,
                         size_t acc_stride, const RowStates& st, Workspace& ws) {
   using namespace matmul_detail;
   const size_t rows = i1 - i0;
-  const size_t value_dim = pr.v.dims[3];
+  const size_t value_dim = pr.value_dim;
   // The sink joins the first split's state: exp(sink - max) in the sum.
   const float sink = j_begin == 0 ? pr.mask.Sink(h) : -kInf;
   for (size_t r = 0; r < rows; ++r) {
@@ -407,15 +434,15 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
     return std::min(j_end, pr.mask.End(b, last_row));
   };
   if (rows <= kSkinnyRows) {
-    started[0] = AttendFewRows(pr, b, h, i0, i1, j_begin, j_end, acc,
-                               acc_stride, st, ws);
+    started[0] = AttendFewRows<T>(pr, b, h, i0, i1, j_begin, j_end, acc,
+                                  acc_stride, st, ws);
   } else {
     const hn::ScalableTag<float> d;
     const size_t nr = kVectors * hn::Lanes(d);
     const size_t head_dim = pr.q.dims[3];
     const ConstMatrix q = pr.q.Slice(b, h);
-    const ConstMatrix k = pr.k.Slice(b, h / pr.group);
-    const ConstMatrix v = pr.v.Slice(b, h / pr.group);
+    const internal::KVRows<T> k = pr.Keys<T>(b, h);
+    const internal::KVRows<T> v = pr.Values<T>(b, h);
     const Epilogue scores_epilogue{pr.scale, 0.0f, true, nullptr};
     const size_t task_stop = stop(i1 - 1);
     for (size_t j0 = FirstKey(pr, b, i0, j_begin); j0 < task_stop;
@@ -529,17 +556,13 @@ HWY_INLINE float LogSumExp(float max, float sum, bool nan) {
   return sum == 0.0f ? -kInf : max + std::log(sum);
 }
 
-}  // namespace attention_detail
-
-// Same-target entry point; arguments were validated by the caller (shapes
-// consistent, out disjoint from the inputs, 0 <= dropout <= 1).
-inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
-                          Tensor4 out, float scale, const AttentionMask& mask,
-                          float dropout, PhiloxKey dropout_key,
-                          float* log_sum_exp) {
-  using namespace attention_detail;
+// Attention over keys and values of element type T.
+template <typename T>
+void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
+               float scale, const AttentionMask& mask, float dropout,
+               PhiloxKey dropout_key, float* log_sum_exp) {
   const size_t batch = q.dims[0], heads = q.dims[1], q_tokens = q.dims[2];
-  const size_t k_tokens = k.dims[2], value_dim = v.dims[3];
+  const size_t k_tokens = kv.tokens, value_dim = kv.values.cols;
   const auto lse = [&](size_t b, size_t h, size_t i) -> float& {
     return log_sum_exp[(b * heads + h) * q_tokens + i];
   };
@@ -558,15 +581,15 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
   const bool drop_all = dropout >= 1.0f;
   if (drop_all && log_sum_exp == nullptr) return zero_outputs();
   Problem pr{q,
-             k,
-             v,
+             &kv,
+             value_dim,
              out,
              scale,
              internal::MaskModel(mask, k_tokens),
              mask_detail::Softcap(mask.softcap),
              dropout > 0.0f && !drop_all,
              {},
-             heads / k.dims[1]};
+             heads / kv.kv_heads};
   if (pr.dropout)
     pr.dropout_params = dropout_detail::MakeParams(dropout, dropout_key);
 
@@ -615,8 +638,8 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
       const size_t i1 = std::min(q_tokens, i0 + kTaskRows);
       const Matrix o = out.Slice(b, h);
       if (splits == 1) {
-        AttendBlock(pr, b, h, i0, i1, 0, k_tokens, o.Row(i0), o.stride,
-                    own_states, ws);
+        AttendBlock<T>(pr, b, h, i0, i1, 0, k_tokens, o.Row(i0), o.stride,
+                       own_states, ws);
         for (size_t r = 0; r < i1 - i0; ++r) {
           const bool nan = own_states.nan[r] != 0;
           FinishRow(o.Row(i0 + r), own_states.sum[r], nan, value_dim,
@@ -632,9 +655,9 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
       const RowStates states{partial_states.max + row0,
                              partial_states.sum + row0,
                              partial_states.nan + row0};
-      AttendBlock(pr, b, h, i0, i1, split * chunk,
-                  std::min(k_tokens, (split + 1) * chunk),
-                  partial_acc + row0 * value_dim, value_dim, states, ws);
+      AttendBlock<T>(pr, b, h, i0, i1, split * chunk,
+                     std::min(k_tokens, (split + 1) * chunk),
+                     partial_acc + row0 * value_dim, value_dim, states, ws);
     }
   });
   if (splits == 1) return drop_all ? zero_outputs() : void();
@@ -673,6 +696,32 @@ inline void AttentionImpl(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
     }
   }
   if (drop_all) zero_outputs();
+}
+
+}  // namespace attention_detail
+
+// Same-target entry point; arguments were validated by the caller (shapes
+// consistent, out disjoint from the inputs, 0 <= dropout <= 1, the cache's
+// rows and table entries in bounds).
+inline void AttentionImpl(ConstTensor4 q, const internal::KVSource& kv,
+                          Tensor4 out, float scale, const AttentionMask& mask,
+                          float dropout, PhiloxKey dropout_key,
+                          float* log_sum_exp) {
+  using namespace attention_detail;
+  switch (kv.type) {
+    case KVType::kF32:
+      return AttendAll<float>(q, kv, out, scale, mask, dropout, dropout_key,
+                              log_sum_exp);
+    case KVType::kBF16:
+      return AttendAll<BFloat16>(q, kv, out, scale, mask, dropout, dropout_key,
+                                 log_sum_exp);
+    case KVType::kF16:
+      return AttendAll<Float16>(q, kv, out, scale, mask, dropout, dropout_key,
+                                log_sum_exp);
+    case KVType::kInt8:
+      return AttendAll<int8_t>(q, kv, out, scale, mask, dropout, dropout_key,
+                               log_sum_exp);
+  }
 }
 
 }  // namespace HWY_NAMESPACE

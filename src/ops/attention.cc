@@ -2,10 +2,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
+#include <vector>
 
 #include "simdattn/kernels.h"
 #include "simdattn/random.h"
 #include "src/common/check.h"
+#include "src/ops/kv_rows.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/ops/attention.cc"
@@ -18,7 +22,79 @@ namespace simdattn {
 HWY_EXPORT(AttentionImpl);
 
 using internal::Footprint;
+using internal::KVSource;
 using internal::ShapeString;
+
+namespace {
+
+// The checks and the dispatch both overloads share: q and out against the
+// keys' and values' footprints, the mask over (batch, q_heads, q_tokens,
+// `capacity`) keys, dropout and the log-sum-exp.
+void Attend(const char* kFn, ConstTensor4 q, const KVSource& kv,
+            size_t capacity,
+            std::initializer_list<std::pair<Footprint, const char*>> inputs,
+            Tensor4 out, const AttentionOptions& options,
+            const AttentionMask& mask) {
+  const size_t expected_out[4] = {q.dims[0], q.dims[1], q.dims[2],
+                                  kv.values.cols};
+  SIMDATTN_REQUIRE(internal::SameDims(out.dims, expected_out), kFn,
+                   "out has shape ", ShapeString(out.dims), ", expected ",
+                   ShapeString(expected_out));
+  const float dropout = options.dropout;
+  // The weights (batch, q_heads, q_tokens, k_tokens) are dropped with
+  // Dropout()'s counters.
+  internal::CheckDropout(kFn, "dropout", dropout,
+                         {"q.dims[0]", "q.dims[1]", "q.dims[2]", "k.dims[2]"},
+                         {q.dims[0], q.dims[1], q.dims[2], capacity});
+  SIMDATTN_REQUIRE(!options.scale || std::isfinite(*options.scale), kFn,
+                   "scale (", options.scale.value_or(0.0f), ") is not finite");
+  const Footprint rq = internal::CheckTensor4(kFn, "q", q);
+  const Footprint ro = internal::CheckTensor4(kFn, "out", out);
+  internal::CheckDistinctElements(kFn, "out", out.dims, out.strides);
+  SIMDATTN_REQUIRE(!ro.Overlaps(rq), kFn, "out overlaps q");
+  for (const auto& [input, name] : inputs) {
+    SIMDATTN_REQUIRE(!ro.Overlaps(input), kFn, "out overlaps ", name);
+  }
+  const size_t scores[4] = {q.dims[0], q.dims[1], q.dims[2], capacity};
+  internal::CheckAttentionMask(kFn, mask, scores, "k.dims[2]", ro, "out");
+  if (options.log_sum_exp != nullptr && !out.empty()) {
+    const Footprint rl = internal::ContiguousFootprint(
+        kFn, "log_sum_exp", options.log_sum_exp,
+        internal::CheckedMul(kFn, "log_sum_exp's size",
+                             internal::CheckedMul(kFn, "log_sum_exp's size",
+                                                  q.dims[0], q.dims[1]),
+                             q.dims[2]),
+        sizeof(float));
+    bool overlaps = rl.Overlaps(rq) || rl.Overlaps(ro);
+    for (const auto& input : inputs) {
+      overlaps = overlaps || rl.Overlaps(input.first);
+    }
+    SIMDATTN_REQUIRE(!overlaps, kFn, "log_sum_exp overlaps q, k, v or out");
+    internal::CheckAttentionMask(kFn, mask, scores, "k.dims[2]", rl,
+                                 "log_sum_exp");
+  }
+  if (out.empty()) return;
+  // head_dim 0 makes every score 0; 1/sqrt(0) would turn them into NaN.
+  const float scale = options.scale.value_or(
+      q.dims[3] == 0 ? 1.0f : 1.0f / std::sqrt(static_cast<float>(q.dims[3])));
+  HWY_DYNAMIC_DISPATCH(AttentionImpl)
+  (q, kv, out, scale, mask, dropout,
+   DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
+   options.log_sum_exp);
+}
+
+// A float tensor's rows as a contiguous KV source's.
+internal::KVMemory TensorMemory(ConstTensor4 t) {
+  internal::KVMemory m;
+  m.data = t.data;
+  m.block_stride = t.strides[0];
+  m.head_stride = t.strides[1];
+  m.row_stride = t.strides[2];
+  m.cols = t.dims[3];
+  return m;
+}
+
+}  // namespace
 
 void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
                                Tensor4 out, const AttentionOptions& options) {
@@ -35,52 +111,140 @@ void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
       q.dims[1] == 0 || (k.dims[1] != 0 && q.dims[1] % k.dims[1] == 0), kFn,
       "q's heads (", q.dims[1], ") are not a multiple of k's and v's heads (",
       k.dims[1], ")");
-  const size_t expected_out[4] = {q.dims[0], q.dims[1], q.dims[2], v.dims[3]};
-  SIMDATTN_REQUIRE(internal::SameDims(out.dims, expected_out), kFn,
-                   "out has shape ", ShapeString(out.dims), ", expected ",
-                   ShapeString(expected_out));
-  const float dropout = options.dropout;
-  // The weights (batch, q_heads, q_tokens, k_tokens) are dropped with
-  // Dropout()'s counters.
-  internal::CheckDropout(kFn, "dropout", dropout,
-                         {"q.dims[0]", "q.dims[1]", "q.dims[2]", "k.dims[2]"},
-                         {q.dims[0], q.dims[1], q.dims[2], k.dims[2]});
-  SIMDATTN_REQUIRE(!options.scale || std::isfinite(*options.scale), kFn,
-                   "scale (", options.scale.value_or(0.0f), ") is not finite");
-  const Footprint rq = internal::CheckTensor4(kFn, "q", q);
   const Footprint rk = internal::CheckTensor4(kFn, "k", k);
   const Footprint rv = internal::CheckTensor4(kFn, "v", v);
-  const Footprint ro = internal::CheckTensor4(kFn, "out", out);
-  internal::CheckDistinctElements(kFn, "out", out.dims, out.strides);
-  SIMDATTN_REQUIRE(!ro.Overlaps(rq), kFn, "out overlaps q");
-  SIMDATTN_REQUIRE(!ro.Overlaps(rk), kFn, "out overlaps k");
-  SIMDATTN_REQUIRE(!ro.Overlaps(rv), kFn, "out overlaps v");
-  const size_t scores[4] = {q.dims[0], q.dims[1], q.dims[2], k.dims[2]};
-  internal::CheckAttentionMask(kFn, options.mask, scores, "k.dims[2]", ro,
-                               "out");
-  if (options.log_sum_exp != nullptr && !out.empty()) {
-    const Footprint rl = internal::ContiguousFootprint(
-        kFn, "log_sum_exp", options.log_sum_exp,
-        internal::CheckedMul(kFn, "log_sum_exp's size",
-                             internal::CheckedMul(kFn, "log_sum_exp's size",
-                                                  q.dims[0], q.dims[1]),
-                             q.dims[2]),
-        sizeof(float));
-    for (const Footprint& input : {rq, rk, rv, ro}) {
-      SIMDATTN_REQUIRE(!rl.Overlaps(input), kFn,
-                       "log_sum_exp overlaps q, k, v or out");
-    }
-    internal::CheckAttentionMask(kFn, options.mask, scores, "k.dims[2]", rl,
-                                 "log_sum_exp");
+  KVSource kv;
+  kv.keys = TensorMemory(k);
+  kv.values = TensorMemory(v);
+  kv.kv_heads = k.dims[1];
+  kv.tokens = k.dims[2];
+  Attend(kFn, q, kv, k.dims[2], {{rk, "k"}, {rv, "v"}}, out, options,
+         options.mask);
+}
+
+size_t KVTypeBytes(KVType type) {
+  switch (type) {
+    case KVType::kF32:
+      return 4;
+    case KVType::kBF16:
+    case KVType::kF16:
+      return 2;
+    case KVType::kInt8:
+      return 1;
   }
-  if (out.empty()) return;
-  // head_dim 0 makes every score 0; 1/sqrt(0) would turn them into NaN.
-  const float scale = options.scale.value_or(
-      q.dims[3] == 0 ? 1.0f : 1.0f / std::sqrt(static_cast<float>(q.dims[3])));
-  HWY_DYNAMIC_DISPATCH(AttentionImpl)
-  (q, k, v, out, scale, options.mask, dropout,
-   DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
-   options.log_sum_exp);
+  SIMDATTN_REQUIRE(false, "KVTypeBytes", "type (", static_cast<int>(type),
+                   ") is not a KVType");
+  return 0;
+}
+
+void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
+                               Tensor4 out, const AttentionOptions& options) {
+  constexpr const char* kFn = "ScaledDotProductAttention";
+  const size_t batch = q.dims[0], q_tokens = q.dims[2];
+  SIMDATTN_REQUIRE(static_cast<unsigned>(kv.type) <= 3, kFn, "kv.type (",
+                   static_cast<int>(kv.type), ") is not a KVType");
+  const size_t element_size = KVTypeBytes(kv.type);
+  SIMDATTN_REQUIRE(kv.batch == batch && kv.head_dim == q.dims[3], kFn,
+                   "the cache holds (batch ", kv.batch, ", head_dim ",
+                   kv.head_dim, ") but q has shape ", ShapeString(q.dims));
+  SIMDATTN_REQUIRE(
+      q.dims[1] == 0 || (kv.kv_heads != 0 && q.dims[1] % kv.kv_heads == 0), kFn,
+      "q's heads (", q.dims[1],
+      ") are not a multiple of the cache's kv_heads (", kv.kv_heads, ")");
+  const AttentionMask& user_mask = options.mask;
+  SIMDATTN_REQUIRE(user_mask.causal_offset == 0 &&
+                       user_mask.causal_offsets == nullptr &&
+                       user_mask.key_lengths == nullptr,
+                   kFn,
+                   "mask.causal_offset(s) and mask.key_lengths must be unset: "
+                   "the cache's lengths give them");
+  const bool paged = kv.block_table != nullptr;
+  SIMDATTN_REQUIRE(kv.block_size != 0 || batch == 0, kFn, "kv.block_size is 0");
+  if (paged) {
+    SIMDATTN_REQUIRE((kv.block_size & (kv.block_size - 1)) == 0, kFn,
+                     "kv.block_size (", kv.block_size,
+                     ") is not a power of two");
+  }
+  const size_t capacity =
+      internal::CheckedMul(kFn, "kv.blocks_per_sequence * kv.block_size",
+                           paged ? kv.blocks_per_sequence : 1, kv.block_size);
+  const size_t blocks = paged ? kv.num_blocks : batch;
+  SIMDATTN_REQUIRE(kv.lengths != nullptr || batch == 0, kFn,
+                   "kv.lengths is null");
+  size_t longest = 0;
+  for (size_t b = 0; b < batch; ++b) {
+    const size_t length = kv.lengths[b];
+    SIMDATTN_REQUIRE(length <= capacity, kFn, "kv.lengths[", b, "] (", length,
+                     ") exceeds the capacity (", capacity, ")");
+    SIMDATTN_REQUIRE(length >= q_tokens, kFn, "kv.lengths[", b, "] (", length,
+                     ") is less than the ", q_tokens,
+                     " queries, the sequence's last tokens");
+    longest = std::max(longest, length);
+    if (!paged) continue;
+    for (size_t block = 0; block * kv.block_size < length; ++block) {
+      const int32_t entry = kv.block_table[b * kv.blocks_per_sequence + block];
+      SIMDATTN_REQUIRE(entry >= 0 && static_cast<size_t>(entry) < blocks, kFn,
+                       "kv.block_table[", b, " * ", kv.blocks_per_sequence,
+                       " + ", block, "] (", entry, ") is not a block of the ",
+                       blocks, " in the pool");
+    }
+  }
+  // What the cache's memory spans, as (blocks, kv_heads, block_size, dim).
+  const size_t dims[4] = {blocks, kv.kv_heads, kv.block_size, kv.head_dim};
+  const size_t strides[3] = {kv.block_stride, kv.head_stride, kv.row_stride};
+  const Footprint rk = internal::CheckTensor4(kFn, "kv.keys", kv.keys, dims,
+                                              strides, element_size);
+  const Footprint rv = internal::CheckTensor4(kFn, "kv.values", kv.values, dims,
+                                              strides, element_size);
+  Footprint rks, rvs;
+  if (kv.type == KVType::kInt8) {
+    const size_t scale_dims[4] = {blocks, kv.kv_heads, kv.block_size, 1};
+    const size_t scale_strides[3] = {kv.scale_block_stride,
+                                     kv.scale_head_stride, 1};
+    rks = internal::CheckTensor4(kFn, "kv.key_scales", kv.key_scales,
+                                 scale_dims, scale_strides, sizeof(float));
+    rvs = internal::CheckTensor4(kFn, "kv.value_scales", kv.value_scales,
+                                 scale_dims, scale_strides, sizeof(float));
+  }
+  KVSource source;
+  source.type = kv.type;
+  source.kv_heads = kv.kv_heads;
+  source.tokens = longest;
+  if (paged) {
+    source.block_table = kv.block_table;
+    source.blocks_per_sequence = kv.blocks_per_sequence;
+    while ((size_t{1} << source.block_shift) < kv.block_size) {
+      ++source.block_shift;
+    }
+  }
+  for (internal::KVMemory* m : {&source.keys, &source.values}) {
+    const bool keys = m == &source.keys;
+    m->data = keys ? kv.keys : kv.values;
+    m->block_stride = kv.block_stride;
+    m->head_stride = kv.head_stride;
+    m->row_stride = kv.row_stride;
+    if (kv.type == KVType::kInt8) {
+      m->scales = keys ? kv.key_scales : kv.value_scales;
+      m->scale_block_stride = kv.scale_block_stride;
+      m->scale_head_stride = kv.scale_head_stride;
+    }
+    m->cols = kv.head_dim;
+  }
+  // The queries are the last q_tokens of each sequence.
+  AttentionMask mask = user_mask;
+  mask.key_lengths = kv.lengths;
+  std::vector<size_t> offsets;
+  if (mask.causal || mask.window != 0) {
+    offsets.resize(batch);
+    for (size_t b = 0; b < batch; ++b) offsets[b] = kv.lengths[b] - q_tokens;
+    mask.causal_offsets = offsets.data();
+  }
+  Attend(kFn, q, source, capacity,
+         {{rk, "kv.keys"},
+          {rv, "kv.values"},
+          {rks, "kv.key_scales"},
+          {rvs, "kv.value_scales"}},
+         out, options, mask);
 }
 
 }  // namespace simdattn

@@ -94,6 +94,10 @@ template <class D, typename TB>
 HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT p) {
   if constexpr (std::is_same_v<TB, float>) {
     return hn::LoadU(d, p);
+  } else if constexpr (std::is_same_v<TB, int8_t>) {  // Exact, unscaled.
+    return hn::ConvertTo(d,
+                         hn::PromoteTo(hn::Rebind<int32_t, D>(),
+                                       hn::LoadU(hn::Rebind<int8_t, D>(), p)));
   } else {
     using T = typename HwyType<TB>::type;
     return hn::PromoteTo(
@@ -101,10 +105,34 @@ HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT p) {
   }
 }
 
-// One element of B as a float.
-template <typename TB>
-HWY_INLINE float ToFloat(const TB* p) {
-  return hn::GetLane(LoadB(hn::CappedTag<float, 1>(), p));
+// Sources of B's rows: a MatrixView, or anything with its Row(k) (fused
+// attention's KV-cache rows, which may be paged). Rows of int8 carry a
+// scale (Scale(k)): row k of B is Scale(k) times its elements.
+template <class B>
+using ElementOf = std::remove_const_t<
+    std::remove_pointer_t<decltype(std::declval<const B&>().Row(0))>>;
+template <class B>
+constexpr bool kScaledRows = std::is_same_v<ElementOf<B>, int8_t>;
+
+// x times row k's scale; x where rows have none.
+template <class B>
+HWY_INLINE float TimesRowScale(float x, const B& b, size_t k) {
+  if constexpr (kScaledRows<B>) {
+    return x * b.Scale(k);
+  } else {
+    return x;
+  }
+}
+
+// Row k's n-th vector (or lane, for d of one lane) as floats, scaled.
+template <class D, class B>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const B& b, size_t k, size_t n) {
+  const auto v = LoadB(d, b.Row(k) + n);
+  if constexpr (kScaledRows<B>) {
+    return hn::Mul(v, hn::Set(d, b.Scale(k)));
+  } else {
+    return v;
+  }
 }
 
 // Returns the value to store for accumulator `acc` whose old C is at `c`
@@ -265,10 +293,9 @@ HWY_INLINE void StoreBlocks(D d, hn::Vec<D> v, float* HWY_RESTRICT dst,
 // against 2 for scalar copies (a load and a store); gathers are slower
 // still. Scalable (SVE) and one-lane targets, the last rows
 // and the last columns of K copy scalars.
-template <typename TB>
-inline void PackTransposedPanel(MatrixView<const TB> b, size_t k0, size_t kc,
-                                size_t n0, size_t cols, size_t nr,
-                                float* panel) {
+template <class B>
+inline void PackTransposedPanel(const B& b, size_t k0, size_t kc, size_t n0,
+                                size_t cols, size_t nr, float* panel) {
   size_t n = 0;
 #if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
   const hn::ScalableTag<float> d;
@@ -276,13 +303,11 @@ inline void PackTransposedPanel(MatrixView<const TB> b, size_t k0, size_t kc,
   const size_t N = hn::Lanes(d);
   const size_t vector_k = kc / N * N;
   for (; n + 4 <= cols; n += 4) {
-    const TB* HWY_RESTRICT r0 = b.Row(n0 + n) + k0;
-    const TB* HWY_RESTRICT r1 = b.Row(n0 + n + 1) + k0;
-    const TB* HWY_RESTRICT r2 = b.Row(n0 + n + 2) + k0;
-    const TB* HWY_RESTRICT r3 = b.Row(n0 + n + 3) + k0;
     for (size_t k = 0; k < vector_k; k += N) {
-      const auto v0 = LoadB(d, r0 + k), v1 = LoadB(d, r1 + k);
-      const auto v2 = LoadB(d, r2 + k), v3 = LoadB(d, r3 + k);
+      const auto v0 = LoadRow(d, b, n0 + n, k0 + k);
+      const auto v1 = LoadRow(d, b, n0 + n + 1, k0 + k);
+      const auto v2 = LoadRow(d, b, n0 + n + 2, k0 + k);
+      const auto v3 = LoadRow(d, b, n0 + n + 3, k0 + k);
       // Per block: t0 = r0[0] r1[0] r0[1] r1[1], t1 = the same of r2, r3;
       // t2, t3 = elements 2 and 3.
       const auto t0 = hn::BitCast(d64, hn::InterleaveLower(v0, v1));
@@ -300,19 +325,20 @@ inline void PackTransposedPanel(MatrixView<const TB> b, size_t k0, size_t kc,
       StoreBlocks(d, hn::BitCast(d, hn::InterleaveUpper(d64, t2, t3)),
                   dst + 3 * nr, stride);
     }
+    const hn::CappedTag<float, 1> d1;
     for (size_t k = vector_k; k < kc; ++k) {
-      float* HWY_RESTRICT dst = panel + k * nr + n;
-      dst[0] = ToFloat(r0 + k);
-      dst[1] = ToFloat(r1 + k);
-      dst[2] = ToFloat(r2 + k);
-      dst[3] = ToFloat(r3 + k);
+      for (size_t r = 0; r < 4; ++r) {
+        panel[k * nr + n + r] = hn::GetLane(LoadRow(d1, b, n0 + n + r, k0 + k));
+      }
     }
   }
 #endif
+  const hn::CappedTag<float, 1> d1;
   for (; n < cols; ++n) {
-    const TB* HWY_RESTRICT row = b.Row(n0 + n) + k0;
     float* HWY_RESTRICT column = panel + n;
-    for (size_t k = 0; k < kc; ++k) column[k * nr] = ToFloat(row + k);
+    for (size_t k = 0; k < kc; ++k) {
+      column[k * nr] = hn::GetLane(LoadRow(d1, b, n0 + n, k0 + k));
+    }
   }
   if (cols == nr) return;
   for (size_t k = 0; k < kc; ++k) {
@@ -323,21 +349,22 @@ inline void PackTransposedPanel(MatrixView<const TB> b, size_t k0, size_t kc,
 // Copies op(B)[k0..k0+kc, n0..n0+cols) into panel (kc rows of nr floats),
 // zero-filling columns cols..nr. Rows of B go by vectors: a panel row is a
 // few vectors, too short for memcpy's call to pay off.
-template <typename TB>
-inline void PackPanel(MatrixView<const TB> b, bool transposed, size_t k0,
-                      size_t kc, size_t n0, size_t cols, size_t nr,
-                      float* panel) {
+template <class B>
+inline void PackPanel(const B& b, bool transposed, size_t k0, size_t kc,
+                      size_t n0, size_t cols, size_t nr, float* panel) {
   if (transposed) return PackTransposedPanel(b, k0, kc, n0, cols, nr, panel);
   const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 1> d1;
   const size_t N = hn::Lanes(d);
   const size_t vector_cols = cols / N * N;
   for (size_t k = 0; k < kc; ++k) {
-    const TB* HWY_RESTRICT src = b.Row(k0 + k) + n0;
     float* HWY_RESTRICT dst = panel + k * nr;
     for (size_t n = 0; n < vector_cols; n += N) {
-      hn::Store(LoadB(d, src + n), d, dst + n);
+      hn::Store(LoadRow(d, b, k0 + k, n0 + n), d, dst + n);
     }
-    for (size_t n = vector_cols; n < cols; ++n) dst[n] = ToFloat(src + n);
+    for (size_t n = vector_cols; n < cols; ++n) {
+      dst[n] = hn::GetLane(LoadRow(d1, b, k0 + k, n0 + n));
+    }
     std::fill(dst + cols, dst + nr, 0.0f);
   }
 }
@@ -436,10 +463,11 @@ HWY_INLINE void ScalarEpilogue(float acc, float* out, size_t n,
 // Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
 // rows of A times B (B rows contiguous), or dot products with rows of B when
 // it is transposed (Q K^T in decode).
-template <typename TB>
-inline void DirectColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
+template <class B>
+inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
                           const MatMulOptions& opt, size_t n_begin,
                           size_t n_end) {
+  using TB = ElementOf<B>;
   const hn::ScalableTag<float> d;
   // Scalar tails as one-lane vectors: the same fused (or not) multiply-add
   // for every element type of B.
@@ -467,7 +495,8 @@ inline void DirectColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
         for (; k < K; ++k) {
           dot = hn::MulAdd(hn::Set(d1, a_row[k]), LoadB(d1, b_row + k), dot);
         }
-        ScalarEpilogue(hn::GetLane(dot), c_row + n, n, opt);
+        ScalarEpilogue(TimesRowScale(hn::GetLane(dot), b, n), c_row + n, n,
+                       opt);
       }
       continue;
     }
@@ -478,12 +507,14 @@ inline void DirectColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
         ScalarEpilogue(lanes[i], c_row + n0 + i, n0 + i, opt);
       }
     };
+    // A's element k, times row k's scale (int8 rows).
+    const auto a_at = [&](size_t k) { return TimesRowScale(a_row[k], b, k); };
     size_t n = n_begin;
     // Four independent accumulators hide the multiply-add latency.
     for (; n + 4 * N <= n_end; n += 4 * N) {
       auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
       for (size_t k = 0; k < K; ++k) {
-        const auto ak = hn::Set(d, a_row[k]);
+        const auto ak = hn::Set(d, a_at(k));
         const TB* b_row = b.Row(k) + n;
         s0 = hn::MulAdd(ak, LoadB(d, b_row), s0);
         s1 = hn::MulAdd(ak, LoadB(d, b_row + N), s1);
@@ -498,14 +529,14 @@ inline void DirectColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
     for (; n + N <= n_end; n += N) {
       auto sum = hn::Zero(d);
       for (size_t k = 0; k < K; ++k) {
-        sum = hn::MulAdd(hn::Set(d, a_row[k]), LoadB(d, b.Row(k) + n), sum);
+        sum = hn::MulAdd(hn::Set(d, a_at(k)), LoadB(d, b.Row(k) + n), sum);
       }
       finish(sum, n);
     }
     for (; n < n_end; ++n) {
       auto sum = hn::Zero(d1);
       for (size_t k = 0; k < K; ++k) {
-        sum = hn::MulAdd(hn::Set(d1, a_row[k]), LoadB(d1, b.Row(k) + n), sum);
+        sum = hn::MulAdd(hn::Set(d1, a_at(k)), LoadB(d1, b.Row(k) + n), sum);
       }
       ScalarEpilogue(hn::GetLane(sum), c_row + n, n, opt);
     }

@@ -182,7 +182,12 @@ std::string AttentionShape::Name() const {
   if (kv_heads != heads) name += "_kv" + std::to_string(kv_heads);
   if (causal) name += "_causal";
   if (dropout) name += "_dropout";
-  return name + variants.Name();
+  name += variants.Name();
+  if (cache == KVType::kBF16) name += "_kvbf16";
+  if (cache == KVType::kF16) name += "_kvf16";
+  if (cache == KVType::kInt8) name += "_kvint8";
+  if (page != 0) name += "_paged" + std::to_string(page);
+  return name;
 }
 
 double AttentionShape::Flops() const {
@@ -193,10 +198,12 @@ double AttentionShape::Flops() const {
 double AttentionShape::Bytes() const {
   const size_t read =
       variants.window != 0 ? std::min(variants.window, tokens) : tokens;
-  const double kv = 2.0 * double(batch) * kv_heads * read * head_dim;
+  const double row_bytes = double(head_dim) * KVTypeBytes(cache) +
+                           (cache == KVType::kInt8 ? sizeof(float) : 0);
+  const double kv = 2.0 * double(batch) * kv_heads * read * row_bytes;
   const double q_and_out =
-      2.0 * double(batch) * heads * QueryTokens() * head_dim;
-  return (kv + q_and_out) * sizeof(float);
+      2.0 * double(batch) * heads * QueryTokens() * head_dim * sizeof(float);
+  return kv + q_and_out;
 }
 
 const std::vector<MatMulShape>& StandardMatMulShapes() {
@@ -342,7 +349,9 @@ MhaShape ParseMhaShape(const std::string& text) {
 AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   const char* const form =
       decode ? "BxHxNxD with optional _kvG (G dividing H), _windowW, "
-               "_softcapC, _sinks, _alibi (e.g. 1x12x4096x64_window512)"
+               "_softcapC, _sinks, _alibi, _kvbf16, _kvf16 or _kvint8, "
+               "_pagedN (N a power of two, 16 to 256) (e.g. "
+               "1x12x4096x64_kvbf16_paged16)"
              : "BxHxTxD with optional _kvG (G dividing H), _causal, "
                "_dropout, _windowW, _softcapC, _sinks, _alibi (e.g. "
                "1x32x2048x128_kv8_causal)";
@@ -354,6 +363,17 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
     if (flag.compare(0, 2, "kv") == 0 && IsCount(flag.substr(2))) {
       s.kv_heads = std::stoul(flag.substr(2));
       if (s.kv_heads == 0 || s.heads % s.kv_heads != 0) Fail(text, form);
+    } else if (decode && s.cache == KVType::kF32 &&
+               (flag == "kvbf16" || flag == "kvf16" || flag == "kvint8")) {
+      s.cache = flag == "kvbf16"  ? KVType::kBF16
+                : flag == "kvf16" ? KVType::kF16
+                                  : KVType::kInt8;
+    } else if (decode && s.page == 0 && flag.compare(0, 5, "paged") == 0 &&
+               IsCount(flag.substr(5))) {
+      s.page = std::stoul(flag.substr(5));
+      if (s.page < 16 || s.page > 256 || (s.page & (s.page - 1)) != 0) {
+        Fail(text, form);
+      }
     } else if (flag == "causal" && !decode && !s.causal) {
       s.causal = true;
     } else if (flag == "dropout" && !decode && !s.dropout) {

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "simdattn/kernels.h"
+
 namespace simdattn {
 namespace measure {
 
@@ -112,16 +114,21 @@ struct AttentionShape {
   bool dropout = false;  // Prefill: dropout 0.1 on the weights.
   bool decode = false;
   MaskVariants variants = {};
+  // Decode: keys and values in a KVCache of this type, paged in blocks of
+  // `page` tokens when nonzero (_kvbf16, _kvf16, _kvint8, _pagedN).
+  KVType cache = KVType::kF32;
+  size_t page = 0;
 
   size_t QueryTokens() const { return decode ? 1 : tokens; }
-  // "BxHxTxD", then "_kvN" when kv_heads != heads, "_causal", "_dropout"
-  // and the variants.
+  bool InCache() const { return cache != KVType::kF32 || page != 0; }
+  // "BxHxTxD", then "_kvN" when kv_heads != heads, "_causal", "_dropout",
+  // the variants and the cache.
   std::string Name() const;
   // AttentionFlops: causal prefill counts about half of non-causal, a
   // window W about T W pairs.
   double Flops() const;
-  // Decode is memory-bound: bytes of K and V read (the window's keys only)
-  // plus Q read and out written.
+  // Decode is memory-bound: bytes of K and V read (the window's keys only,
+  // in the cache's type, int8 with its scales) plus Q read and out written.
   double Bytes() const;
 };
 

@@ -208,6 +208,32 @@ class FusedAttention : public AttentionWorkload {
   }
 };
 
+// Decode over a KVCache of the shape's type and layout, filled once with
+// the same keys and values.
+class CachedAttention : public AttentionWorkload {
+ public:
+  explicit CachedAttention(const AttentionShape& s)
+      : AttentionWorkload(s),
+        cache_(s.batch, s.kv_heads, s.tokens, s.head_dim, Config(s)),
+        cache_mask_(s.variants, s.heads, true, 0) {
+    cache_.Append(k_view_, v_view_);
+    options_.mask = cache_mask_.mask();
+  }
+  void Run() override {
+    ScaledDotProductAttention(q_view_, cache_.View(), out_view_, options_);
+  }
+
+ private:
+  static KVCacheConfig Config(const AttentionShape& s) {
+    KVCacheConfig config;
+    config.type = s.cache;
+    config.block_size = s.page;
+    return config;
+  }
+  KVCache cache_;
+  ShapeMask cache_mask_;  // The cache gives the causal offsets.
+};
+
 class UnfusedAttention : public AttentionWorkload {
  public:
   explicit UnfusedAttention(const AttentionShape& s)
@@ -492,6 +518,7 @@ std::unique_ptr<Workload> MakeMha(const MhaShape& shape) {
 }
 
 std::unique_ptr<Workload> MakeAttention(const AttentionShape& shape) {
+  if (shape.InCache()) return std::make_unique<CachedAttention>(shape);
   return std::make_unique<FusedAttention>(shape);
 }
 

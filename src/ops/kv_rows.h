@@ -1,0 +1,102 @@
+// Keys and values as fused attention reads them: plain C++, shared by the
+// validation (attention.cc) and every target's kernel (attention-inl.h).
+#ifndef SIMDATTN_SRC_OPS_KV_ROWS_H_
+#define SIMDATTN_SRC_OPS_KV_ROWS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "simdattn/kernels.h"
+
+namespace simdattn {
+namespace internal {
+
+// Contiguous storage is one block per sequence, found through this table.
+inline constexpr int32_t kSingleBlock[1] = {0};
+
+// The rows (tokens) of keys or values of one (sequence, kv head), from
+// token `first` on: token t's row at
+//   base + table[(t + first) >> shift] * block_stride
+//        + ((t + first) & offset_mask) * stride,
+// contiguous storage being one block (shift 63: t never reaches it). The
+// same arithmetic for both layouts keeps paged and contiguous results equal
+// bit for bit. int8 rows carry a scale each.
+template <typename T>
+struct KVRows {
+  const T* base;
+  const float* scales;  // int8 only: scales[block * scale_block_stride + row].
+  const int32_t* table;
+  size_t block_stride, stride, scale_block_stride;
+  unsigned shift;
+  size_t offset_mask;
+  size_t first;
+  size_t cols;
+
+  size_t Block(size_t t) const {
+    return static_cast<size_t>(table[(t + first) >> shift]);
+  }
+  const T* Row(size_t t) const {
+    return base + Block(t) * block_stride +
+           ((t + first) & offset_mask) * stride;
+  }
+  float Scale(size_t t) const {
+    return scales[Block(t) * scale_block_stride + ((t + first) & offset_mask)];
+  }
+  // The rows from token j on.
+  KVRows From(size_t j) const {
+    KVRows rows = *this;
+    rows.first += j;
+    return rows;
+  }
+};
+
+// Keys or values: the memory side of a KVCacheView, or of a float tensor
+// (blocks = batch items).
+struct KVMemory {
+  const void* data = nullptr;
+  size_t block_stride = 0, head_stride = 0, row_stride = 0;
+  const float* scales = nullptr;
+  size_t scale_block_stride = 0, scale_head_stride = 0;
+  size_t cols = 0;
+};
+
+// Everything fused attention needs to find keys and values.
+struct KVSource {
+  KVType type = KVType::kF32;
+  KVMemory keys, values;
+  size_t kv_heads = 0;
+  size_t tokens = 0;  // Keys any query may see (the mask's key dimension).
+  const int32_t* block_table = nullptr;  // Null: contiguous.
+  size_t blocks_per_sequence = 0;
+  unsigned block_shift = 0;  // log2(block_size) when paged.
+
+  template <typename T>
+  KVRows<T> Rows(const KVMemory& m, size_t b, size_t h) const {
+    KVRows<T> rows;
+    rows.base = static_cast<const T*>(m.data) + h * m.head_stride;
+    rows.scales =
+        m.scales == nullptr ? nullptr : m.scales + h * m.scale_head_stride;
+    rows.block_stride = m.block_stride;
+    rows.stride = m.row_stride;
+    rows.scale_block_stride = m.scale_block_stride;
+    rows.first = 0;
+    rows.cols = m.cols;
+    if (block_table == nullptr) {
+      rows.base += b * m.block_stride;
+      if (rows.scales != nullptr) rows.scales += b * m.scale_block_stride;
+      rows.table = kSingleBlock;
+      rows.shift = 63;
+      rows.offset_mask = ~size_t{0} >> 1;
+    } else {
+      rows.table = block_table + b * blocks_per_sequence;
+      rows.shift = block_shift;
+      rows.offset_mask = (size_t{1} << block_shift) - 1;
+    }
+    return rows;
+  }
+};
+
+}  // namespace internal
+}  // namespace simdattn
+
+#endif  // SIMDATTN_SRC_OPS_KV_ROWS_H_

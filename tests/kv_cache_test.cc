@@ -1,0 +1,629 @@
+// KV caches of every element type and layout, on every SIMD target:
+// attention over them against a float64 reference over what they hold
+// (KVCache::Read), paged equal to contiguous bit for bit, ragged batches
+// against one call per sequence, the stated quantization bounds, the
+// sequence operations (truncate, reset, copy, reorder, shared blocks),
+// RoPE on append, generation steps and bad arguments.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "simdattn/attention.h"
+#include "simdattn/kernels.h"
+#include "tests/test_util.h"
+
+namespace simdattn {
+namespace {
+
+using test::ExpectInvalid;
+using test::RandomVector;
+
+class KVCacheTest : public test::PerTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(KVCacheTest);
+
+constexpr size_t kBatch = 3, kKVHeads = 2, kHeads = 4, kHeadDim = 20;
+constexpr size_t kCapacity = 600;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct Kind {
+  KVType type;
+  size_t block_size;  // 0: contiguous.
+};
+const Kind kKinds[] = {{KVType::kF32, 0},  {KVType::kF32, 16},
+                       {KVType::kBF16, 0}, {KVType::kBF16, 64},
+                       {KVType::kF16, 0},  {KVType::kF16, 32},
+                       {KVType::kInt8, 0}, {KVType::kInt8, 16}};
+
+std::string Name(const Kind& kind) {
+  static const char* const kTypes[] = {"f32", "bf16", "f16", "int8"};
+  return std::string(kTypes[static_cast<int>(kind.type)]) +
+         (kind.block_size == 0 ? " contiguous"
+                               : " paged" + std::to_string(kind.block_size));
+}
+
+KVCache MakeCache(const Kind& kind, size_t batch = kBatch) {
+  KVCacheConfig config;
+  config.type = kind.type;
+  config.block_size = kind.block_size;
+  return KVCache(batch, kKVHeads, kCapacity, kHeadDim, config);
+}
+
+// Appends n random tokens (seeded) to the listed sequences.
+void AppendRandom(KVCache& cache, const std::vector<size_t>& sequences,
+                  size_t n, uint64_t seed, float magnitude = 2.0f) {
+  const size_t count = sequences.size();
+  const std::vector<float> k = RandomVector(count * kKVHeads * n * kHeadDim,
+                                            seed, -magnitude, magnitude);
+  const std::vector<float> v = RandomVector(count * kKVHeads * n * kHeadDim,
+                                            seed + 1, -magnitude, magnitude);
+  cache.Append(ConstTensor4::Dense(k.data(), count, kKVHeads, n, kHeadDim),
+               ConstTensor4::Dense(v.data(), count, kKVHeads, n, kHeadDim),
+               sequences);
+}
+
+// A ragged batch: lengths 45, 300 and 577, appended in uneven chunks to
+// different subsets of the sequences.
+void FillRagged(KVCache& cache) {
+  AppendRandom(cache, {0, 1, 2}, 45, 1);
+  AppendRandom(cache, {2, 1}, 200, 2);
+  AppendRandom(cache, {1, 2}, 55, 3);
+  AppendRandom(cache, {2}, 277, 4);
+}
+
+// A sequence's keys and values as the cache holds them.
+struct Held {
+  std::vector<float> keys, values;  // (kv_heads, length, head_dim)
+};
+Held Read(const KVCache& cache, size_t b) {
+  const size_t length = cache.length(b);
+  Held held{std::vector<float>(kKVHeads * length * kHeadDim),
+            std::vector<float>(kKVHeads * length * kHeadDim)};
+  cache.Read(b, Tensor3(held.keys.data(), kKVHeads, length, kHeadDim),
+             Tensor3(held.values.data(), kKVHeads, length, kHeadDim));
+  return held;
+}
+
+// softmax(scale q k^T) v in double for the last q_tokens positions of each
+// sequence, causal (and windowed when window > 0) or not.
+std::vector<double> Reference(const KVCache& cache, const std::vector<float>& q,
+                              size_t q_tokens, bool causal, size_t window) {
+  const double scale = 1.0 / std::sqrt(double(kHeadDim));
+  std::vector<double> out(kBatch * kHeads * q_tokens * kHeadDim, 0.0);
+  for (size_t b = 0; b < kBatch; ++b) {
+    const Held held = Read(cache, b);
+    const size_t length = cache.length(b);
+    for (size_t h = 0; h < kHeads; ++h) {
+      const size_t g = h / (kHeads / kKVHeads);
+      for (size_t i = 0; i < q_tokens; ++i) {
+        const size_t position = length - q_tokens + i;
+        const size_t end = causal ? position + 1 : length;
+        const size_t begin = window != 0 && end > window ? end - window : 0;
+        const float* qrow = &q[((b * kHeads + h) * q_tokens + i) * kHeadDim];
+        std::vector<double> s(end - begin);
+        double max = -INFINITY;
+        for (size_t j = begin; j < end; ++j) {
+          double dot = 0.0;
+          for (size_t c = 0; c < kHeadDim; ++c) {
+            dot += double(qrow[c]) * held.keys[(g * length + j) * kHeadDim + c];
+          }
+          s[j - begin] = dot * scale;
+          max = std::max(max, s[j - begin]);
+        }
+        double sum = 0.0;
+        for (double& x : s) sum += (x = std::exp(x - max));
+        double* o = &out[((b * kHeads + h) * q_tokens + i) * kHeadDim];
+        for (size_t j = begin; j < end; ++j) {
+          for (size_t c = 0; c < kHeadDim; ++c) {
+            o[c] += s[j - begin] / sum *
+                    held.values[(g * length + j) * kHeadDim + c];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<float> Attend(const KVCache& cache, const std::vector<float>& q,
+                          size_t q_tokens, bool causal, size_t window = 0) {
+  std::vector<float> out(kBatch * kHeads * q_tokens * kHeadDim, kNaN);
+  AttentionOptions options;
+  options.mask.causal = causal;
+  options.mask.window = window;
+  ScaledDotProductAttention(
+      ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, kHeadDim),
+      cache.View(),
+      Tensor4::Dense(out.data(), kBatch, kHeads, q_tokens, kHeadDim), options);
+  return out;
+}
+
+void ExpectNear(const std::vector<float>& actual,
+                const std::vector<double>& expected, double tolerance,
+                const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    worst = std::max(worst, std::abs(actual[i] - expected[i]));
+  }
+  EXPECT_LE(worst, tolerance) << what;
+}
+
+void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b,
+                    const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+      << what;
+}
+
+// Decode (1 query), chunked prefill (7 queries: few-row path) and a prefill
+// block (40 queries: packed tiles), causal, windowed or not, against the
+// float64 reference over what the cache holds: the only error is the
+// kernel's float arithmetic.
+TEST_P(KVCacheTest, EveryTypeAndLayoutMatchesFloat64Reference) {
+  for (const Kind& kind : kKinds) {
+    KVCache cache = MakeCache(kind);
+    FillRagged(cache);
+    for (size_t q_tokens : {size_t{1}, size_t{7}, size_t{40}}) {
+      const std::vector<float> q =
+          RandomVector(kBatch * kHeads * q_tokens * kHeadDim, 9);
+      for (const auto& [causal, window] :
+           {std::pair<bool, size_t>{true, 0}, {false, 0}, {true, 100}}) {
+        ExpectNear(Attend(cache, q, q_tokens, causal, window),
+                   Reference(cache, q, q_tokens, causal, window), 2e-6,
+                   Name(kind) + " q_tokens " + std::to_string(q_tokens) +
+                       " window " + std::to_string(window));
+      }
+    }
+  }
+}
+
+TEST_P(KVCacheTest, PagedEqualsContiguousBitForBit) {
+  for (const KVType type :
+       {KVType::kF32, KVType::kBF16, KVType::kF16, KVType::kInt8}) {
+    KVCache contiguous = MakeCache({type, 0});
+    FillRagged(contiguous);
+    for (size_t block_size : {size_t{16}, size_t{128}, size_t{256}}) {
+      KVCache paged = MakeCache({type, block_size});
+      FillRagged(paged);
+      for (size_t q_tokens : {size_t{1}, size_t{40}}) {
+        const std::vector<float> q =
+            RandomVector(kBatch * kHeads * q_tokens * kHeadDim, 5);
+        ExpectSameBits(Attend(paged, q, q_tokens, true),
+                       Attend(contiguous, q, q_tokens, true),
+                       Name({type, block_size}));
+      }
+    }
+  }
+}
+
+// Each sequence alone in a cache of its own gives the ragged batch's rows
+// (to rounding: the key splits of decode depend on the batch size).
+TEST_P(KVCacheTest, RaggedBatchEqualsOneCallPerSequence) {
+  for (const Kind& kind : {Kind{KVType::kBF16, 16}, Kind{KVType::kInt8, 0}}) {
+    KVCache batch = MakeCache(kind);
+    FillRagged(batch);
+    const size_t q_tokens = 3;
+    const size_t q_row = kHeads * q_tokens * kHeadDim;
+    const std::vector<float> q = RandomVector(kBatch * q_row, 4);
+    const std::vector<float> together = Attend(batch, q, q_tokens, true);
+    for (size_t b = 0; b < kBatch; ++b) {
+      KVCache alone = MakeCache(kind, 1);
+      const Held held = Read(batch, b);
+      const size_t length = batch.length(b);
+      // Read gives what the cache holds; appending it again stores the same
+      // elements (bf16 and int8 re-round to themselves).
+      alone.Append(
+          ConstTensor4::Dense(held.keys.data(), 1, kKVHeads, length, kHeadDim),
+          ConstTensor4::Dense(held.values.data(), 1, kKVHeads, length,
+                              kHeadDim));
+      std::vector<float> out(q_row);
+      AttentionOptions options;
+      options.mask.causal = true;
+      ScaledDotProductAttention(
+          ConstTensor4::Dense(q.data() + b * q_row, 1, kHeads, q_tokens,
+                              kHeadDim),
+          alone.View(),
+          Tensor4::Dense(out.data(), 1, kHeads, q_tokens, kHeadDim), options);
+      for (size_t i = 0; i < q_row; ++i) {
+        EXPECT_NEAR(out[i], together[b * q_row + i], 1e-6)
+            << Name(kind) << " sequence " << b << " element " << i;
+      }
+    }
+  }
+}
+
+// The stated bounds: bf16 and f16 round to nearest (relative 2^-8, 2^-11 in
+// f16's normal range); int8 |x - scale q| <= scale / 2 (plus float
+// rounding), scale = max |x| / 127 per token and head.
+TEST(KVCacheStorage, StoredValuesWithinTheStatedBounds) {
+  const size_t n = 50;
+  const std::vector<float> k = RandomVector(kKVHeads * n * kHeadDim, 6, -3, 3);
+  const std::vector<float> v = RandomVector(kKVHeads * n * kHeadDim, 7, -3, 3);
+  for (const Kind& kind : kKinds) {
+    KVCache cache = MakeCache(kind, 1);
+    cache.Append(ConstTensor4::Dense(k.data(), 1, kKVHeads, n, kHeadDim),
+                 ConstTensor4::Dense(v.data(), 1, kKVHeads, n, kHeadDim));
+    const Held held = Read(cache, 0);
+    for (size_t row = 0; row < kKVHeads * n; ++row) {
+      for (const auto& [in, out] :
+           {std::pair<const float*, const float*>{&k[row * kHeadDim],
+                                                  &held.keys[row * kHeadDim]},
+            {&v[row * kHeadDim], &held.values[row * kHeadDim]}}) {
+        float max_abs = 0.0f;
+        for (size_t c = 0; c < kHeadDim; ++c) {
+          max_abs = std::max(max_abs, std::abs(in[c]));
+        }
+        for (size_t c = 0; c < kHeadDim; ++c) {
+          const double error = std::abs(double(in[c]) - out[c]);
+          double bound = 0.0;
+          switch (kind.type) {
+            case KVType::kF32:
+              bound = 0.0;
+              break;
+            case KVType::kBF16:
+              bound = std::abs(in[c]) * 0x1p-8;
+              break;
+            case KVType::kF16:
+              bound = std::abs(in[c]) * 0x1p-11;
+              break;
+            case KVType::kInt8:
+              bound = max_abs / 127.0 * (0.5 + 1e-6);
+              break;
+          }
+          ASSERT_LE(error, bound) << Name(kind) << " row " << row;
+        }
+      }
+    }
+  }
+}
+
+// Narrow caches against the float one: each output within the bound the
+// perturbations give. Scores move by at most D = scale |q|_1 max |dk|, so
+// the weights' L1 distance is at most e^(2D) - 1, and
+// |o' - o| <= (e^(2D) - 1) max |v'| + max |dv|.
+TEST_P(KVCacheTest, NarrowTypesWithinTheirBoundOfFloat) {
+  KVCache reference = MakeCache({KVType::kF32, 0});
+  FillRagged(reference);
+  const std::vector<float> q = RandomVector(kBatch * kHeads * kHeadDim, 8);
+  const std::vector<float> exact = Attend(reference, q, 1, true);
+  for (const Kind& kind : kKinds) {
+    if (kind.type == KVType::kF32) continue;
+    KVCache cache = MakeCache(kind);
+    FillRagged(cache);
+    const std::vector<float> out = Attend(cache, q, 1, true);
+    for (size_t b = 0; b < kBatch; ++b) {
+      const Held held = Read(cache, b), full = Read(reference, b);
+      double dk = 0.0, dv = 0.0, v_max = 0.0;
+      for (size_t i = 0; i < held.keys.size(); ++i) {
+        dk = std::max(dk, double(std::abs(held.keys[i] - full.keys[i])));
+        dv = std::max(dv, double(std::abs(held.values[i] - full.values[i])));
+        v_max = std::max(v_max, double(std::abs(held.values[i])));
+      }
+      for (size_t h = 0; h < kHeads; ++h) {
+        const float* qrow = &q[(b * kHeads + h) * kHeadDim];
+        double q_l1 = 0.0;
+        for (size_t c = 0; c < kHeadDim; ++c) q_l1 += std::abs(qrow[c]);
+        const double d = q_l1 * dk / std::sqrt(double(kHeadDim));
+        const double bound = std::expm1(2 * d) * v_max + dv + 1e-5;
+        for (size_t c = 0; c < kHeadDim; ++c) {
+          const size_t i = (b * kHeads + h) * kHeadDim + c;
+          ASSERT_LE(std::abs(out[i] - exact[i]), bound)
+              << Name(kind) << " b " << b << " h " << h;
+        }
+      }
+    }
+  }
+}
+
+// Truncated tokens, even NaN ones, leave no trace; reset empties a
+// sequence; copies share blocks until one side appends; reorders move
+// whole sequences.
+TEST_P(KVCacheTest, SequenceOperations) {
+  for (const Kind& kind : kKinds) {
+    KVCache cache = MakeCache(kind);
+    FillRagged(cache);
+    const std::vector<float> q = RandomVector(kBatch * kHeads * kHeadDim, 3);
+    const std::vector<float> before = Attend(cache, q, 1, true);
+    const Held held1 = Read(cache, 1);
+    // Speculative tokens, NaN, then rolled back.
+    std::vector<float> bad(kKVHeads * 5 * kHeadDim, kNaN);
+    cache.Append(ConstTensor4::Dense(bad.data(), 1, kKVHeads, 5, kHeadDim),
+                 ConstTensor4::Dense(bad.data(), 1, kKVHeads, 5, kHeadDim),
+                 {1});
+    EXPECT_EQ(cache.length(1), 305u);
+    cache.Truncate(1, 300);
+    ExpectSameBits(Attend(cache, q, 1, true), before, Name(kind) + " truncate");
+
+    // Copy: sequence 0 becomes sequence 1; appending to either leaves the
+    // other as it was.
+    cache.Copy(1, 0);
+    EXPECT_EQ(cache.length(0), 300u);
+    ExpectSameBits(Read(cache, 0).keys, held1.keys, Name(kind) + " copy");
+    AppendRandom(cache, {0}, 9, 11);
+    ExpectSameBits(Read(cache, 1).values, held1.values,
+                   Name(kind) + " copy on write");
+    AppendRandom(cache, {1}, 3, 12);
+    const Held held0 = Read(cache, 0);
+    EXPECT_EQ(cache.length(0), 309u);
+
+    // Reorder (beam search): 1 dropped, 0 twice.
+    const Held held2 = Read(cache, 2);
+    cache.Reorder({2, 0, 0});
+    EXPECT_EQ(cache.length(0), 577u);
+    ExpectSameBits(Read(cache, 0).values, held2.values,
+                   Name(kind) + " reorder");
+    ExpectSameBits(Read(cache, 1).keys, held0.keys, Name(kind) + " reorder");
+    ExpectSameBits(Read(cache, 2).keys, held0.keys, Name(kind) + " reorder");
+    AppendRandom(cache, {1}, 20, 13);
+    ExpectSameBits(Read(cache, 2).keys, held0.keys,
+                   Name(kind) + " reorder then append");
+
+    cache.Reset(0);
+    EXPECT_EQ(cache.length(0), 0u);
+    AppendRandom(cache, {0}, 1, 14);
+    EXPECT_EQ(cache.length(0), 1u);
+    cache.Clear();
+    EXPECT_EQ(cache.size(), 0u);
+  }
+}
+
+// Every block shared, then released: the pool's blocks all come back.
+TEST(KVCachePool, BlocksAreSharedAndReturned) {
+  KVCacheConfig config;
+  config.block_size = 16;
+  config.num_blocks = 4;
+  KVCache cache(2, 1, 64, 4, config);
+  std::vector<float> k(64 * 4, 1.0f);
+  cache.Append(ConstTensor4::Dense(k.data(), 1, 1, 64, 4),
+               ConstTensor4::Dense(k.data(), 1, 1, 64, 4), {0});
+  ExpectInvalid(
+      [&] {
+        cache.Append(ConstTensor4::Dense(k.data(), 1, 1, 1, 4),
+                     ConstTensor4::Dense(k.data(), 1, 1, 1, 4), {1});
+      },
+      {"KVCache::Append", "needs 1 blocks", "0 of the pool's 4"});
+  EXPECT_EQ(cache.length(1), 0u);
+  cache.Copy(0, 1);       // Shares all four blocks.
+  cache.Truncate(0, 40);  // Block 3 still held by sequence 1.
+  cache.Truncate(1, 8);   // Blocks 1-3 of sequence 1 go; 0 stays shared.
+  // 8 tokens on sequence 1 copy its shared block, then fill it.
+  cache.Append(ConstTensor4::Dense(k.data(), 1, 1, 8, 4),
+               ConstTensor4::Dense(k.data(), 1, 1, 8, 4), {1});
+  EXPECT_EQ(cache.length(1), 16u);
+  // 3 blocks for 0 (40 tokens) + 1 for 1: the pool is full again.
+  ExpectInvalid(
+      [&] {
+        cache.Append(ConstTensor4::Dense(k.data(), 1, 1, 9, 4),
+                     ConstTensor4::Dense(k.data(), 1, 1, 9, 4), {0});
+      },
+      "needs 1 blocks");
+  cache.Clear();
+  cache.Append(ConstTensor4::Dense(k.data(), 1, 1, 64, 4),
+               ConstTensor4::Dense(k.data(), 1, 1, 64, 4), {1});
+  EXPECT_EQ(cache.length(1), 64u);
+}
+
+// Keys rotated on append equal ApplyRope at the sequences' positions.
+TEST_P(KVCacheTest, RopeOnAppendRotatesAtEachSequencesPosition) {
+  for (const RopePairing pairing :
+       {RopePairing::kHalfSplit, RopePairing::kInterleaved}) {
+    KVCacheConfig config;
+    config.block_size = 16;
+    config.rope = RopeOptions{};
+    config.rope->pairing = pairing;
+    config.rope->rotary_dim = 16;
+    KVCache cache(2, kKVHeads, 64, kHeadDim, config);
+    const size_t n = 5;
+    std::vector<float> first = RandomVector(kKVHeads * 7 * kHeadDim, 1);
+    cache.Append(ConstTensor4::Dense(first.data(), 1, kKVHeads, 7, kHeadDim),
+                 ConstTensor4::Dense(first.data(), 1, kKVHeads, 7, kHeadDim),
+                 {1});
+    std::vector<float> k = RandomVector(2 * kKVHeads * n * kHeadDim, 2);
+    const std::vector<float> v = RandomVector(2 * kKVHeads * n * kHeadDim, 3);
+    cache.Append(ConstTensor4::Dense(k.data(), 2, kKVHeads, n, kHeadDim),
+                 ConstTensor4::Dense(v.data(), 2, kKVHeads, n, kHeadDim));
+    RopeOptions rope = *config.rope;
+    const size_t positions[2] = {0, 7};
+    rope.positions = positions;
+    ApplyRope(Tensor4::Dense(k.data(), 2, kKVHeads, n, kHeadDim), rope);
+    for (size_t b = 0; b < 2; ++b) {
+      const Held held = Read(cache, b);
+      const size_t length = cache.length(b);
+      for (size_t h = 0; h < kKVHeads; ++h) {
+        for (size_t t = 0; t < n; ++t) {
+          const size_t at = (h * length + length - n + t) * kHeadDim;
+          const size_t from = ((b * kKVHeads + h) * n + t) * kHeadDim;
+          EXPECT_EQ(
+              std::memcmp(&held.keys[at], &k[from], kHeadDim * sizeof(float)),
+              0);
+          EXPECT_EQ(
+              std::memcmp(&held.values[at], &v[from], kHeadDim * sizeof(float)),
+              0);
+        }
+      }
+    }
+  }
+}
+
+// 32 steps of decode, one token appended each: attention over the cache
+// equals attention over the float tensors it holds (bf16 and f16 bit for
+// bit: they widen exactly; int8 to rounding, the scale applied to scores
+// and weights rather than to each element).
+TEST_P(KVCacheTest, GenerationStepsEqualAttentionOverWhatIsHeld) {
+  for (const Kind& kind : kKinds) {
+    KVCache cache = MakeCache(kind);
+    AppendRandom(cache, {0, 1, 2}, 250, 21);
+    for (size_t step = 0; step < 32; ++step) {
+      AppendRandom(cache, {0, 1, 2}, 1, 100 + step);
+      const size_t length = cache.length(0);
+      std::vector<float> keys(kBatch * kKVHeads * length * kHeadDim);
+      std::vector<float> values(keys.size());
+      for (size_t b = 0; b < kBatch; ++b) {
+        const Held held = Read(cache, b);
+        std::copy(held.keys.begin(), held.keys.end(),
+                  keys.begin() + b * held.keys.size());
+        std::copy(held.values.begin(), held.values.end(),
+                  values.begin() + b * held.values.size());
+      }
+      const std::vector<float> q =
+          RandomVector(kBatch * kHeads * kHeadDim, 200 + step);
+      std::vector<float> expected(q.size());
+      AttentionOptions options;
+      options.mask.causal = true;
+      options.mask.causal_offset = length - 1;
+      ScaledDotProductAttention(
+          ConstTensor4::Dense(q.data(), kBatch, kHeads, 1, kHeadDim),
+          ConstTensor4::Dense(keys.data(), kBatch, kKVHeads, length, kHeadDim),
+          ConstTensor4::Dense(values.data(), kBatch, kKVHeads, length,
+                              kHeadDim),
+          Tensor4::Dense(expected.data(), kBatch, kHeads, 1, kHeadDim),
+          options);
+      const std::vector<float> out = Attend(cache, q, 1, true);
+      if (kind.type == KVType::kInt8) {
+        for (size_t i = 0; i < out.size(); ++i) {
+          ASSERT_NEAR(out[i], expected[i], 1e-6) << Name(kind) << " " << step;
+        }
+      } else {
+        ExpectSameBits(out, expected, Name(kind) + " step");
+      }
+    }
+  }
+}
+
+// NaN left in unused slots and in free blocks of the pool never reaches an
+// output: truncated NaN tokens stay in memory, and the next sequence's
+// blocks reuse freed ones.
+TEST_P(KVCacheTest, NaNInUnusedSlotsAndBlocksIsNeverRead) {
+  for (const Kind& kind : kKinds) {
+    KVCache cache = MakeCache(kind);
+    std::vector<float> bad(kBatch * kKVHeads * 300 * kHeadDim, kNaN);
+    cache.Append(
+        ConstTensor4::Dense(bad.data(), kBatch, kKVHeads, 300, kHeadDim),
+        ConstTensor4::Dense(bad.data(), kBatch, kKVHeads, 300, kHeadDim));
+    cache.Clear();
+    FillRagged(cache);
+    for (size_t q_tokens : {size_t{1}, size_t{40}}) {
+      const std::vector<float> q =
+          RandomVector(kBatch * kHeads * q_tokens * kHeadDim, 2);
+      for (float x : Attend(cache, q, q_tokens, true)) {
+        ASSERT_TRUE(std::isfinite(x)) << Name(kind);
+      }
+      ExpectNear(Attend(cache, q, q_tokens, true),
+                 Reference(cache, q, q_tokens, true, 0), 2e-6, Name(kind));
+    }
+  }
+}
+
+TEST(KVCacheErrors, BadArgumentsNameThemselves) {
+  KVCacheConfig paged;
+  paged.block_size = 24;
+  ExpectInvalid([&] { KVCache(1, 1, 8, 4, paged); },
+                {"KVCache", "config.block_size (24)"});
+  KVCacheConfig rope;
+  rope.rope = RopeOptions{};
+  size_t positions[1] = {0};
+  rope.rope->positions = positions;
+  ExpectInvalid([&] { KVCache(1, 1, 8, 4, rope); }, "config.rope->positions");
+  KVCache cache(2, 1, 8, 4);
+  std::vector<float> k(2 * 9 * 4, 1.0f);
+  ExpectInvalid(
+      [&] {
+        cache.Append(ConstTensor4::Dense(k.data(), 2, 1, 9, 4),
+                     ConstTensor4::Dense(k.data(), 2, 1, 9, 4));
+      },
+      {"KVCache::Append", "exceeds the capacity (8)"});
+  ExpectInvalid(
+      [&] {
+        cache.Append(ConstTensor4::Dense(k.data(), 2, 1, 1, 4),
+                     ConstTensor4::Dense(k.data(), 2, 1, 1, 4), {1, 1});
+      },
+      "sequence 1 is listed twice");
+  ExpectInvalid(
+      [&] {
+        cache.Append(ConstTensor4::Dense(k.data(), 1, 1, 1, 4),
+                     ConstTensor4::Dense(k.data(), 1, 1, 1, 4), {2});
+      },
+      "sequences[0] (2)");
+  ExpectInvalid([&] { cache.Truncate(0, 1); }, "length (1) exceeds");
+  ExpectInvalid([&] { cache.Reorder({0}); }, "order has 1 entries");
+  ExpectInvalid([&] { cache.Copy(0, 5); }, "dst (5)");
+  ExpectInvalid([&] { (void)cache.length(2); }, "sequence (2)");
+
+  // Attention over a view: lengths below the queries, offsets the cache
+  // gives, bad block tables.
+  cache.Append(ConstTensor4::Dense(k.data(), 2, 1, 2, 4),
+               ConstTensor4::Dense(k.data(), 2, 1, 2, 4));
+  std::vector<float> q(2 * 1 * 3 * 4, 1.0f), out(q.size());
+  const auto attend = [&](const KVCacheView& view, size_t q_tokens,
+                          const AttentionOptions& options) {
+    ScaledDotProductAttention(
+        ConstTensor4::Dense(q.data(), 2, 1, q_tokens, 4), view,
+        Tensor4::Dense(out.data(), 2, 1, q_tokens, 4), options);
+  };
+  ExpectInvalid([&] { attend(cache.View(), 3, {}); },
+                "kv.lengths[0] (2) is less than the 3 queries");
+  AttentionOptions offset;
+  offset.mask.causal = true;
+  offset.mask.causal_offset = 1;
+  ExpectInvalid([&] { attend(cache.View(), 1, offset); },
+                "the cache's lengths give them");
+  KVCacheConfig small;
+  small.block_size = 16;
+  KVCache pages(2, 1, 32, 4, small);
+  pages.Append(ConstTensor4::Dense(k.data(), 2, 1, 2, 4),
+               ConstTensor4::Dense(k.data(), 2, 1, 2, 4));
+  KVCacheView view = pages.View();
+  std::vector<int32_t> table(view.block_table,
+                             view.block_table + 2 * view.blocks_per_sequence);
+  table[view.blocks_per_sequence] = 4;
+  view.block_table = table.data();
+  ExpectInvalid([&] { attend(view, 1, {}); },
+                {"kv.block_table[1 * 2 + 0] (4)", "4 in the pool"});
+  view = pages.View();
+  view.block_size = 12;
+  ExpectInvalid([&] { attend(view, 1, {}); }, "kv.block_size (12)");
+  const KVCache int8_cache = MakeCache({KVType::kInt8, 0}, 2);
+  KVCacheView int8 = int8_cache.View();
+  int8.key_scales = nullptr;
+  std::vector<size_t> lengths = {1, 1};
+  int8.lengths = lengths.data();
+  int8.kv_heads = 1;
+  int8.head_dim = 4;
+  ExpectInvalid([&] { attend(int8, 1, {}); }, "kv.key_scales");
+}
+
+// The module generates with every cache: paged equals contiguous bit for
+// bit, and narrow types stay near the float cache.
+TEST_P(KVCacheTest, ForwardStepWithEveryCache) {
+  const size_t d_in = 24, d_out = 32, heads = 4, tokens = 40;
+  MultiHeadAttention mha(d_in, d_out, tokens, 0.0f, heads, true, 3, 2);
+  const std::vector<float> x = RandomVector(2 * tokens * d_in, 4);
+  std::vector<std::vector<float>> outputs;
+  for (const Kind& kind : kKinds) {
+    KVCacheConfig config;
+    config.type = kind.type;
+    config.block_size = kind.block_size;
+    KVCache cache(2, 2, tokens, d_out / heads, config);
+    std::vector<float> y(2 * tokens * d_out);
+    for (size_t t = 0; t < tokens; t += 8) {
+      mha.ForwardStep(
+          ConstTensor3(x.data() + t * d_in, 2, 8, d_in, tokens * d_in, d_in),
+          cache,
+          Tensor3(y.data() + t * d_out, 2, 8, d_out, tokens * d_out, d_out));
+    }
+    outputs.push_back(y);
+  }
+  for (size_t i = 0; i < outputs.size(); i += 2) {
+    ExpectSameBits(outputs[i + 1], outputs[i], Name(kKinds[i + 1]));
+    for (size_t e = 0; e < outputs[i].size(); ++e) {
+      ASSERT_NEAR(outputs[i][e], outputs[0][e], 0.03) << Name(kKinds[i]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace simdattn
