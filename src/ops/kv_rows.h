@@ -39,9 +39,10 @@ struct KVRows {
     return base + Block(t) * block_stride +
            ((t + first) & offset_mask) * stride;
   }
-  float Scale(size_t t) const {
-    return scales[Block(t) * scale_block_stride + ((t + first) & offset_mask)];
+  const float* ScaleAt(size_t t) const {
+    return scales + Block(t) * scale_block_stride + ((t + first) & offset_mask);
   }
+  float Scale(size_t t) const { return *ScaleAt(t); }
   // The rows from token j on.
   KVRows From(size_t j) const {
     KVRows rows = *this;
