@@ -239,7 +239,7 @@ TEST_P(KVCacheTest, RaggedBatchEqualsOneCallPerSequence) {
 // The stated bounds: bf16 and f16 round to nearest (relative 2^-8, 2^-11 in
 // f16's normal range); int8 |x - scale q| <= scale / 2 (plus float
 // rounding), scale = max |x| / 127 per token and head.
-TEST(KVCacheStorage, StoredValuesWithinTheStatedBounds) {
+TEST_P(KVCacheTest, StoredValuesWithinTheStatedBounds) {
   const size_t n = 50;
   const std::vector<float> k = RandomVector(kKVHeads * n * kHeadDim, 6, -3, 3);
   const std::vector<float> v = RandomVector(kKVHeads * n * kHeadDim, 7, -3, 3);
@@ -276,6 +276,55 @@ TEST(KVCacheStorage, StoredValuesWithinTheStatedBounds) {
           }
           ASSERT_LE(error, bound) << Name(kind) << " row " << row;
         }
+      }
+    }
+  }
+}
+
+// Every target's conversions on append give the scalar conversions' bits
+// (kernels.h's ToBFloat16, ToFloat16): ties, subnormals, overflow, inf and
+// NaN, in whole vectors and the tail.
+TEST_P(KVCacheTest, AppendConvertsAsTheScalarConversions) {
+  const float kInf = std::numeric_limits<float>::infinity();
+  std::vector<float> row = {1.0f + 0x1p-8f,
+                            1.0f + 0x1p-7f + 0x1p-8f,
+                            1.0f + 0x1p-11f,
+                            1.0f + 0x1p-10f + 0x1p-11f,
+                            -3.0e38f,
+                            3.4e38f,
+                            65519.0f,
+                            65520.0f,
+                            -1e-7f,
+                            3e-8f,
+                            0x1p-130f,
+                            -0.0f,
+                            kInf,
+                            -kInf,
+                            kNaN,
+                            70000.0f,
+                            0x1p-24f,
+                            0x1p-25f,
+                            1.5f * 0x1p-25f,
+                            0.1f};
+  const std::vector<float> random = RandomVector(37 - row.size(), 3, -9, 9);
+  row.insert(row.end(), random.begin(), random.end());
+  const size_t dim = row.size();
+  for (const KVType type : {KVType::kBF16, KVType::kF16}) {
+    KVCacheConfig config;
+    config.type = type;
+    KVCache cache(1, 1, 1, dim, config);
+    cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, dim),
+                 ConstTensor4::Dense(row.data(), 1, 1, 1, dim));
+    std::vector<float> keys(dim), values(dim);
+    cache.Read(0, Tensor3(keys.data(), 1, 1, dim),
+               Tensor3(values.data(), 1, 1, dim));
+    for (size_t c = 0; c < dim; ++c) {
+      const float expected = type == KVType::kBF16 ? ToFloat(ToBFloat16(row[c]))
+                                                   : ToFloat(ToFloat16(row[c]));
+      if (std::isnan(expected)) {
+        EXPECT_TRUE(std::isnan(keys[c])) << c;
+      } else {
+        EXPECT_EQ(keys[c], expected) << static_cast<int>(type) << " " << row[c];
       }
     }
   }

@@ -276,6 +276,52 @@ double CheckAttention(const measure::AttentionShape& s) {
   return worst;
 }
 
+// KVCache::Append of random tokens (keys rotated with _rope) read back:
+// each element within its type's stated bound of the float key (rotated by
+// ApplyRope, which the rope tests hold to PyTorch) or value: bf16 and f16
+// within half an ulp, int8 within half its row's scale, f32 exact.
+double CheckAppend(const measure::AttentionShape& s) {
+  const size_t n = s.tokens, d = s.head_dim;
+  const size_t per_sequence = s.kv_heads * n * d;
+  std::vector<float> k = Random(s.batch * per_sequence, 16, -2, 2);
+  const std::vector<float> v = Random(k.size(), 17, -2, 2);
+  KVCacheConfig config;
+  config.type = s.cache;
+  config.block_size = s.page;
+  if (s.rope) config.rope = RopeOptions{};
+  KVCache cache(s.batch, s.kv_heads, n, d, config);
+  cache.Append(ConstTensor4::Dense(k.data(), s.batch, s.kv_heads, n, d),
+               ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, n, d));
+  if (s.rope) ApplyRope(Tensor4::Dense(k.data(), s.batch, s.kv_heads, n, d));
+  std::vector<float> held_k(per_sequence), held_v(per_sequence);
+  double worst = 0;
+  for (size_t b = 0; b < s.batch; ++b) {
+    cache.Read(b, Tensor3(held_k.data(), s.kv_heads, n, d),
+               Tensor3(held_v.data(), s.kv_heads, n, d));
+    for (const auto& [in, out] : {std::pair<const float*, const float*>{
+                                      &k[b * per_sequence], held_k.data()},
+                                  {&v[b * per_sequence], held_v.data()}}) {
+      for (size_t row = 0; row < s.kv_heads * n; ++row) {
+        double max_abs = 0;
+        for (size_t c = 0; c < d; ++c) {
+          max_abs = std::max(max_abs, double(std::abs(in[row * d + c])));
+        }
+        for (size_t c = 0; c < d; ++c) {
+          const double x = in[row * d + c];
+          double bound = 0;
+          if (s.cache == KVType::kBF16) bound = std::abs(x) * 0x1p-8;
+          if (s.cache == KVType::kF16) {
+            bound = std::max(std::abs(x) * 0x1p-11, 0x1p-25);
+          }
+          if (s.cache == KVType::kInt8) bound = max_abs / 127 * (0.5 + 1e-6);
+          worst = std::max(worst, Ratio(out[row * d + c] - x, bound));
+        }
+      }
+    }
+  }
+  return worst;
+}
+
 template <typename Shape>
 std::vector<std::string> Names(const std::vector<Shape>& shapes) {
   std::vector<std::string> names;
@@ -330,6 +376,16 @@ OpCase AttentionCase(const std::string& text, bool decode) {
             return measure::MakeAttention(s);
           },
           [s] { return CheckAttention(s); }};
+}
+
+OpCase AppendCase(const std::string& text) {
+  const measure::AttentionShape s = measure::ParseAppendShape(text);
+  return {s.Name(), s.AppendBytes(),
+          [s](Library lib, int) -> std::unique_ptr<measure::Workload> {
+            if (lib != Library::kSimdattn) return nullptr;
+            return measure::MakeAppend(s);
+          },
+          [s] { return CheckAppend(s); }};
 }
 
 }  // namespace
@@ -390,6 +446,18 @@ const std::vector<OpSpec>& Ops() {
         "2x4x300x16_kvf16_paged16", "1x6x1000x64_kv3_kvint8",
         "2x4x300x16_kv2_kvint8_paged32_window40_sinks", "2x2x70x8_paged16"},
        [](const std::string& text) { return AttentionCase(text, true); }},
+      {"append",
+       Metric::kGbPerSec,
+       "BxHxNxD[_kvbf16|_kvf16|_kvint8][_pagedN][_rope]  KVCache::Append of "
+       "N tokens to each of B sequences of H key/value heads (an emptied "
+       "cache), keys rotated with _rope; bytes of float K and V read and "
+       "of the cache's written",
+       {"8x12x512x64", "8x12x512x64_rope", "8x12x512x64_kvbf16_rope",
+        "8x12x512x64_kvf16_rope", "8x12x512x64_kvint8_rope",
+        "8x12x512x64_kvbf16_paged16_rope"},
+       {"2x3x37x8", "2x3x37x20_rope", "1x2x70x16_kvbf16_paged16_rope",
+        "2x2x33x10_kvf16", "2x3x50x24_kvint8_paged32_rope"},
+       AppendCase},
   };
   return ops;
 }

@@ -6,10 +6,13 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "simdattn/attention.h"
 #include "src/common/check.h"
+#include "src/common/parallel.h"
+#include "src/ops/kv_store.h"
 
 namespace simdattn {
 
@@ -18,49 +21,7 @@ using internal::ShapeString;
 
 namespace {
 
-// Writes n floats as `type` (int8: one scale for the row, max |x| / 127;
-// a non-finite element makes the scale, so the whole dequantized row, NaN).
-void WriteRow(KVType type, const float* src, size_t n, void* dst,
-              float* scale) {
-  switch (type) {
-    case KVType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case KVType::kBF16: {
-      auto* out = static_cast<BFloat16*>(dst);
-      for (size_t i = 0; i < n; ++i) out[i] = ToBFloat16(src[i]);
-      return;
-    }
-    case KVType::kF16: {
-      auto* out = static_cast<Float16*>(dst);
-      for (size_t i = 0; i < n; ++i) out[i] = ToFloat16(src[i]);
-      return;
-    }
-    case KVType::kInt8: {
-      auto* out = static_cast<int8_t*>(dst);
-      float max_abs = 0.0f;
-      bool finite = true;
-      for (size_t i = 0; i < n; ++i) {
-        finite = finite && std::isfinite(src[i]);
-        max_abs = std::max(max_abs, std::fabs(src[i]));
-      }
-      if (!finite || max_abs == 0.0f) {
-        *scale = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-        std::fill(out, out + n, int8_t{0});
-        return;
-      }
-      *scale = max_abs / 127.0f;
-      const float inverse = 127.0f / max_abs;
-      for (size_t i = 0; i < n; ++i) {
-        const float q = std::nearbyint(src[i] * inverse);
-        out[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
-      }
-      return;
-    }
-  }
-}
-
-// The inverse, as attention reads a row: widened, or scale * q.
+// A row as attention reads it: widened, or scale * q.
 void ReadRow(KVType type, const void* src, float scale, size_t n, float* dst) {
   switch (type) {
     case KVType::kF32:
@@ -106,6 +67,7 @@ struct KVCache::Storage {
   std::vector<uint32_t> references;  // Per block: sequences holding it.
   std::vector<int32_t> free_blocks;
   std::vector<size_t> lengths;
+  std::optional<internal::RopeTables> rope;  // Keys rotated on append.
 
   size_t Block(size_t b, size_t t) const {
     return paged ? static_cast<size_t>(
@@ -176,15 +138,6 @@ struct KVCache::Storage {
     }
   }
 
-  void WriteToken(size_t b, size_t h, size_t t, const float* key,
-                  const float* value, size_t head_dim) {
-    const size_t at = Offset(b, h, t) * element;
-    const bool int8 = type == KVType::kInt8;
-    const size_t s = int8 ? ScaleOffset(b, h, t) : 0;
-    WriteRow(type, key, head_dim, keys + at, int8 ? &key_scales[s] : nullptr);
-    WriteRow(type, value, head_dim, values + at,
-             int8 ? &value_scales[s] : nullptr);
-  }
   // The raw bytes (and scales) of a sequence's tokens, and back: how
   // contiguous storage copies and reorders sequences.
   void SaveSequence(size_t b, size_t kv_heads, size_t head_dim,
@@ -246,6 +199,10 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
   Storage& s = *storage_;
   s.type = config.type;
   s.element = KVTypeBytes(config.type);
+  if (config.rope) {
+    internal::CheckRopeOptions(kFn, "config.rope", *config.rope, head_dim);
+    s.rope.emplace(*config.rope, head_dim);
+  }
   s.lengths.assign(batch, 0);
   s.paged = config.block_size != 0;
   size_t blocks = batch;
@@ -370,41 +327,49 @@ void KVCache::Append(ConstTensor4 keys, ConstTensor4 values,
                    " tokens needs ", blocks_needed, " blocks, but only ",
                    s.free_blocks.size(), " of the pool's ", s.num_blocks,
                    " are free");
-  if (n == 0 || count == 0) return;
-  // Rotated keys go through a copy: the caller's stay as they are.
-  std::vector<float> rotated;
-  if (config_.rope && head_dim_ != 0) {
-    rotated.resize(count * kv_heads_ * n * head_dim_);
-    const Tensor4 copy =
-        Tensor4::Dense(rotated.data(), count, kv_heads_, n, head_dim_);
-    for (size_t i = 0; i < count; ++i) {
-      for (size_t h = 0; h < kv_heads_; ++h) {
-        for (size_t t = 0; t < n; ++t) {
-          std::memcpy(copy.Slice(i, h).Row(t), keys.Slice(i, h).Row(t),
-                      head_dim_ * sizeof(float));
-        }
-      }
-    }
-    std::vector<size_t> positions(count);
-    for (size_t i = 0; i < count; ++i) positions[i] = s.lengths[sequences[i]];
-    RopeOptions rope = *config_.rope;
-    rope.positions = positions.data();
-    ApplyRope(copy, rope);
-    keys = copy;
+  if (n == 0 || count == 0 || kv_heads_ == 0 || head_dim_ == 0) {
+    for (size_t i = 0; i < count; ++i) s.lengths[sequences[i]] += n;
+    return;
   }
+  size_t longest = 0;
   for (size_t i = 0; i < count; ++i) {
     const size_t b = sequences[i];
     if (s.paged) s.Reserve(b, n);
-    if (head_dim_ != 0) {
-      for (size_t h = 0; h < kv_heads_; ++h) {
-        for (size_t t = 0; t < n; ++t) {
-          s.WriteToken(b, h, s.lengths[b] + t, keys.Slice(i, h).Row(t),
-                       values.Slice(i, h).Row(t), head_dim_);
-        }
-      }
-    }
-    s.lengths[b] += n;
+    longest = std::max(longest, s.lengths[b] + n);
   }
+  if (s.rope) s.rope->Reserve(longest);
+  // Per (sequence, head), runs of tokens within one block, converted (keys
+  // rotated at their positions) where they go.
+  const bool int8 = s.type == KVType::kInt8;
+  // Tasks of about 16K elements or more.
+  const size_t grain = std::max<size_t>(1, 16384 / (n * head_dim_));
+  internal::ParallelFor(
+      0, count * kv_heads_, grain, [&](size_t first, size_t last) {
+        for (size_t task = first; task != last; ++task) {
+          const size_t i = task / kv_heads_, h = task % kv_heads_;
+          const size_t b = sequences[i], start = s.lengths[b];
+          for (size_t t = 0; t < n;) {
+            const size_t position = start + t;
+            const size_t run =
+                std::min(n - t, s.block_size - position % s.block_size);
+            const size_t at = s.Offset(b, h, position);
+            const size_t scale = int8 ? s.ScaleOffset(b, h, position) : 0;
+            const MatrixView<const float> k(keys.Slice(i, h).Row(t), run,
+                                            head_dim_, keys.strides[2]);
+            const MatrixView<const float> v(values.Slice(i, h).Row(t), run,
+                                            head_dim_, values.strides[2]);
+            internal::StoreKVRows(s.type, k, s.keys + at * s.element,
+                                  s.row_stride,
+                                  int8 ? &s.key_scales[scale] : nullptr,
+                                  s.rope ? &*s.rope : nullptr, position);
+            internal::StoreKVRows(
+                s.type, v, s.values + at * s.element, s.row_stride,
+                int8 ? &s.value_scales[scale] : nullptr, nullptr, position);
+            t += run;
+          }
+        }
+      });
+  for (size_t i = 0; i < count; ++i) s.lengths[sequences[i]] += n;
 }
 
 void KVCache::Truncate(size_t sequence, size_t length) {

@@ -15,6 +15,7 @@
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
 #include "src/common/parallel.h"
+#include "src/ops/rope.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace simdattn {
@@ -72,11 +73,8 @@ inline void RopeImpl(Tensor4 x, RopePairing pairing, float theta,
                      size_t rotary_dim, const size_t* positions) {
   const size_t batch = x.dims[0], heads = x.dims[1], tokens = x.dims[2];
   const size_t half = rotary_dim / 2;
-  // Pair i's frequency theta^(-2i / rotary_dim), in double.
-  std::vector<double> frequency(half);
-  for (size_t i = 0; i < half; ++i) {
-    frequency[i] = std::pow(double(theta), -2.0 * double(i) / rotary_dim);
-  }
+  const std::vector<double> frequency =
+      internal::RopeFrequencies(theta, rotary_dim);
   // A task per (batch item, token): its tables serve every head.
   internal::ParallelFor(
       0, batch * tokens, std::max<size_t>(1, 4096 / (heads * rotary_dim + 1)),
@@ -86,11 +84,7 @@ inline void RopeImpl(Tensor4 x, RopePairing pairing, float theta,
           const size_t b = index / tokens, t = index % tokens;
           const double position =
               double(positions != nullptr ? positions[b] : 0) + double(t);
-          for (size_t i = 0; i < half; ++i) {
-            const double angle = position * frequency[i];
-            cos[i] = static_cast<float>(std::cos(angle));
-            sin[i] = static_cast<float>(std::sin(angle));
-          }
+          internal::RopeAngles(frequency, position, cos.data(), sin.data());
           for (size_t h = 0; h < heads; ++h) {
             rope_detail::RotateRow(x.Slice(b, h).Row(t), cos.data(), sin.data(),
                                    half, pairing);

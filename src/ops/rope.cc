@@ -1,6 +1,9 @@
 // ApplyRope: validation, then one dispatch per call.
+#include "src/ops/rope.h"
+
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 #include "simdattn/kernels.h"
 #include "src/common/check.h"
@@ -15,22 +18,63 @@
 namespace simdattn {
 HWY_EXPORT(RopeImpl);
 
+namespace internal {
+
+std::vector<double> RopeFrequencies(float theta, size_t rotary_dim) {
+  std::vector<double> frequency(rotary_dim / 2);
+  for (size_t i = 0; i < frequency.size(); ++i) {
+    frequency[i] = std::pow(double(theta), -2.0 * double(i) / rotary_dim);
+  }
+  return frequency;
+}
+
+void RopeAngles(const std::vector<double>& frequency, double position,
+                float* cos, float* sin) {
+  for (size_t i = 0; i < frequency.size(); ++i) {
+    const double angle = position * frequency[i];
+    cos[i] = static_cast<float>(std::cos(angle));
+    sin[i] = static_cast<float>(std::sin(angle));
+  }
+}
+
+RopeTables::RopeTables(const RopeOptions& options, size_t head_dim)
+    : pairing_(options.pairing),
+      half_((options.rotary_dim == 0 ? head_dim : options.rotary_dim) / 2),
+      frequency_(RopeFrequencies(options.theta, 2 * half_)) {}
+
+void RopeTables::Reserve(size_t count) {
+  if (half_ == 0 || count <= cos_.size() / half_) return;
+  const size_t have = cos_.size() / half_;
+  cos_.resize(count * half_);
+  sin_.resize(count * half_);
+  for (size_t p = have; p < count; ++p) {
+    RopeAngles(frequency_, double(p), &cos_[p * half_], &sin_[p * half_]);
+  }
+}
+
+void CheckRopeOptions(const char* function, const char* name,
+                      const RopeOptions& options, size_t head_dim) {
+  SIMDATTN_REQUIRE(
+      options.rotary_dim % 2 == 0 && options.rotary_dim <= head_dim, function,
+      name, ".rotary_dim (", options.rotary_dim,
+      ") is not even and at most the head_dim (", head_dim, ")");
+  SIMDATTN_REQUIRE(std::isfinite(options.theta) && options.theta > 0.0f,
+                   function, name, ".theta (", options.theta,
+                   ") is not finite and positive");
+  SIMDATTN_REQUIRE(options.pairing == RopePairing::kHalfSplit ||
+                       options.pairing == RopePairing::kInterleaved,
+                   function, name, ".pairing (",
+                   static_cast<int>(options.pairing), ") is unknown");
+}
+
+}  // namespace internal
+
 void ApplyRope(Tensor4 x, const RopeOptions& options) {
   constexpr const char* kFn = "ApplyRope";
   const size_t head_dim = x.dims[3];
   const size_t rotary_dim =
       options.rotary_dim == 0 ? head_dim : options.rotary_dim;
-  SIMDATTN_REQUIRE(rotary_dim % 2 == 0 && rotary_dim <= head_dim, kFn,
-                   "options.rotary_dim (", options.rotary_dim,
-                   ") is not even and at most x.dims[3], the head_dim (",
-                   head_dim, ")");
-  SIMDATTN_REQUIRE(std::isfinite(options.theta) && options.theta > 0.0f, kFn,
-                   "options.theta (", options.theta,
-                   ") is not finite and positive");
-  SIMDATTN_REQUIRE(options.pairing == RopePairing::kHalfSplit ||
-                       options.pairing == RopePairing::kInterleaved,
-                   kFn, "options.pairing (", static_cast<int>(options.pairing),
-                   ") is unknown");
+  internal::CheckRopeOptions(kFn, "options", options, head_dim);
   const internal::Footprint rx = internal::CheckTensor4(kFn, "x", x);
   internal::CheckDistinctElements(kFn, "x", x.dims, x.strides);
   if (options.positions != nullptr && x.dims[0] != 0) {

@@ -187,6 +187,7 @@ std::string AttentionShape::Name() const {
   if (cache == KVType::kF16) name += "_kvf16";
   if (cache == KVType::kInt8) name += "_kvint8";
   if (page != 0) name += "_paged" + std::to_string(page);
+  if (rope) name += "_rope";
   return name;
 }
 
@@ -204,6 +205,12 @@ double AttentionShape::Bytes() const {
   const double q_and_out =
       2.0 * double(batch) * heads * QueryTokens() * head_dim * sizeof(float);
   return kv + q_and_out;
+}
+
+double AttentionShape::AppendBytes() const {
+  const double rows = 2.0 * double(batch) * kv_heads * tokens;
+  return rows * (head_dim * (sizeof(float) + KVTypeBytes(cache)) +
+                 (cache == KVType::kInt8 ? sizeof(float) : 0));
 }
 
 const std::vector<MatMulShape>& StandardMatMulShapes() {
@@ -346,6 +353,44 @@ MhaShape ParseMhaShape(const std::string& text) {
   return s;
 }
 
+// _kvbf16, _kvf16, _kvint8 and _pagedN (N a power of two, 16 to 256), each
+// once: whether `flag` is one.
+bool ParseCacheFlag(const std::string& flag, AttentionShape* s) {
+  if (s->cache == KVType::kF32 &&
+      (flag == "kvbf16" || flag == "kvf16" || flag == "kvint8")) {
+    s->cache = flag == "kvbf16"  ? KVType::kBF16
+               : flag == "kvf16" ? KVType::kF16
+                                 : KVType::kInt8;
+    return true;
+  }
+  if (s->page != 0 || flag.compare(0, 5, "paged") != 0 ||
+      !IsCount(flag.substr(5)) || flag.size() > 8) {
+    return false;
+  }
+  const size_t page = std::stoul(flag.substr(5));
+  if (page < 16 || page > 256 || (page & (page - 1)) != 0) return false;
+  s->page = page;
+  return true;
+}
+
+AttentionShape ParseAppendShape(const std::string& text) {
+  constexpr const char* kForm =
+      "BxHxNxD with optional _kvbf16, _kvf16 or _kvint8, _pagedN (N a power "
+      "of two, 16 to 256), _rope (e.g. 8x12x512x64_kvbf16_paged16_rope)";
+  const Parsed p = Parse(text, kForm);
+  if (p.dims.size() != 4) Fail(text, kForm);
+  AttentionShape s{p.dims[0], p.dims[1], p.dims[1], p.dims[2], p.dims[3]};
+  s.decode = true;
+  for (const std::string& flag : p.flags) {
+    if (flag == "rope" && !s.rope) {
+      s.rope = true;
+    } else if (!ParseCacheFlag(flag, &s)) {
+      Fail(text, kForm);
+    }
+  }
+  return s;
+}
+
 AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   const char* const form =
       decode ? "BxHxNxD with optional _kvG (G dividing H), _windowW, "
@@ -363,17 +408,7 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
     if (flag.compare(0, 2, "kv") == 0 && IsCount(flag.substr(2))) {
       s.kv_heads = std::stoul(flag.substr(2));
       if (s.kv_heads == 0 || s.heads % s.kv_heads != 0) Fail(text, form);
-    } else if (decode && s.cache == KVType::kF32 &&
-               (flag == "kvbf16" || flag == "kvf16" || flag == "kvint8")) {
-      s.cache = flag == "kvbf16"  ? KVType::kBF16
-                : flag == "kvf16" ? KVType::kF16
-                                  : KVType::kInt8;
-    } else if (decode && s.page == 0 && flag.compare(0, 5, "paged") == 0 &&
-               IsCount(flag.substr(5))) {
-      s.page = std::stoul(flag.substr(5));
-      if (s.page < 16 || s.page > 256 || (s.page & (s.page - 1)) != 0) {
-        Fail(text, form);
-      }
+    } else if (decode && ParseCacheFlag(flag, &s)) {
     } else if (flag == "causal" && !decode && !s.causal) {
       s.causal = true;
     } else if (flag == "dropout" && !decode && !s.dropout) {

@@ -118,6 +118,7 @@ struct AttentionShape {
   // `page` tokens when nonzero (_kvbf16, _kvf16, _kvint8, _pagedN).
   KVType cache = KVType::kF32;
   size_t page = 0;
+  bool rope = false;  // Append: keys rotated on the way in (_rope).
 
   size_t QueryTokens() const { return decode ? 1 : tokens; }
   bool InCache() const { return cache != KVType::kF32 || page != 0; }
@@ -130,6 +131,9 @@ struct AttentionShape {
   // Decode is memory-bound: bytes of K and V read (the window's keys only,
   // in the cache's type, int8 with its scales) plus Q read and out written.
   double Bytes() const;
+  // Appending every token to a cache: float K and V read, then written in
+  // the cache's type (int8 with its scales).
+  double AppendBytes() const;
 };
 
 // The issues' shapes: square matmuls 64..2048, GPT-2-small projections,
@@ -159,6 +163,9 @@ ScoresShape ParseScoresShape(const std::string& text, bool allow_mask);
 MhaShape ParseMhaShape(const std::string& text);
 // Decode shapes take the _kvN flag and the variants.
 AttentionShape ParseAttentionShape(const std::string& text, bool decode);
+// BxHxNxD (H key/value heads, N tokens per sequence) with the cache's flags
+// and _rope.
+AttentionShape ParseAppendShape(const std::string& text);
 
 }  // namespace measure
 }  // namespace simdattn

@@ -234,6 +234,40 @@ class CachedAttention : public AttentionWorkload {
   ShapeMask cache_mask_;  // The cache gives the causal offsets.
 };
 
+class CacheAppend : public Workload {
+ public:
+  explicit CacheAppend(const AttentionShape& s)
+      : k_(s.batch * s.kv_heads * s.tokens * s.head_dim),
+        v_(k_.size()),
+        cache_(s.batch, s.kv_heads, s.tokens, s.head_dim, Config(s)),
+        k_view_(ConstTensor4::Dense(k_.data(), s.batch, s.kv_heads, s.tokens,
+                                    s.head_dim)),
+        v_view_(ConstTensor4::Dense(v_.data(), s.batch, s.kv_heads, s.tokens,
+                                    s.head_dim)) {
+    for (size_t i = 0; i < k_.size(); ++i) {
+      k_[i] = std::sin(0.07f * float(i % 4096));
+      v_[i] = std::cos(0.03f * float(i % 4096));
+    }
+  }
+  std::string Impl() const override { return ActiveTarget(); }
+  void Run() override {
+    cache_.Clear();
+    cache_.Append(k_view_, v_view_);
+  }
+
+ private:
+  static KVCacheConfig Config(const AttentionShape& s) {
+    KVCacheConfig config;
+    config.type = s.cache;
+    config.block_size = s.page;
+    if (s.rope) config.rope = RopeOptions{};
+    return config;
+  }
+  Buffer k_, v_;
+  KVCache cache_;
+  ConstTensor4 k_view_, v_view_;
+};
+
 class UnfusedAttention : public AttentionWorkload {
  public:
   explicit UnfusedAttention(const AttentionShape& s)
@@ -520,6 +554,10 @@ std::unique_ptr<Workload> MakeMha(const MhaShape& shape) {
 std::unique_ptr<Workload> MakeAttention(const AttentionShape& shape) {
   if (shape.InCache()) return std::make_unique<CachedAttention>(shape);
   return std::make_unique<FusedAttention>(shape);
+}
+
+std::unique_ptr<Workload> MakeAppend(const AttentionShape& shape) {
+  return std::make_unique<CacheAppend>(shape);
 }
 
 std::unique_ptr<Workload> MakeUnfusedAttention(const AttentionShape& shape) {

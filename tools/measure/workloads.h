@@ -94,6 +94,9 @@ std::unique_ptr<Workload> MakeMha(const MhaShape& shape);
 // shape's mask; the queries are the last positions (a decode query sees the
 // whole cache, or its window).
 std::unique_ptr<Workload> MakeAttention(const AttentionShape& shape);
+// KVCache::Append of every token (the shape's cache and rope), into a
+// cache emptied first.
+std::unique_ptr<Workload> MakeAppend(const AttentionShape& shape);
 // The same through this library's unfused path, storing the (b, h, T, T)
 // weights: BatchedMatMul, Softmax, Dropout, BatchedMatMul. What the modules
 // do when the caller asks for the weights; the fused kernel's baseline.

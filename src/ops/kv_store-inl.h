@@ -1,0 +1,174 @@
+// Per-target conversion of keys and values into a KV cache's element type
+// (kv_store.h), included once per SIMD target by kv_store.cc.
+
+#if defined(SIMDATTN_SRC_OPS_KV_STORE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SIMDATTN_SRC_OPS_KV_STORE_INL_H_
+#undef SIMDATTN_SRC_OPS_KV_STORE_INL_H_
+#else
+#define SIMDATTN_SRC_OPS_KV_STORE_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "simdattn/kernels.h"
+#include "src/ops/kv_store.h"
+#include "src/ops/rope-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace simdattn {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+namespace kv_store_detail {
+
+// Highway 1.0.3 demotes f32 to f16 with round-to-nearest-even only where
+// the hardware does it (F16C from AVX2 on, Arm); its emulation elsewhere
+// truncates, so those targets convert scalars.
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2) || \
+    (HWY_ARCH_ARM_A64 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128)
+constexpr bool kNativeF16 = true;
+#else
+constexpr bool kNativeF16 = false;
+#endif
+
+// Stores v's lanes as bfloat16, rounded to nearest even, NaN kept quiet:
+// ToBFloat16's bits (Highway 1.0.3's DemoteTo truncates).
+template <class D>
+HWY_INLINE void StoreBF16(D /* d */, hn::Vec<D> v, BFloat16* out) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> d16;
+  const auto bits = hn::BitCast(du, v);
+  const auto odd = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1));
+  const auto rounded =
+      hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7FFF), odd)));
+  const auto quiet = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40));
+  const auto result =
+      hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, rounded);
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, result)), d16,
+             reinterpret_cast<uint16_t*>(out));
+}
+
+// Stores v's lanes as float16, rounded to nearest even (ToFloat16's bits).
+template <class D>
+HWY_INLINE void StoreF16(D d, hn::Vec<D> v, Float16* out) {
+  if constexpr (kNativeF16) {
+    const hn::Rebind<hwy::float16_t, D> d16;
+    hn::StoreU(hn::DemoteTo(d16, v), d16,
+               reinterpret_cast<hwy::float16_t*>(out));
+  } else {
+    HWY_ALIGN float lanes[HWY_MAX_BYTES / sizeof(float)];
+    hn::Store(v, d, lanes);
+    for (size_t i = 0; i < hn::Lanes(d); ++i) out[i] = ToFloat16(lanes[i]);
+  }
+}
+
+// Stores round(v * inverse), within [-127, 127], as int8.
+template <class D>
+HWY_INLINE void StoreInt8(D d, hn::Vec<D> v, float inverse, int8_t* out) {
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<int8_t, D> d8;
+  const auto q = hn::Min(
+      hn::Max(hn::Round(hn::Mul(v, hn::Set(d, inverse))), hn::Set(d, -127.0f)),
+      hn::Set(d, 127.0f));
+  hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, q)), d8, out);
+}
+
+// Returns max |x| over the row, or NaN if an element is not finite.
+template <class D>
+HWY_INLINE float MaxAbs(D d, const float* row, size_t n) {
+  const size_t N = hn::Lanes(d);
+  auto vmax = hn::Zero(d);
+  auto bad = hn::FirstN(d, 0);
+  size_t c = 0;
+  for (; c + N <= n; c += N) {
+    const auto x = hn::LoadU(d, row + c);
+    bad = hn::Or(bad, hn::Not(hn::IsFinite(x)));
+    vmax = hn::Max(vmax, hn::Abs(x));
+  }
+  bool finite = hn::AllFalse(d, bad);
+  float max_abs = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  for (; c < n; ++c) {
+    finite = finite && std::isfinite(row[c]);
+    max_abs = std::max(max_abs, std::abs(row[c]));
+  }
+  return finite ? max_abs : std::numeric_limits<float>::quiet_NaN();
+}
+
+// One row of n floats as `type` at dst (int8: its scale at *scale, max |x|
+// / 127; a non-finite element makes it NaN and the elements 0).
+inline void StoreRow(KVType type, const float* row, size_t n, void* dst,
+                     float* scale) {
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 1> d1;
+  const size_t N = hn::Lanes(d);
+  float inverse = 0.0f;
+  if (type == KVType::kInt8) {
+    const float max_abs = MaxAbs(d, row, n);
+    if (!(max_abs > 0.0f)) {  // Zero or NaN.
+      *scale = max_abs;
+      std::memset(dst, 0, n);
+      return;
+    }
+    *scale = max_abs / 127.0f;
+    inverse = 127.0f / max_abs;
+  }
+  // Whole vectors, then one lane at a time.
+  const auto store = [&](auto dv, size_t c) {
+    const auto v = hn::LoadU(dv, row + c);
+    switch (type) {
+      case KVType::kF32:
+        return hn::StoreU(v, dv, static_cast<float*>(dst) + c);
+      case KVType::kBF16:
+        return StoreBF16(dv, v, static_cast<BFloat16*>(dst) + c);
+      case KVType::kF16:
+        return StoreF16(dv, v, static_cast<Float16*>(dst) + c);
+      case KVType::kInt8:
+        return StoreInt8(dv, v, inverse, static_cast<int8_t*>(dst) + c);
+    }
+  };
+  size_t c = 0;
+  for (; c + N <= n; c += N) store(d, c);
+  for (; c < n; ++c) store(d1, c);
+}
+
+}  // namespace kv_store_detail
+
+// Same-target entry point (kv_store.h's StoreKVRows).
+inline void StoreKVRowsImpl(KVType type, ConstMatrix src, void* dst,
+                            size_t dst_stride, float* scales,
+                            const internal::RopeTables* rope,
+                            size_t first_position) {
+  const size_t element = KVTypeBytes(type);
+  // Rotated rows go through a copy; head dims up to 512 on the stack.
+  float stack[512];
+  std::vector<float> heap(rope != nullptr && src.cols > 512 ? src.cols : 0);
+  float* rotated = heap.empty() ? stack : heap.data();
+  for (size_t r = 0; r < src.rows; ++r) {
+    const float* row = src.Row(r);
+    if (rope != nullptr) {
+      std::memcpy(rotated, row, src.cols * sizeof(float));
+      const size_t p = first_position + r;
+      rope_detail::RotateRow(rotated, rope->Cos(p), rope->Sin(p), rope->half(),
+                             rope->pairing());
+      row = rotated;
+    }
+    kv_store_detail::StoreRow(
+        type, row, src.cols,
+        static_cast<uint8_t*>(dst) + r * dst_stride * element,
+        scales != nullptr ? scales + r : nullptr);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace simdattn
+HWY_AFTER_NAMESPACE();
+
+#endif  // SIMDATTN_SRC_OPS_KV_STORE_INL_H_

@@ -1,0 +1,28 @@
+// Writing keys and values into a KV cache's storage: conversion to the
+// cache's element type, keys rotated on the way (RoPE), in one pass.
+// Internal: KVCache (src/attention/kv_cache.cc) calls it.
+#ifndef SIMDATTN_SRC_OPS_KV_STORE_H_
+#define SIMDATTN_SRC_OPS_KV_STORE_H_
+
+#include <cstddef>
+
+#include "simdattn/kernels.h"
+#include "simdattn/tensor.h"
+#include "src/ops/rope.h"
+
+namespace simdattn {
+namespace internal {
+
+// Writes the rows of src (rows x cols floats) as `type` elements at dst,
+// rows dst_stride elements apart; int8 rows get their scale at scales[r]
+// (KVType states the rounding: the same bits as the scalar conversions of
+// kernels.h's ToBFloat16 and ToFloat16). With `rope`, each row is first
+// rotated as ApplyRope rotates it, row r at position first_position + r
+// (tables reserved that far).
+void StoreKVRows(KVType type, ConstMatrix src, void* dst, size_t dst_stride,
+                 float* scales, const RopeTables* rope, size_t first_position);
+
+}  // namespace internal
+}  // namespace simdattn
+
+#endif  // SIMDATTN_SRC_OPS_KV_STORE_H_

@@ -1,0 +1,49 @@
+// RoPE's angles, shared by ApplyRope and the KV cache's tables so that keys
+// rotated on append get ApplyRope's bits.
+#ifndef SIMDATTN_SRC_OPS_ROPE_H_
+#define SIMDATTN_SRC_OPS_ROPE_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "simdattn/kernels.h"
+
+namespace simdattn {
+namespace internal {
+
+// cos and sin of every rotary pair's angle at positions 0, 1, ..., computed
+// as ApplyRope computes them (RopeAngles), grown on demand.
+class RopeTables {
+ public:
+  explicit RopeTables(const RopeOptions& options, size_t head_dim);
+  // Makes positions [0, count) available.
+  void Reserve(size_t count);
+  // Position p's `half` values each.
+  const float* Cos(size_t p) const { return cos_.data() + p * half_; }
+  const float* Sin(size_t p) const { return sin_.data() + p * half_; }
+  size_t half() const { return half_; }
+  RopePairing pairing() const { return pairing_; }
+
+ private:
+  RopePairing pairing_;
+  size_t half_;
+  std::vector<double> frequency_;
+  std::vector<float> cos_, sin_;
+};
+
+// The cos and sin (rounded to float) of pair i's angle at `position`, i <
+// frequency.size(): one definition for ApplyRope and RopeTables.
+void RopeAngles(const std::vector<double>& frequency, double position,
+                float* cos, float* sin);
+// Pair i's frequency theta^(-2i / rotary_dim), in double.
+std::vector<double> RopeFrequencies(float theta, size_t rotary_dim);
+
+// Throws, naming `function` and the options as `name`, unless rotary_dim
+// is even and <= head_dim, theta finite and > 0, and the pairing known.
+void CheckRopeOptions(const char* function, const char* name,
+                      const RopeOptions& options, size_t head_dim);
+
+}  // namespace internal
+}  // namespace simdattn
+
+#endif  // SIMDATTN_SRC_OPS_ROPE_H_
