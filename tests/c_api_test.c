@@ -959,6 +959,69 @@ static void TestAttentionVariants(void) {
 
 /* A cache owning its memory and one in caller memory: append, size, views,
  * clear, and the errors. */
+/* bf16 weights kept in 16 bits give the results of the same weights
+ * widened to float; a bad dtype is refused. */
+static void TestTypedWeights(void) {
+  enum { kIn = 3, kOut = 2, kT = 4 };
+  static const char* const kNames[3] = {"W_query.weight", "W_key.weight",
+                                        "W_value.weight"};
+  const size_t shape[2] = {kOut, kIn};
+  uint16_t bits[3][kOut * kIn];
+  float widened[3][kOut * kIn], x[kT * kIn], y_kept[kT * kOut],
+      y_wide[kT * kOut];
+  simdattn_typed_tensor typed[3];
+  simdattn_named_tensor wide[3];
+  simdattn_module_config config = Config(SIMDATTN_SELF_ATTENTION_V2, kIn, kOut,
+                                         0, 1);
+  simdattn_module* kept = NULL;
+  simdattn_module* plain = NULL;
+  size_t p, i;
+  Fill(x, kT * kIn, 51);
+  for (p = 0; p < 3; ++p) {
+    Fill(widened[p], kOut * kIn, 52 + (unsigned)p);
+    for (i = 0; i < kOut * kIn; ++i) {
+      uint32_t word;
+      memcpy(&word, &widened[p][i], sizeof(word));
+      bits[p][i] = (uint16_t)(word >> 16); /* Truncated: any bf16 will do. */
+      word = (uint32_t)bits[p][i] << 16;
+      memcpy(&widened[p][i], &word, sizeof(word));
+    }
+    typed[p].name = kNames[p];
+    typed[p].data = bits[p];
+    typed[p].shape = shape;
+    typed[p].rank = 2;
+    typed[p].dtype = SIMDATTN_DTYPE_BF16;
+    wide[p].name = kNames[p];
+    wide[p].data = widened[p];
+    wide[p].shape = shape;
+    wide[p].rank = 2;
+  }
+  CHECK_OK(simdattn_module_create(&config, &kept));
+  CHECK_OK(simdattn_module_create(&config, &plain));
+  if (kept == NULL || plain == NULL) {
+    simdattn_module_destroy(kept);
+    simdattn_module_destroy(plain);
+    return;
+  }
+  CHECK_OK(simdattn_module_load_typed_weights(kept, typed, 3, 1));
+  CHECK_OK(simdattn_module_load_weights(plain, wide, 3));
+  CHECK_OK(simdattn_module_forward(kept, Const3(Dense3(x, 1, kT, kIn)),
+                                   Dense3(y_kept, 1, kT, kOut), NULL));
+  CHECK_OK(simdattn_module_forward(plain, Const3(Dense3(x, 1, kT, kIn)),
+                                   Dense3(y_wide, 1, kT, kOut), NULL));
+  for (i = 0; i < kT * kOut; ++i) CHECK(y_kept[i] == y_wide[i]);
+  typed[1].dtype = 5;
+  CHECK_ERROR(simdattn_module_load_typed_weights(kept, typed, 3, 1), INVALID,
+              "tensors[1] ('W_key.weight') has dtype 5, not a simdattn_dtype");
+  typed[1].dtype = SIMDATTN_DTYPE_F16;
+  CHECK_ERROR(simdattn_module_load_typed_weights(kept, typed, 3, 1), INVALID,
+              "keep_dtype: tensor 'W_key.weight' is of another 16-bit type");
+  CHECK_ERROR(simdattn_module_load_typed_weights(kept, typed, 3, 2), INVALID,
+              "keep_dtype (2) is neither 0 nor 1");
+  simdattn_module_destroy(kept);
+  simdattn_module_destroy(plain);
+}
+
 /* A bf16 paged cache through the C API: ragged appends, attention over it
  * next to the same tokens in a float cache (within bf16's rounding), the
  * sequence operations and their errors. */
@@ -1264,6 +1327,7 @@ int main(void) {
   TestAttentionVariants();
   TestKVCache();
   TestKVCacheTypes();
+  TestTypedWeights();
   TestCausalAgainstReference();
   TestEveryModule();
   TestModuleErrors();

@@ -14,7 +14,9 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "simdattn/kernels.h"
 #include "tools/io/npy.h"
+#include "tools/io/safetensors.h"
 
 // oneDNN's JIT and libgomp are not built with the sanitizers: under them,
 // --compare would report their internals, not ours.
@@ -90,6 +92,47 @@ TEST_F(CliTest, RunRoundTripMatchesPyTorch) {
     const io::NpyArray a = io::ReadNpy(Path("a.npy"));
     EXPECT_EQ(a.shape.size(), 4u);
   }
+}
+
+// A golden state_dict rewritten in BF16: --keep-dtype holds it in 16 bits
+// (fewer weight bytes reported) and gives the bits of the widened run.
+TEST_F(CliTest, RunKeepDtypeMatchesTheWidenedWeights) {
+  const std::string name = kGolden + "multi_head_attention_toy";
+  const io::SafeTensors golden = io::SafeTensors::Load(name + ".safetensors");
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  std::string data;
+  for (const std::string& tensor : golden.Names()) {
+    const io::Tensor& t = golden.Get(tensor);
+    const size_t begin = data.size();
+    for (float x : t.data) {
+      const uint16_t bits = ToBFloat16(x).bits;
+      data.push_back(static_cast<char>(bits & 0xFF));
+      data.push_back(static_cast<char>(bits >> 8));
+    }
+    header[tensor] = {{"dtype", "BF16"},
+                      {"shape", t.shape},
+                      {"data_offsets", {begin, data.size()}}};
+  }
+  const std::string text = header.dump();
+  std::ofstream file(Path("bf16.safetensors"), std::ios::binary);
+  for (int byte = 0; byte < 8; ++byte) {
+    file.put(static_cast<char>((uint64_t{text.size()} >> (8 * byte)) & 0xFF));
+  }
+  file << text << data;
+  file.close();
+  const std::string run = "run --module mha --heads 2 --weights " +
+                          Path("bf16.safetensors") + " --input " + name +
+                          ".input.npy --output ";
+  const Result widened = Simdattn(run + Path("wide.npy"));
+  const Result kept = Simdattn(run + Path("kept.npy") + " --keep-dtype");
+  ASSERT_EQ(widened.exit_code, 0) << widened.output;
+  ASSERT_EQ(kept.exit_code, 0) << kept.output;
+  const auto bytes = [](const std::string& output) {
+    return std::stoul(output.substr(output.find("weights: ") + 9));
+  };
+  EXPECT_LT(bytes(kept.output), bytes(widened.output)) << kept.output;
+  EXPECT_EQ(io::ReadNpy(Path("kept.npy")).data,
+            io::ReadNpy(Path("wide.npy")).data);
 }
 
 TEST_F(CliTest, BadFilesExitTwoWithOneLineNamingTheFile) {

@@ -234,5 +234,114 @@ TEST(DecodeErrors, CacheShapeAndCapacity) {
       "num_tokens (17) exceeds context_length (16)");
 }
 
+// Weights kept in bf16 or f16 (LoadOptions::keep_dtype) give the bits of the
+// same weights widened to float, in Forward and ForwardStep, for the
+// nn.Linear and the nn.Parameter (transposed) layouts; half the bytes.
+TEST_P(DecodeTest, SixteenBitWeightsGiveTheWidenedWeightsResults) {
+  const size_t batch = 2, tokens = 9, d_in = 24, d_out = 32;
+  const std::vector<float> x = test::RandomVector(batch * tokens * d_in, 1);
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    MultiHeadAttention wide(d_in, d_out, tokens, 0.0f, 4, true, 0, 2);
+    MultiHeadAttention kept(d_in, d_out, tokens, 0.0f, 4, true, 0, 2);
+    StateDict narrow_dict, wide_dict;
+    std::vector<std::vector<uint16_t>> bits;
+    std::vector<std::vector<float>> widened;
+    for (const auto& [name, shape] : wide.StateDictShapes()) {
+      if (name == "mask") continue;
+      size_t n = 1;
+      for (size_t dim : shape) n *= dim;
+      const std::vector<float> values = test::RandomVector(n, bits.size() + 7);
+      bits.emplace_back(n);
+      widened.emplace_back(n);
+      for (size_t i = 0; i < n; ++i) {
+        if (dtype == DType::kBF16) {
+          const BFloat16 b = ToBFloat16(values[i]);
+          bits.back()[i] = b.bits;
+          widened.back()[i] = ToFloat(b);
+        } else {
+          const Float16 h = ToFloat16(values[i]);
+          bits.back()[i] = h.bits;
+          widened.back()[i] = ToFloat(h);
+        }
+      }
+      narrow_dict[name] = {bits.back().data(), shape, dtype};
+      wide_dict[name] = {widened.back().data(), shape};
+    }
+    wide.LoadStateDict(wide_dict);
+    LoadOptions keep;
+    keep.keep_dtype = true;
+    kept.LoadStateDict(narrow_dict, keep);
+    EXPECT_EQ(kept.weight_dtype(), dtype);
+    EXPECT_EQ(wide.weight_dtype(), DType::kF32);
+    // Projections dominate: well under 60% of the float module's bytes.
+    EXPECT_LT(kept.weight_bytes(), wide.weight_bytes() * 6 / 10);
+    std::vector<float> y_wide(batch * tokens * d_out), y_kept(y_wide.size());
+    wide.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
+                 Tensor3(y_wide.data(), batch, tokens, d_out));
+    kept.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
+                 Tensor3(y_kept.data(), batch, tokens, d_out));
+    EXPECT_EQ(y_wide, y_kept);
+    KVCache cache_wide(batch, 2, tokens, 8), cache_kept(batch, 2, tokens, 8);
+    for (size_t t = 0; t < tokens; ++t) {
+      const ConstTensor3 step(x.data() + t * d_in, batch, 1, d_in,
+                              tokens * d_in, d_in);
+      wide.ForwardStep(step, cache_wide,
+                       Tensor3(y_wide.data(), batch, 1, d_out));
+      kept.ForwardStep(step, cache_kept,
+                       Tensor3(y_kept.data(), batch, 1, d_out));
+      ASSERT_EQ(y_wide, y_kept) << "step " << t;
+    }
+    // Without keep_dtype the same tensors are widened.
+    MultiHeadAttention widened_on_load(d_in, d_out, tokens, 0.0f, 4, true, 0,
+                                       2);
+    widened_on_load.LoadStateDict(narrow_dict);
+    EXPECT_EQ(widened_on_load.weight_dtype(), DType::kF32);
+    widened_on_load.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
+                            Tensor3(y_kept.data(), batch, tokens, d_out));
+    wide.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
+                 Tensor3(y_wide.data(), batch, tokens, d_out));
+    EXPECT_EQ(y_wide, y_kept);
+    // Re-initialising returns to float.
+    kept.InitializeWeights(3);
+    EXPECT_EQ(kept.weight_dtype(), DType::kF32);
+  }
+
+  // SelfAttention_v1's (d_in, d_out) parameters, transposed on load.
+  const size_t d = 6;
+  SelfAttentionV1 v1_wide(d, 4), v1_kept(d, 4);
+  std::vector<std::vector<uint16_t>> bits;
+  std::vector<std::vector<float>> widened;
+  StateDict narrow_dict, wide_dict;
+  for (const char* name : {"W_query", "W_key", "W_value"}) {
+    const std::vector<float> values = test::RandomVector(d * 4, bits.size());
+    bits.emplace_back(values.size());
+    widened.emplace_back(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      bits.back()[i] = ToBFloat16(values[i]).bits;
+      widened.back()[i] = ToFloat(BFloat16{bits.back()[i]});
+    }
+    narrow_dict[name] = {bits.back().data(), {d, 4}, DType::kBF16};
+    wide_dict[name] = {widened.back().data(), {d, 4}};
+  }
+  v1_wide.LoadStateDict(wide_dict);
+  LoadOptions keep;
+  keep.keep_dtype = true;
+  v1_kept.LoadStateDict(narrow_dict, keep);
+  EXPECT_EQ(v1_kept.weight_dtype(), DType::kBF16);
+  std::vector<float> a(5 * 4), b(5 * 4);
+  v1_wide.Forward(ConstMatrix(x.data(), 5, d), Matrix(a.data(), 5, 4));
+  v1_kept.Forward(ConstMatrix(x.data(), 5, d), Matrix(b.data(), 5, 4));
+  EXPECT_EQ(a, b);
+
+  // Mixed 16-bit types cannot be kept; the module is left as it was.
+  std::vector<uint16_t> ones(d * 4, 0x3C00);  // 1.0 in f16.
+  narrow_dict["W_key"] = {ones.data(), {d, 4}, DType::kF16};
+  ExpectInvalid([&] { v1_kept.LoadStateDict(narrow_dict, keep); },
+                {"SelfAttentionV1", "keep_dtype", "'W_key'"});
+  EXPECT_EQ(v1_kept.weight_dtype(), DType::kBF16);
+  v1_kept.Forward(ConstMatrix(x.data(), 5, d), Matrix(b.data(), 5, 4));
+  EXPECT_EQ(a, b);
+}
+
 }  // namespace
 }  // namespace simdattn

@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
                       "default: the mask buffer's size, else T");
   run_cmd->add_flag("--qkv-bias", run.qkv_bias, "require W_*.bias in the file");
   run_cmd->add_flag("--train", run.train, "training mode: dropout on");
+  run_cmd->add_flag("--keep-dtype", run.keep_dtype,
+                    "keep BF16/F16 projection weights in 16 bits (half the "
+                    "memory; the same results as widened)");
   run_cmd->add_option("--dropout", run.dropout, "dropout probability")
       ->check(CLI::Range(0.0f, 1.0f));
   run_cmd->add_option("--seed", run.seed, "dropout seed");

@@ -43,7 +43,11 @@ void Run(const RunOptions& o) {
                              "no W_query.bias");
   }
   AttentionModule module = io::MakeModule(spec);
-  module.LoadStateDict(io::StateDictOf(weights));
+  io::KeptTensors kept;
+  LoadOptions load;
+  load.keep_dtype = o.keep_dtype;
+  module.LoadStateDict(io::StateDictOf(weights, o.keep_dtype ? &kept : nullptr),
+                       load);
 
   const size_t d_out = module.config().d_out();
   const size_t heads = module.config().num_heads;
@@ -67,8 +71,9 @@ void Run(const RunOptions& o) {
     io::WriteNpy(o.attn_weights, {batch, heads, tokens, tokens},
                  attention.data());
   }
-  std::printf("%s: (%zu, %zu, %zu) -> %s\n", o.module.c_str(), batch, tokens,
-              spec.d_in, o.output.c_str());
+  std::printf("%s: (%zu, %zu, %zu) -> %s (weights: %zu bytes)\n",
+              o.module.c_str(), batch, tokens, spec.d_in, o.output.c_str(),
+              module.weight_bytes());
 }
 
 }  // namespace tools

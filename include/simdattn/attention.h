@@ -29,10 +29,15 @@
 
 namespace simdattn {
 
-// A tensor of a PyTorch state_dict in caller memory: row-major, contiguous.
+// Element types of state_dict tensors (tensor.h's 16-bit storage).
+enum class DType : uint8_t { kF32, kBF16, kF16 };
+
+// A tensor of a PyTorch state_dict in caller memory: row-major, contiguous,
+// elements of `dtype` (float, BFloat16 or Float16) at data.
 struct TensorRef {
-  const float* data = nullptr;
+  const void* data = nullptr;
   std::vector<size_t> shape;
+  DType dtype = DType::kF32;
 };
 // Keyed by PyTorch's names ("W_query.weight", "heads.0.mask", ...).
 using StateDict = std::map<std::string, TensorRef>;
@@ -74,6 +79,13 @@ struct AttentionConfig {
   bool scaled = true;       // Scores scaled by 1/sqrt(head_dim).
   AttentionVariants variants;
   size_t d_out() const { return num_heads * head_dim; }
+};
+
+struct LoadOptions {
+  // Keeps bf16 or fp16 projection matrices in their type (half the bytes;
+  // the products widen them exactly in registers, so results are those of
+  // the widened weights). All of them must then share one type.
+  bool keep_dtype = false;
 };
 
 class AttentionEngine;
@@ -191,8 +203,14 @@ class SIMDATTN_API AttentionModule {
 
   // Copies the weights from a state_dict with PyTorch's names and shapes,
   // strictly: a missing, unexpected or misshapen tensor is an error naming it.
-  // A causal mask buffer, if given, must be the usual triu(ones, 1).
-  void LoadStateDict(const StateDict& state_dict);
+  // A causal mask buffer, if given, must be the usual triu(ones, 1). 16-bit
+  // tensors are widened to float exactly, unless options.keep_dtype.
+  void LoadStateDict(const StateDict& state_dict,
+                     const LoadOptions& options = {});
+  // The type the projection matrices are held in, and the bytes of every
+  // weight (biases and sinks are always float).
+  DType weight_dtype() const;
+  size_t weight_bytes() const;
   // The names and shapes LoadStateDict expects (buffers included).
   std::map<std::string, std::vector<size_t>> StateDictShapes() const;
   // The names among StateDictShapes() that are buffers (the causal masks,

@@ -417,6 +417,13 @@ SIMDATTN_API simdattn_status
 simdattn_module_shape(const simdattn_module* module, size_t* d_in,
                       size_t* d_out, size_t* num_heads);
 
+/* Element types of state_dict tensors. */
+typedef enum simdattn_dtype {
+  SIMDATTN_DTYPE_F32 = 0,
+  SIMDATTN_DTYPE_BF16 = 1,
+  SIMDATTN_DTYPE_F16 = 2
+} simdattn_dtype;
+
 /* One tensor of a PyTorch state_dict in caller memory: row-major,
  * contiguous, `rank` dimensions (the count of elements is their product). */
 typedef struct simdattn_named_tensor {
@@ -425,6 +432,15 @@ typedef struct simdattn_named_tensor {
   const size_t* shape;
   size_t rank;
 } simdattn_named_tensor;
+
+/* The same with its element type: float, or bf16/f16 bits. */
+typedef struct simdattn_typed_tensor {
+  const char* name;
+  const void* data;
+  const size_t* shape;
+  size_t rank;
+  int32_t dtype; /* a simdattn_dtype */
+} simdattn_typed_tensor;
 
 /* The state_dict the module expects, one tensor at a time in name order
  * (index < count): its name and shape, owned by the module, and is_buffer 1
@@ -444,6 +460,13 @@ SIMDATTN_API simdattn_status simdattn_module_weight_info(
 SIMDATTN_API simdattn_status simdattn_module_load_weights(
     simdattn_module* module, const simdattn_named_tensor* tensors,
     size_t count);
+
+/* The same from tensors of any simdattn_dtype; keep_dtype 1 keeps bf16 or
+ * f16 projection matrices in their type (half the bytes, the results of the
+ * widened weights), 0 widens them to float. */
+SIMDATTN_API simdattn_status simdattn_module_load_typed_weights(
+    simdattn_module* module, const simdattn_typed_tensor* tensors,
+    size_t count, int32_t keep_dtype);
 
 typedef struct simdattn_forward_options {
   /* 0: eval. 1: training, dropout on the attention weights with the key

@@ -66,15 +66,34 @@ class AttentionEngine {
 
   const AttentionConfig& config() const { return config_; }
 
-  // The state_dict's tensors, pointing into this engine's weights.
+  // The state_dict's tensors, pointing into this engine's float weights.
   std::vector<Slot> Slots() {
-    return internal::StateDictSlots(layout_, config_, weights_);
+    return internal::StateDictSlots(layout_, config_, &weights_);
   }
-  void LoadStateDict(const StateDict& state_dict) {
+  // Their names and shapes.
+  std::vector<Slot> SlotShapes() const {
+    return internal::StateDictSlots(layout_, config_, nullptr);
+  }
+  void LoadStateDict(const StateDict& state_dict, const LoadOptions& options) {
+    DType kept = DType::kF32;
+    if (options.keep_dtype) kept = ProjectionType(state_dict);
+    Widen();
     internal::LoadSlots(name_, Slots(), state_dict);
+    if (kept != DType::kF32) Narrow(kept);
   }
   void InitializeWeights(uint64_t seed) {
+    Widen();
     internal::InitializeSlots(Slots(), seed);
+  }
+  DType weight_dtype() const { return weights_.dtype; }
+  size_t weight_bytes() const {
+    const ModuleWeights& w = weights_;
+    return (w.w_qkv.size() + w.b_qkv.size() + w.w_out.size() +
+            w.b_out.size() + w.sinks.size()) *
+               sizeof(float) +
+           (w.w_qkv_bf16.size() + w.w_out_bf16.size() + w.w_qkv_f16.size() +
+            w.w_out_f16.size()) *
+               sizeof(uint16_t);
   }
 
   void Forward(ConstTensor3 x, Tensor3 y, const ForwardOptions& options) const;
@@ -120,6 +139,84 @@ class AttentionEngine {
                    y.batch_stride, c.head_dim, y.token_stride);
   }
 
+  // The dtype of the projection matrices in a state_dict (kF32 if any is
+  // float); an error if they mix 16-bit types.
+  DType ProjectionType(const StateDict& state_dict) const {
+    DType type = DType::kF32;
+    bool first = true;
+    for (const Slot& slot : SlotShapes()) {
+      if (slot.kind != Slot::Kind::kWeight &&
+          slot.kind != Slot::Kind::kTransposedWeight) {
+        continue;
+      }
+      const auto it = state_dict.find(slot.name);
+      if (it == state_dict.end()) continue;  // LoadSlots names it.
+      const DType t = it->second.dtype;
+      SIMDATTN_REQUIRE(first || t == type || t == DType::kF32 ||
+                           type == DType::kF32,
+                       name_, "keep_dtype: tensor '", slot.name,
+                       "' is of another 16-bit type than the other weights");
+      if (first || t == DType::kF32) type = t;
+      first = false;
+    }
+    return type;
+  }
+  // Back to float storage (exact), and to 16 bits (exact for weights that
+  // came from that type).
+  void Widen() {
+    ModuleWeights& w = weights_;
+    const auto widen = [](const auto& from, std::vector<float>& to) {
+      to.resize(from.size());
+      for (size_t i = 0; i < from.size(); ++i) to[i] = ToFloat(from[i]);
+    };
+    if (w.dtype == DType::kBF16) {
+      widen(w.w_qkv_bf16, w.w_qkv);
+      widen(w.w_out_bf16, w.w_out);
+    } else if (w.dtype == DType::kF16) {
+      widen(w.w_qkv_f16, w.w_qkv);
+      widen(w.w_out_f16, w.w_out);
+    }
+    w.w_qkv_bf16 = {};
+    w.w_out_bf16 = {};
+    w.w_qkv_f16 = {};
+    w.w_out_f16 = {};
+    w.dtype = DType::kF32;
+  }
+  void Narrow(DType type) {
+    ModuleWeights& w = weights_;
+    const auto narrow = [](std::vector<float>& from, auto& to, auto convert) {
+      to.resize(from.size());
+      for (size_t i = 0; i < from.size(); ++i) to[i] = convert(from[i]);
+      from = {};
+    };
+    if (type == DType::kBF16) {
+      narrow(w.w_qkv, w.w_qkv_bf16, ToBFloat16);
+      narrow(w.w_out, w.w_out_bf16, ToBFloat16);
+    } else {
+      narrow(w.w_qkv, w.w_qkv_f16, ToFloat16);
+      narrow(w.w_out, w.w_out_f16, ToFloat16);
+    }
+    w.dtype = type;
+  }
+
+  // Calls multiply(w) with a (rows, cols) view of a weight matrix held as
+  // `f32`, `bf16` or `f16` per the weights' dtype.
+  template <typename Multiply>
+  void WithMatrix(const std::vector<float>& f32,
+                  const std::vector<BFloat16>& bf16,
+                  const std::vector<Float16>& f16, size_t rows, size_t cols,
+                  const Multiply& multiply) const {
+    switch (weights_.dtype) {
+      case DType::kBF16:
+        return multiply(MatrixView<const BFloat16>(bf16.data(), rows, cols));
+      case DType::kF16:
+        return multiply(MatrixView<const Float16>(f16.data(), rows, cols));
+      case DType::kF32:
+        break;
+    }
+    multiply(ConstMatrix(f32.data(), rows, cols));
+  }
+
   // qkv (batch * tokens, qkv_width()) = x W_qkv^T + b_qkv: Q, K and V of
   // every token in one product.
   void Project(ConstTensor3 x, float* qkv) const {
@@ -128,16 +225,20 @@ class AttentionEngine {
     MatMulOptions projection;
     projection.transpose_b = Transpose::kYes;
     projection.bias = c.qkv_bias ? weights_.b_qkv.data() : nullptr;
-    const ConstMatrix w(weights_.w_qkv.data(), width, c.d_in);
-    if (x.batch == 1 || x.batch_stride == tokens * x.token_stride) {
-      MatMul(ConstMatrix(x.data, x.batch * tokens, c.d_in, x.token_stride), w,
-             Matrix(qkv, x.batch * tokens, width), projection);
-      return;
-    }
-    for (size_t b = 0; b < x.batch; ++b) {
-      MatMul(x.Sequence(b), w, Matrix(qkv + b * tokens * width, tokens, width),
-             projection);
-    }
+    WithMatrix(weights_.w_qkv, weights_.w_qkv_bf16, weights_.w_qkv_f16, width,
+               c.d_in, [&](auto w) {
+                 if (x.batch == 1 || x.batch_stride == tokens * x.token_stride) {
+                   MatMul(ConstMatrix(x.data, x.batch * tokens, c.d_in,
+                                      x.token_stride),
+                          w, Matrix(qkv, x.batch * tokens, width), projection);
+                   return;
+                 }
+                 for (size_t b = 0; b < x.batch; ++b) {
+                   MatMul(x.Sequence(b), w,
+                          Matrix(qkv + b * tokens * width, tokens, width),
+                          projection);
+                 }
+               });
   }
 
   // The (batch, heads, tokens, head_dim) views of Q, K and V in Project's
@@ -160,16 +261,20 @@ class AttentionEngine {
     MatMulOptions out;
     out.transpose_b = Transpose::kYes;
     out.bias = weights_.b_out.data();
-    const ConstMatrix w(weights_.w_out.data(), q_dim(), q_dim());
-    if (y.batch == 1 || y.batch_stride == tokens * y.token_stride) {
-      MatMul(ConstMatrix(context, y.batch * tokens, q_dim()), w,
-             Matrix(y.data, y.batch * tokens, q_dim(), y.token_stride), out);
-      return;
-    }
-    for (size_t b = 0; b < y.batch; ++b) {
-      MatMul(ConstMatrix(context + b * tokens * q_dim(), tokens, q_dim()), w,
-             y.Sequence(b), out);
-    }
+    WithMatrix(
+        weights_.w_out, weights_.w_out_bf16, weights_.w_out_f16, q_dim(),
+        q_dim(), [&](auto w) {
+          if (y.batch == 1 || y.batch_stride == tokens * y.token_stride) {
+            MatMul(ConstMatrix(context, y.batch * tokens, q_dim()), w,
+                   Matrix(y.data, y.batch * tokens, q_dim(), y.token_stride),
+                   out);
+            return;
+          }
+          for (size_t b = 0; b < y.batch; ++b) {
+            MatMul(ConstMatrix(context + b * tokens * q_dim(), tokens, q_dim()),
+                   w, y.Sequence(b), out);
+          }
+        });
   }
 
   // rows * cols floats, or an error naming `what` if no vector can hold them.
@@ -399,18 +504,25 @@ void AttentionModule::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
                                   const ForwardOptions& options) const {
   engine_->ForwardStep(x, cache, y, options);
 }
-void AttentionModule::LoadStateDict(const StateDict& state_dict) {
-  engine_->LoadStateDict(state_dict);
+void AttentionModule::LoadStateDict(const StateDict& state_dict,
+                                    const LoadOptions& options) {
+  engine_->LoadStateDict(state_dict, options);
+}
+DType AttentionModule::weight_dtype() const { return engine_->weight_dtype(); }
+size_t AttentionModule::weight_bytes() const {
+  return engine_->weight_bytes();
 }
 std::map<std::string, std::vector<size_t>> AttentionModule::StateDictShapes()
     const {
   std::map<std::string, std::vector<size_t>> shapes;
-  for (const Slot& slot : engine_->Slots()) shapes[slot.name] = slot.shape;
+  for (const Slot& slot : engine_->SlotShapes()) {
+    shapes[slot.name] = slot.shape;
+  }
   return shapes;
 }
 std::vector<std::string> AttentionModule::StateDictBuffers() const {
   std::vector<std::string> names;
-  for (const Slot& slot : engine_->Slots()) {
+  for (const Slot& slot : engine_->SlotShapes()) {
     if (slot.buffer()) names.push_back(slot.name);
   }
   return names;

@@ -26,15 +26,29 @@ size_t Elements(const Slot& slot) {
   return n;
 }
 
+// Element i of a tensor, widened to float.
+float Element(const TensorRef& t, size_t i) {
+  switch (t.dtype) {
+    case DType::kBF16:
+      return ToFloat(static_cast<const BFloat16*>(t.data)[i]);
+    case DType::kF16:
+      return ToFloat(static_cast<const Float16*>(t.data)[i]);
+    case DType::kF32:
+      break;
+  }
+  return static_cast<const float*>(t.data)[i];
+}
+
 void CheckCausalMask(const char* module, const std::string& name,
                      const TensorRef& t) {
   const size_t n = t.shape[0];
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < n; ++j) {
       const float expected = j > i ? 1.0f : 0.0f;
-      SIMDATTN_REQUIRE(t.data[i * n + j] == expected, module, "buffer '", name,
+      const float value = Element(t, i * n + j);
+      SIMDATTN_REQUIRE(value == expected, module, "buffer '", name,
                        "' is not the causal mask triu(ones, diagonal=1): (", i,
-                       ", ", j, ") is ", t.data[i * n + j]);
+                       ", ", j, ") is ", value);
     }
   }
 }
@@ -43,7 +57,12 @@ void CheckCausalMask(const char* module, const std::string& name,
 
 std::vector<Slot> StateDictSlots(StateDictLayout layout,
                                  const AttentionConfig& c,
-                                 ModuleWeights& weights) {
+                                 ModuleWeights* weights) {
+  // Where a tensor goes: `offset` floats into one of the weights' vectors.
+  const auto at = [weights](std::vector<float> ModuleWeights::*member,
+                            size_t offset) -> float* {
+    return weights == nullptr ? nullptr : (weights->*member).data() + offset;
+  };
   std::vector<Slot> slots;
   const size_t q_dim = c.num_heads * c.head_dim;
   const size_t kv_dim = c.num_kv_heads * c.head_dim;
@@ -60,7 +79,7 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
         slots.push_back({kProjections[p],
                          Slot::Kind::kTransposedWeight,
                          {c.d_in, rows[p]},
-                         &weights.w_qkv[first_row[p] * c.d_in],
+                         at(&ModuleWeights::w_qkv, first_row[p] * c.d_in),
                          0.0f,
                          1.0f});
       }
@@ -71,14 +90,14 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
         slots.push_back({n + ".weight",
                          Slot::Kind::kWeight,
                          {rows[p], c.d_in},
-                         &weights.w_qkv[first_row[p] * c.d_in],
+                         at(&ModuleWeights::w_qkv, first_row[p] * c.d_in),
                          -linear,
                          linear});
         if (c.qkv_bias) {
           slots.push_back({n + ".bias",
                            Slot::Kind::kBias,
                            {rows[p]},
-                           &weights.b_qkv[first_row[p]],
+                           at(&ModuleWeights::b_qkv, first_row[p]),
                            -linear,
                            linear});
         }
@@ -88,13 +107,13 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
         slots.push_back({"out_proj.weight",
                          Slot::Kind::kWeight,
                          {q_dim, q_dim},
-                         weights.w_out.data(),
+                         at(&ModuleWeights::w_out, 0),
                          -out,
                          out});
         slots.push_back({"out_proj.bias",
                          Slot::Kind::kBias,
                          {q_dim},
-                         weights.b_out.data(),
+                         at(&ModuleWeights::b_out, 0),
                          -out,
                          out});
       }
@@ -102,7 +121,7 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
         slots.push_back({"sinks",
                          Slot::Kind::kBias,
                          {c.num_heads},
-                         weights.sinks.data(),
+                         at(&ModuleWeights::sinks, 0),
                          0.0f,
                          0.0f});
       }
@@ -122,14 +141,14 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
           slots.push_back({prefix + kProjections[p] + ".weight",
                            Slot::Kind::kWeight,
                            {c.head_dim, c.d_in},
-                           &weights.w_qkv[row * c.d_in],
+                           at(&ModuleWeights::w_qkv, row * c.d_in),
                            -linear,
                            linear});
           if (c.qkv_bias) {
             slots.push_back({prefix + kProjections[p] + ".bias",
                              Slot::Kind::kBias,
                              {c.head_dim},
-                             &weights.b_qkv[row],
+                             at(&ModuleWeights::b_qkv, row),
                              -linear,
                              linear});
           }
@@ -163,6 +182,10 @@ void LoadSlots(const char* module, const std::vector<Slot>& slots,
                      ShapeToString(slot.shape));
     SIMDATTN_REQUIRE(t.data != nullptr, module, "tensor '", slot.name,
                      "' is null");
+    SIMDATTN_REQUIRE(t.dtype == DType::kF32 || t.dtype == DType::kBF16 ||
+                         t.dtype == DType::kF16,
+                     module, "tensor '", slot.name, "' has an unknown dtype (",
+                     static_cast<int>(t.dtype), ")");
     if (slot.kind == Slot::Kind::kCausalMask) {
       CheckCausalMask(module, slot.name, t);
     }
@@ -175,11 +198,15 @@ void LoadSlots(const char* module, const std::vector<Slot>& slots,
       const size_t in = slot.shape[0], out = slot.shape[1];
       for (size_t i = 0; i < in; ++i) {
         for (size_t o = 0; o < out; ++o) {
-          slot.destination[o * in + i] = t.data[i * out + o];
+          slot.destination[o * in + i] = Element(t, i * out + o);
         }
       }
-    } else {
+    } else if (t.dtype == DType::kF32) {
       std::memcpy(slot.destination, t.data, Elements(slot) * sizeof(float));
+    } else {
+      for (size_t e = 0; e < Elements(slot); ++e) {
+        slot.destination[e] = Element(t, e);
+      }
     }
   }
 }

@@ -27,6 +27,11 @@ enum class StateDictLayout : int {
 // and sinks are empty when absent.
 struct ModuleWeights {
   std::vector<float> w_qkv, b_qkv, w_out, b_out, sinks;
+  // LoadOptions::keep_dtype: w_qkv and w_out held in 16 bits instead (the
+  // float vectors then empty), in the vectors of `dtype`.
+  DType dtype = DType::kF32;
+  std::vector<BFloat16> w_qkv_bf16, w_out_bf16;
+  std::vector<Float16> w_qkv_f16, w_out_f16;
 };
 
 // One tensor of the state_dict and where its values live in the weights.
@@ -35,17 +40,18 @@ struct Slot {
   std::string name;
   Kind kind;
   std::vector<size_t> shape;  // PyTorch's shape.
-  float* destination;         // Row-major (out, in) weights; nullptr for masks.
+  float* destination;  // Row-major (out, in) weights; nullptr for masks.
   float init_low, init_high;  // PyTorch's initial distribution U(low, high).
   // A buffer (the causal mask): derived from the config, so optional.
   bool buffer() const { return kind == Kind::kCausalMask; }
 };
 
 // The state_dict of `config` in `layout`, in PyTorch's order, pointing into
-// `weights` (already sized for config).
+// `weights` (float storage, sized for config); null: names and shapes only
+// (no destinations).
 std::vector<Slot> StateDictSlots(StateDictLayout layout,
                                  const AttentionConfig& config,
-                                 ModuleWeights& weights);
+                                 ModuleWeights* weights);
 
 // Copies `state_dict` into the slots' destinations, strictly: an unexpected,
 // missing (buffers excepted), misshapen or null tensor, or a mask buffer

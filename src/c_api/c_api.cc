@@ -152,6 +152,48 @@ AttentionOptions ToOptions(const simdattn_attention_options* options,
   return o;
 }
 
+// A state_dict tensor's element type: float for the untyped struct.
+int32_t DTypeOf(const simdattn_named_tensor&) { return SIMDATTN_DTYPE_F32; }
+int32_t DTypeOf(const simdattn_typed_tensor& t) { return t.dtype; }
+
+template <typename Tensor>
+simdattn_status LoadWeights(const char* kFn, simdattn_module* module,
+                            const Tensor* tensors, size_t count,
+                            int32_t keep_dtype) {
+  return internal::CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(module, kFn, "module");
+    SIMDATTN_REQUIRE(tensors != nullptr || count == 0, kFn,
+                     "tensors is null but count is ", count);
+    simdattn::StateDict state_dict;
+    for (size_t i = 0; i < count; ++i) {
+      const Tensor& t = tensors[i];
+      SIMDATTN_REQUIRE(t.name != nullptr, kFn, "tensors[", i, "].name is null");
+      SIMDATTN_REQUIRE(t.shape != nullptr || t.rank == 0, kFn, "tensors[", i,
+                       "] ('", t.name, "') has rank ", t.rank,
+                       " but a null shape");
+      // A rank beyond any state_dict's would only make us copy a huge array.
+      SIMDATTN_REQUIRE(t.rank <= 8, kFn, "tensors[", i, "] ('", t.name,
+                       "') has rank ", t.rank, " (at most 8)");
+      const int32_t dtype = DTypeOf(t);
+      SIMDATTN_REQUIRE(dtype >= 0 && dtype <= 2, kFn, "tensors[", i, "] ('",
+                       t.name, "') has dtype ", dtype,
+                       ", not a simdattn_dtype");
+      const bool inserted =
+          state_dict
+              .emplace(t.name,
+                       TensorRef{t.data,
+                                 std::vector<size_t>(t.shape, t.shape + t.rank),
+                                 static_cast<DType>(dtype)})
+              .second;
+      SIMDATTN_REQUIRE(inserted, kFn, "tensors[", i, "] ('", t.name,
+                       "') repeats the name of an earlier tensor");
+    }
+    LoadOptions options;
+    options.keep_dtype = Flag(keep_dtype, kFn, "keep_dtype");
+    module->module.LoadStateDict(state_dict, options);
+  });
+}
+
 MatMulOptions ToOptions(const simdattn_matmul_options* options,
                         const char* function) {
   MatMulOptions result;
@@ -575,33 +617,15 @@ simdattn_status simdattn_module_weight_info(const simdattn_module* module,
 simdattn_status simdattn_module_load_weights(
     simdattn_module* module, const simdattn_named_tensor* tensors,
     size_t count) {
-  constexpr const char* kFn = "simdattn_module_load_weights";
-  return CallGuarded(kFn, [&] {
-    simdattn::RequireNonNull(module, kFn, "module");
-    SIMDATTN_REQUIRE(tensors != nullptr || count == 0, kFn,
-                     "tensors is null but count is ", count);
-    simdattn::StateDict state_dict;
-    for (size_t i = 0; i < count; ++i) {
-      const simdattn_named_tensor& t = tensors[i];
-      SIMDATTN_REQUIRE(t.name != nullptr, kFn, "tensors[", i, "].name is null");
-      SIMDATTN_REQUIRE(t.shape != nullptr || t.rank == 0, kFn, "tensors[", i,
-                       "] ('", t.name, "') has rank ", t.rank,
-                       " but a null shape");
-      // A rank beyond any state_dict's would only make us copy a huge array.
-      SIMDATTN_REQUIRE(t.rank <= 8, kFn, "tensors[", i, "] ('", t.name,
-                       "') has rank ", t.rank, " (at most 8)");
-      const bool inserted =
-          state_dict
-              .emplace(
-                  t.name,
-                  simdattn::TensorRef{
-                      t.data, std::vector<size_t>(t.shape, t.shape + t.rank)})
-              .second;
-      SIMDATTN_REQUIRE(inserted, kFn, "tensors[", i, "] ('", t.name,
-                       "') repeats the name of an earlier tensor");
-    }
-    module->module.LoadStateDict(state_dict);
-  });
+  return simdattn::LoadWeights("simdattn_module_load_weights", module, tensors,
+                               count, 0);
+}
+
+simdattn_status simdattn_module_load_typed_weights(
+    simdattn_module* module, const simdattn_typed_tensor* tensors,
+    size_t count, int32_t keep_dtype) {
+  return simdattn::LoadWeights("simdattn_module_load_typed_weights", module,
+                               tensors, count, keep_dtype);
 }
 
 simdattn_status simdattn_module_forward(

@@ -41,11 +41,21 @@ AttentionModule MakeModule(const ModuleSpec& s) {
   throw std::logic_error("MakeModule: unhandled ModuleKind");
 }
 
-StateDict StateDictOf(const SafeTensors& file) {
+StateDict StateDictOf(const SafeTensors& file, KeptTensors* kept) {
   StateDict state_dict;
   for (const std::string& name : file.Names()) {
     const Tensor& t = file.Get(name);
     state_dict[name] = TensorRef{t.data.data(), t.shape};
+    if (kept == nullptr) continue;
+    if (t.dtype == "BF16") {
+      std::vector<BFloat16>& bits = kept->bf16.emplace_back(t.data.size());
+      for (size_t i = 0; i < bits.size(); ++i) bits[i] = ToBFloat16(t.data[i]);
+      state_dict[name] = TensorRef{bits.data(), t.shape, DType::kBF16};
+    } else if (t.dtype == "F16") {
+      std::vector<Float16>& bits = kept->f16.emplace_back(t.data.size());
+      for (size_t i = 0; i < bits.size(); ++i) bits[i] = ToFloat16(t.data[i]);
+      state_dict[name] = TensorRef{bits.data(), t.shape, DType::kF16};
+    }
   }
   return state_dict;
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "simdattn/attention.h"
 #include "tools/io/safetensors.h"
@@ -37,8 +38,16 @@ ModuleKind ParseModuleKind(const std::string& name);
 // Throws std::invalid_argument for an unknown module name or bad arguments.
 AttentionModule MakeModule(const ModuleSpec& spec);
 
-// References to the tensors of `file` (which must outlive the result).
-StateDict StateDictOf(const SafeTensors& file);
+// BF16 and F16 tensors of a file in their own type, rounded back (exactly)
+// from the floats the file was read as.
+struct KeptTensors {
+  std::vector<std::vector<BFloat16>> bf16;
+  std::vector<std::vector<Float16>> f16;
+};
+
+// References to the tensors of `file` (which must outlive the result), as
+// floats; with `kept`, its BF16 and F16 tensors in their type, held there.
+StateDict StateDictOf(const SafeTensors& file, KeptTensors* kept = nullptr);
 
 // Fills in d_out, qkv_bias, context_length (from the mask buffer) and, for
 // the wrapper, num_heads from a state_dict's names and shapes; `spec` brings
