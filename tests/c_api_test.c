@@ -971,8 +971,8 @@ static void TestTypedWeights(void) {
       y_wide[kT * kOut];
   simdattn_typed_tensor typed[3];
   simdattn_named_tensor wide[3];
-  simdattn_module_config config = Config(SIMDATTN_SELF_ATTENTION_V2, kIn, kOut,
-                                         0, 1);
+  simdattn_module_config config =
+      Config(SIMDATTN_SELF_ATTENTION_V2, kIn, kOut, 0, 1);
   simdattn_module* kept = NULL;
   simdattn_module* plain = NULL;
   size_t p, i;

@@ -138,27 +138,56 @@ double CheckDropout(const measure::ScoresShape& s) {
 
 // MultiHeadAttention (causal, eval, out_proj with bias) with random weights
 // loaded through its state_dict, against the module computed in float64.
+// _bf16: the weights rounded to bf16 and kept so (the reference uses the
+// rounded values); _step: ForwardStep of T - 1 tokens, then of the last.
 // Bound: 1e-5 of the output's largest magnitude (the golden tests' bound).
 double CheckMha(const measure::MhaShape& s) {
   const size_t t_len = s.tokens, d_in = s.d_in, d = s.d_out;
   const size_t hd = d / s.heads;
   const float w_range = 1.0f / std::sqrt(float(d_in));
-  const std::vector<float> x = Random(s.batch * t_len * d_in, 7, -1.0f, 1.0f);
-  const std::vector<float> wq = Random(d * d_in, 8, -w_range, w_range);
-  const std::vector<float> wk = Random(d * d_in, 9, -w_range, w_range);
-  const std::vector<float> wv = Random(d * d_in, 10, -w_range, w_range);
   const float o_range = 1.0f / std::sqrt(float(d));
-  const std::vector<float> wo = Random(d * d, 11, -o_range, o_range);
+  const std::vector<float> x = Random(s.batch * t_len * d_in, 7, -1.0f, 1.0f);
+  std::vector<float> wq = Random(d * d_in, 8, -w_range, w_range);
+  std::vector<float> wk = Random(d * d_in, 9, -w_range, w_range);
+  std::vector<float> wv = Random(d * d_in, 10, -w_range, w_range);
+  std::vector<float> wo = Random(d * d, 11, -o_range, o_range);
   const std::vector<float> bo = Random(d, 12, -o_range, o_range);
+  std::vector<std::vector<BFloat16>> bits;
+  const auto tensor = [&](std::vector<float>& w,
+                          std::vector<size_t> shape) -> TensorRef {
+    if (!s.bf16) return {w.data(), shape};
+    std::vector<BFloat16>& b = bits.emplace_back(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      b[i] = ToBFloat16(w[i]);
+      w[i] = ToFloat(b[i]);
+    }
+    return {b.data(), shape, DType::kBF16};
+  };
   MultiHeadAttention mha(d_in, d, t_len, 0.0f, s.heads);
-  mha.LoadStateDict({{"W_query.weight", {wq.data(), {d, d_in}}},
-                     {"W_key.weight", {wk.data(), {d, d_in}}},
-                     {"W_value.weight", {wv.data(), {d, d_in}}},
-                     {"out_proj.weight", {wo.data(), {d, d}}},
-                     {"out_proj.bias", {bo.data(), {d}}}});
+  LoadOptions keep;
+  keep.keep_dtype = true;
+  mha.LoadStateDict({{"W_query.weight", tensor(wq, {d, d_in})},
+                     {"W_key.weight", tensor(wk, {d, d_in})},
+                     {"W_value.weight", tensor(wv, {d, d_in})},
+                     {"out_proj.weight", tensor(wo, {d, d})},
+                     {"out_proj.bias", {bo.data(), {d}}}},
+                    keep);
   std::vector<float> y(s.batch * t_len * d);
-  mha.Forward(ConstTensor3(x.data(), s.batch, t_len, d_in),
-              Tensor3(y.data(), s.batch, t_len, d));
+  const ConstTensor3 x_view(x.data(), s.batch, t_len, d_in);
+  const Tensor3 y_view(y.data(), s.batch, t_len, d);
+  if (s.step) {
+    KVCache cache(s.batch, s.heads, t_len, hd);
+    const auto tokens = [](auto t, size_t first, size_t count) {
+      return decltype(t)(t.data + first * t.token_stride, t.batch, count,
+                         t.features, t.batch_stride, t.token_stride);
+    };
+    mha.ForwardStep(tokens(x_view, 0, t_len - 1), cache,
+                    tokens(y_view, 0, t_len - 1));
+    mha.ForwardStep(tokens(x_view, t_len - 1, 1), cache,
+                    tokens(y_view, t_len - 1, 1));
+  } else {
+    mha.Forward(x_view, y_view);
+  }
 
   // out[r][o] = sum_i in[r][i] * w[o][i] (+ bias[o]): nn.Linear, float64.
   const auto linear = [](const auto* in, size_t rows, size_t n_in,
@@ -419,10 +448,12 @@ const std::vector<OpSpec>& Ops() {
        DropoutCase},
       {"mha",
        Metric::kGflops,
-       "BxTxDxH or BxTxDINxDOUTxH  MultiHeadAttention forward, causal, "
-       "eval; useful FLOPs",
+       "BxTxDxH or BxTxDINxDOUTxH[_step][_bf16]  MultiHeadAttention "
+       "forward, causal, eval (_step: ForwardStep of token T after T - 1 "
+       "cached; _bf16: weights kept in bf16); useful FLOPs",
        Names(measure::StandardMhaShapes()),
-       {"2x6x3x2x2", "2x7x16x4", "1x33x24x12x3"},
+       {"2x6x3x2x2", "2x7x16x4", "1x33x24x12x3", "2x7x16x4_step",
+        "1x9x24x12x3_bf16", "2x40x32x4_step_bf16"},
        MhaCase},
       {"attention",
        Metric::kGflops,

@@ -16,9 +16,9 @@ void Demo(const DemoOptions& options);
 
 struct RunOptions {
   std::string module;
-  std::string weights;       // safetensors state_dict
-  std::string input;         // .npy, float32 (tokens, d_in) or (b, tokens, d_in)
-  std::string output;        // .npy
+  std::string weights;  // safetensors state_dict
+  std::string input;    // .npy, float32 (tokens, d_in) or (b, tokens, d_in)
+  std::string output;   // .npy
   std::string attn_weights;  // Optional .npy of (b, heads, tokens, tokens).
   size_t heads = 1;
   size_t kv_heads = 0;

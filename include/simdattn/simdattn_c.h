@@ -465,8 +465,8 @@ SIMDATTN_API simdattn_status simdattn_module_load_weights(
  * f16 projection matrices in their type (half the bytes, the results of the
  * widened weights), 0 widens them to float. */
 SIMDATTN_API simdattn_status simdattn_module_load_typed_weights(
-    simdattn_module* module, const simdattn_typed_tensor* tensors,
-    size_t count, int32_t keep_dtype);
+    simdattn_module* module, const simdattn_typed_tensor* tensors, size_t count,
+    int32_t keep_dtype);
 
 typedef struct simdattn_forward_options {
   /* 0: eval. 1: training, dropout on the attention weights with the key

@@ -88,8 +88,8 @@ class AttentionEngine {
   DType weight_dtype() const { return weights_.dtype; }
   size_t weight_bytes() const {
     const ModuleWeights& w = weights_;
-    return (w.w_qkv.size() + w.b_qkv.size() + w.w_out.size() +
-            w.b_out.size() + w.sinks.size()) *
+    return (w.w_qkv.size() + w.b_qkv.size() + w.w_out.size() + w.b_out.size() +
+            w.sinks.size()) *
                sizeof(float) +
            (w.w_qkv_bf16.size() + w.w_out_bf16.size() + w.w_qkv_f16.size() +
             w.w_out_f16.size()) *
@@ -152,10 +152,10 @@ class AttentionEngine {
       const auto it = state_dict.find(slot.name);
       if (it == state_dict.end()) continue;  // LoadSlots names it.
       const DType t = it->second.dtype;
-      SIMDATTN_REQUIRE(first || t == type || t == DType::kF32 ||
-                           type == DType::kF32,
-                       name_, "keep_dtype: tensor '", slot.name,
-                       "' is of another 16-bit type than the other weights");
+      SIMDATTN_REQUIRE(
+          first || t == type || t == DType::kF32 || type == DType::kF32, name_,
+          "keep_dtype: tensor '", slot.name,
+          "' is of another 16-bit type than the other weights");
       if (first || t == DType::kF32) type = t;
       first = false;
     }
@@ -225,20 +225,20 @@ class AttentionEngine {
     MatMulOptions projection;
     projection.transpose_b = Transpose::kYes;
     projection.bias = c.qkv_bias ? weights_.b_qkv.data() : nullptr;
-    WithMatrix(weights_.w_qkv, weights_.w_qkv_bf16, weights_.w_qkv_f16, width,
-               c.d_in, [&](auto w) {
-                 if (x.batch == 1 || x.batch_stride == tokens * x.token_stride) {
-                   MatMul(ConstMatrix(x.data, x.batch * tokens, c.d_in,
-                                      x.token_stride),
-                          w, Matrix(qkv, x.batch * tokens, width), projection);
-                   return;
-                 }
-                 for (size_t b = 0; b < x.batch; ++b) {
-                   MatMul(x.Sequence(b), w,
-                          Matrix(qkv + b * tokens * width, tokens, width),
-                          projection);
-                 }
-               });
+    WithMatrix(
+        weights_.w_qkv, weights_.w_qkv_bf16, weights_.w_qkv_f16, width, c.d_in,
+        [&](auto w) {
+          if (x.batch == 1 || x.batch_stride == tokens * x.token_stride) {
+            MatMul(
+                ConstMatrix(x.data, x.batch * tokens, c.d_in, x.token_stride),
+                w, Matrix(qkv, x.batch * tokens, width), projection);
+            return;
+          }
+          for (size_t b = 0; b < x.batch; ++b) {
+            MatMul(x.Sequence(b), w,
+                   Matrix(qkv + b * tokens * width, tokens, width), projection);
+          }
+        });
   }
 
   // The (batch, heads, tokens, head_dim) views of Q, K and V in Project's
@@ -509,9 +509,7 @@ void AttentionModule::LoadStateDict(const StateDict& state_dict,
   engine_->LoadStateDict(state_dict, options);
 }
 DType AttentionModule::weight_dtype() const { return engine_->weight_dtype(); }
-size_t AttentionModule::weight_bytes() const {
-  return engine_->weight_bytes();
-}
+size_t AttentionModule::weight_bytes() const { return engine_->weight_bytes(); }
 std::map<std::string, std::vector<size_t>> AttentionModule::StateDictShapes()
     const {
   std::map<std::string, std::vector<size_t>> shapes;

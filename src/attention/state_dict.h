@@ -40,7 +40,7 @@ struct Slot {
   std::string name;
   Kind kind;
   std::vector<size_t> shape;  // PyTorch's shape.
-  float* destination;  // Row-major (out, in) weights; nullptr for masks.
+  float* destination;         // Row-major (out, in) weights; nullptr for masks.
   float init_low, init_high;  // PyTorch's initial distribution U(low, high).
   // A buffer (the causal mask): derived from the config, so optional.
   bool buffer() const { return kind == Kind::kCausalMask; }

@@ -622,8 +622,8 @@ simdattn_status simdattn_module_load_weights(
 }
 
 simdattn_status simdattn_module_load_typed_weights(
-    simdattn_module* module, const simdattn_typed_tensor* tensors,
-    size_t count, int32_t keep_dtype) {
+    simdattn_module* module, const simdattn_typed_tensor* tensors, size_t count,
+    int32_t keep_dtype) {
   return simdattn::LoadWeights("simdattn_module_load_typed_weights", module,
                                tensors, count, keep_dtype);
 }

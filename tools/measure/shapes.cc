@@ -154,8 +154,9 @@ double ScoresShape::DropoutBytes() const {
 }
 
 std::string MhaShape::Name() const {
-  return d_in == d_out ? Dims({batch, tokens, d_in, heads})
-                       : Dims({batch, tokens, d_in, d_out, heads});
+  return (d_in == d_out ? Dims({batch, tokens, d_in, heads})
+                        : Dims({batch, tokens, d_in, d_out, heads})) +
+         (step ? "_step" : "") + (bf16 ? "_bf16" : "");
 }
 
 double AttentionFlops(size_t batch, size_t heads, size_t queries, size_t keys,
@@ -170,11 +171,12 @@ double AttentionFlops(size_t batch, size_t heads, size_t queries, size_t keys,
 }
 
 double MhaShape::Flops() const {
-  const double bt = double(batch) * double(tokens);
+  const size_t queries = step ? 1 : tokens;
+  const double bt = double(batch) * double(queries);
   // Q, K, V: (bt x d_in) (d_in x d_out) each; out_proj: d_out x d_out.
   const double projections = 3.0 * bt * d_in * d_out + bt * d_out * d_out;
   return 2.0 * projections +
-         AttentionFlops(batch, heads, tokens, tokens, d_out / heads, true);
+         AttentionFlops(batch, heads, queries, tokens, d_out / heads, true);
 }
 
 std::string AttentionShape::Name() const {
@@ -341,15 +343,23 @@ ScoresShape ParseScoresShape(const std::string& text, bool allow_mask) {
 
 MhaShape ParseMhaShape(const std::string& text) {
   constexpr const char* kForm =
-      "BxTxDxH or BxTxDINxDOUTxH with H dividing DOUT (e.g. 1x1024x768x12)";
+      "BxTxDxH or BxTxDINxDOUTxH with H dividing DOUT, optional _step, _bf16 "
+      "(e.g. 1x1024x768x12_step_bf16)";
   const Parsed p = Parse(text, kForm);
-  if (!p.flags.empty() || (p.dims.size() != 4 && p.dims.size() != 5)) {
-    Fail(text, kForm);
-  }
+  if (p.dims.size() != 4 && p.dims.size() != 5) Fail(text, kForm);
   const bool same = p.dims.size() == 4;
   MhaShape s{p.dims[0], p.dims[1], p.dims[2], same ? p.dims[2] : p.dims[3],
              same ? p.dims[3] : p.dims[4]};
   if (s.d_out % s.heads != 0) Fail(text, kForm);
+  for (const std::string& flag : p.flags) {
+    if (flag == "step" && !s.step) {
+      s.step = true;
+    } else if (flag == "bf16" && !s.bf16) {
+      s.bf16 = true;
+    } else {
+      Fail(text, kForm);
+    }
+  }
   return s;
 }
 

@@ -95,11 +95,15 @@ double AttentionFlops(size_t batch, size_t heads, size_t queries, size_t keys,
 // MultiHeadAttention forward: causal, eval, no qkv bias, out_proj.
 struct MhaShape {
   size_t batch = 0, tokens = 0, d_in = 0, d_out = 0, heads = 0;
+  // ForwardStep of token T with T - 1 in a KV cache (_step), instead of
+  // Forward over T; projection weights kept in bf16 (_bf16).
+  bool step = false;
+  bool bf16 = false;
 
-  // "BxTxDxH" when d_in == d_out, else "BxTxDINxDOUTxH".
+  // "BxTxDxH" when d_in == d_out, else "BxTxDINxDOUTxH"; then the flags.
   std::string Name() const;
   // Useful FLOPs: Q, K, V and output projections (2 per multiply-add), then
-  // causal attention's AttentionFlops.
+  // causal attention's AttentionFlops (a step: one query's).
   double Flops() const;
 };
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -150,15 +151,59 @@ class SimdattnMha : public Workload {
         x_(s.batch * s.tokens * s.d_in, 0.25f),
         y_(s.batch * s.tokens * s.d_out),
         xv_(x_.data(), s.batch, s.tokens, s.d_in),
-        yv_(y_.data(), s.batch, s.tokens, s.d_out) {}
-  void Run() override { mha_.Forward(xv_, yv_); }
+        yv_(y_.data(), s.batch, s.tokens, s.d_out) {
+    // bf16 weights, held as such with _bf16 and widened without, so that
+    // both compute with the same values.
+    std::vector<std::vector<BFloat16>> bits;
+    StateDict state_dict;
+    for (const auto& [name, shape] : mha_.StateDictShapes()) {
+      if (name == "mask") continue;
+      size_t n = 1;
+      for (size_t dim : shape) n *= dim;
+      std::vector<BFloat16>& b = bits.emplace_back(n);
+      for (size_t i = 0; i < n; ++i) {
+        b[i] = ToBFloat16(0.05f * std::sin(0.37f * float(i % 1031)));
+      }
+      state_dict[name] = {b.data(), shape, DType::kBF16};
+    }
+    LoadOptions options;
+    options.keep_dtype = s.bf16;
+    mha_.LoadStateDict(state_dict, options);
+    if (s.step) {  // T - 1 tokens in the cache; each call adds the last.
+      cache_.emplace(s.batch, s.heads, s.tokens, s.d_out / s.heads);
+      mha_.ForwardStep(Prefix(xv_, s.tokens - 1), *cache_,
+                       Prefix(yv_, s.tokens - 1));
+    }
+  }
+  void Run() override {
+    if (!cache_) return mha_.Forward(xv_, yv_);
+    for (size_t b = 0; b < cache_->batch(); ++b) {
+      cache_->Truncate(b, xv_.tokens - 1);
+    }
+    mha_.ForwardStep(Last(xv_), *cache_, Last(yv_));
+  }
   std::string Impl() const override { return ActiveTarget(); }
 
  private:
+  template <typename T>
+  static Tensor3View<T> Prefix(Tensor3View<T> t, size_t tokens) {
+    return {t.data,     t.batch,        tokens,
+            t.features, t.batch_stride, t.token_stride};
+  }
+  template <typename T>
+  static Tensor3View<T> Last(Tensor3View<T> t) {
+    return {t.data + (t.tokens - 1) * t.token_stride,
+            t.batch,
+            1,
+            t.features,
+            t.batch_stride,
+            t.token_stride};
+  }
   MultiHeadAttention mha_;
   Buffer x_, y_;
   ConstTensor3 xv_;
   Tensor3 yv_;
+  std::optional<KVCache> cache_;
 };
 
 // Q, K, V with values of a trained model's order (|x| < 1), and the output.
