@@ -21,6 +21,8 @@
 namespace simdattn {
 namespace {
 
+using test::ExpectNear;
+
 struct Shape {
   size_t batch, q_heads, kv_heads, q_tokens, k_tokens, head_dim, value_dim;
 };
@@ -59,18 +61,6 @@ struct Operands {
 std::vector<double> Reference(const Operands& o, double scale,
                               const AttentionMask& mask) {
   return reference::Attention(o.Q(), o.K(), o.V(), scale, mask);
-}
-
-// Outputs are convex combinations of rows of v (|v| <= 1): absolute error.
-void ExpectNear(const std::vector<float>& actual,
-                const std::vector<double>& expected, double tolerance,
-                const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    worst = std::max(worst, std::abs(actual[i] - expected[i]));
-  }
-  EXPECT_LE(worst, tolerance) << what;
 }
 
 std::string Describe(const Shape& s) {

@@ -20,6 +20,7 @@ namespace simdattn {
 namespace {
 
 using test::ExpectInvalid;
+using test::ExpectNear;
 using test::RandomVector;
 
 class KVCacheTest : public test::PerTarget {};
@@ -139,17 +140,6 @@ std::vector<float> Attend(const KVCache& cache, const std::vector<float>& q,
       cache.View(),
       Tensor4::Dense(out.data(), kBatch, kHeads, q_tokens, kHeadDim), options);
   return out;
-}
-
-void ExpectNear(const std::vector<float>& actual,
-                const std::vector<double>& expected, double tolerance,
-                const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    worst = std::max(worst, std::abs(actual[i] - expected[i]));
-  }
-  EXPECT_LE(worst, tolerance) << what;
 }
 
 void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b,

@@ -3,6 +3,7 @@
 #ifndef SIMDATTN_TESTS_TEST_UTIL_H_
 #define SIMDATTN_TESTS_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,19 @@ inline std::vector<float> RandomVector(size_t n, uint64_t seed,
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// Expects max |actual - expected| <= tolerance (attention outputs are convex
+// combinations of values: an absolute error).
+inline void ExpectNear(const std::vector<float>& actual,
+                       const std::vector<double>& expected, double tolerance,
+                       const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    worst = std::max(worst, std::abs(actual[i] - expected[i]));
+  }
+  EXPECT_LE(worst, tolerance) << what;
 }
 
 // Frobenius norm of a matrix view, in double.
