@@ -1,11 +1,18 @@
 // KVCache: storage in four element types and two layouts, the block pool of
 // the paged layout, and the conversions on append. Attention over it is
 // ScaledDotProductAttention over View().
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
 #include <optional>
 #include <vector>
 
@@ -45,6 +52,35 @@ void ReadRow(KVType type, const void* src, float scale, size_t n, float* dst) {
   }
 }
 
+// Zeroed memory for a cache's elements. Large buffers are 2 MiB aligned and
+// advised to use transparent huge pages (Linux): a paged cache's blocks are
+// scattered over the pool, and with 4 KiB pages the TLB misses on nearly
+// every block of every head (bench/RESULTS.md).
+class CacheMemory {
+ public:
+  CacheMemory() = default;
+  explicit CacheMemory(size_t bytes) {
+    constexpr size_t kHugePage = size_t{2} << 20;
+    const size_t align = bytes >= kHugePage ? kHugePage : 64;
+    const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align *
+                           align;  // aligned_alloc takes whole alignments.
+    void* memory = std::aligned_alloc(align, rounded);
+    if (memory == nullptr) throw std::bad_alloc();
+#ifdef __linux__
+    if (align == kHugePage) madvise(memory, rounded, MADV_HUGEPAGE);
+#endif
+    std::memset(memory, 0, bytes);
+    data_.reset(static_cast<uint8_t*>(memory));
+  }
+  uint8_t* data() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data_;
+};
+
 }  // namespace
 
 // The memory and the bookkeeping: element (block, h, row, c) of keys at
@@ -54,7 +90,7 @@ void ReadRow(KVType type, const void* src, float scale, size_t n, float* dst) {
 struct KVCache::Storage {
   KVType type = KVType::kF32;
   size_t element = 4;  // Bytes.
-  std::vector<uint8_t> owned_keys, owned_values;
+  CacheMemory owned_keys, owned_values;
   uint8_t* keys = nullptr;
   uint8_t* values = nullptr;
   size_t block_stride = 0, head_stride = 0, row_stride = 0;
@@ -239,8 +275,8 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
       CheckedMul(kFn, "the cache's elements", blocks, s.block_stride);
   const size_t bytes =
       CheckedMul(kFn, "the cache's bytes", elements, s.element);
-  s.owned_keys.assign(bytes, 0);
-  s.owned_values.assign(bytes, 0);
+  s.owned_keys = CacheMemory(bytes);
+  s.owned_values = CacheMemory(bytes);
   s.keys = s.owned_keys.data();
   s.values = s.owned_values.data();
   if (config.type == KVType::kInt8) {

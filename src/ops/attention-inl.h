@@ -38,6 +38,7 @@
 #include <cstring>
 #include <limits>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
 #include "simdattn/random.h"
@@ -351,6 +352,27 @@ inline size_t FirstKey(const Problem& pr, size_t b, size_t i, size_t j_begin) {
   return std::max(j_begin, begin - begin % kDropoutGroup);
 }
 
+// Paged rows come in runs (a block's tokens of one head) too short for the
+// hardware prefetchers to follow: asks for rows [j_begin, j_end) of a paged
+// cache, and their scales, a tile ahead.
+template <typename T>
+HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
+                                  size_t j_begin, size_t j_end) {
+  // Float rows fill a block's run with 16 x head_dim x 4 bytes: long enough
+  // for the hardware (prefetching them measured slower).
+  if (std::is_same_v<T, float> || rows.table == internal::kSingleBlock) return;
+  const size_t row_bytes = rows.cols * sizeof(T);
+  for (size_t j = j_begin; j < j_end; ++j) {
+    const char* row = reinterpret_cast<const char*>(rows.Row(j));
+    for (size_t byte = 0; byte < row_bytes; byte += 64) {
+      hwy::Prefetch(row + byte);
+    }
+    if constexpr (std::is_same_v<T, int8_t>) {
+      if (j % 16 == 0) hwy::Prefetch(rows.ScaleAt(j));  // 16 to a line.
+    }
+  }
+}
+
 // Attends a few query rows [i0, i1) (decode) to keys [j_begin, j_end):
 // packing tiles of K and V would not pay for itself, so K and V rows are
 // read where they lie, as MatMul's skinny path does. Leaves the
@@ -375,6 +397,8 @@ inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
   const hn::ScalableTag<float> d;
   for (size_t j0 = j_start; j0 < j_stop; j0 += kKeyBlock) {
     const size_t cols = std::min(kKeyBlock, j_stop - j0);
+    const size_t next_end = std::min(j_stop, j0 + cols + kKeyBlock);
+    PrefetchPagedRows(k, j0 + cols, next_end);
     DirectColumns(ConstMatrix(q.Row(i0), rows, head_dim, q.stride), k.From(j0),
                   Matrix(ws.scores, rows, cols, kKeyBlock), scores_options, 0,
                   cols);
@@ -383,6 +407,7 @@ inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
     if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);
     MatMulOptions accumulate;
     accumulate.beta = first ? 0.0f : 1.0f;
+    PrefetchPagedRows(v, j0 + cols, next_end);
     ws.nonfinite.count = 0;
     if (pr.mask.Classify(b, i0, i1, j0, j0 + cols) != TileKind::kFull) {
       FindNonFiniteValues(d, v, j0, cols, ws.nonfinite);

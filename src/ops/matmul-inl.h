@@ -460,6 +460,40 @@ HWY_INLINE void ScalarEpilogue(float acc, float* out, size_t n,
   *out = value;
 }
 
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+// Stores the four lanes of the sum of v's 128-bit blocks.
+template <class D>
+HWY_INLINE void StoreSumOfBlocks(D d, hn::Vec<D> v, float* HWY_RESTRICT out) {
+  if constexpr (hn::MaxLanes(D()) <= 4) {
+    hn::StoreU(v, d, out);
+  } else {
+    const hn::Half<D> dh;
+    StoreSumOfBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)),
+                     out);
+  }
+}
+
+// out[0..3] = the sums of the lanes of v0..v3: one transposing reduction
+// (two rounds of interleaves, then the blocks) where four SumOfLanes would
+// each take a full reduction.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void SumOfLanes4(D d, V v0, V v1, V v2, V v3,
+                            float* HWY_RESTRICT out) {
+  const hn::Repartition<uint64_t, D> d64;
+  // Per block: v0[0] + v0[2], v1[0] + v1[2], v0[1] + v0[3], v1[1] + v1[3].
+  const V s01 =
+      hn::Add(hn::InterleaveLower(v0, v1), hn::InterleaveUpper(d, v0, v1));
+  const V s23 =
+      hn::Add(hn::InterleaveLower(v2, v3), hn::InterleaveUpper(d, v2, v3));
+  const auto w01 = hn::BitCast(d64, s01), w23 = hn::BitCast(d64, s23);
+  // Per block: the block's sums of v0, v1, v2, v3.
+  StoreSumOfBlocks(d,
+                   hn::Add(hn::BitCast(d, hn::InterleaveLower(w01, w23)),
+                           hn::BitCast(d, hn::InterleaveUpper(d64, w01, w23))),
+                   out);
+}
+#endif
+
 // Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
 // rows of A times B (B rows contiguous), or dot products with rows of B when
 // it is transposed (Q K^T in decode).
@@ -478,7 +512,55 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
     const float* HWY_RESTRICT a_row = a.Row(m);
     float* HWY_RESTRICT c_row = c.Row(m);
     if (opt.transpose_b == Transpose::kYes) {
-      for (size_t n = n_begin; n < n_end; ++n) {
+      size_t n = n_begin;
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+      // Four rows of B at a time share one reduction of their dot products
+      // (the per-row reductions bound decode's Q K^T); the same products and
+      // the same two accumulators per row as one row at a time below.
+      const size_t vector_k = K / N * N;
+      for (; vector_k != 0 && n + 4 <= n_end; n += 4) {
+        const TB* HWY_RESTRICT r0 = b.Row(n);
+        const TB* HWY_RESTRICT r1 = b.Row(n + 1);
+        const TB* HWY_RESTRICT r2 = b.Row(n + 2);
+        const TB* HWY_RESTRICT r3 = b.Row(n + 3);
+        auto s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00;
+        auto s20 = s00, s21 = s00, s30 = s00, s31 = s00;
+        size_t k = 0;
+        for (; k + 2 * N <= K; k += 2 * N) {
+          const auto a0 = hn::LoadU(d, a_row + k);
+          const auto a1 = hn::LoadU(d, a_row + k + N);
+          s00 = hn::MulAdd(a0, LoadB(d, r0 + k), s00);
+          s01 = hn::MulAdd(a1, LoadB(d, r0 + k + N), s01);
+          s10 = hn::MulAdd(a0, LoadB(d, r1 + k), s10);
+          s11 = hn::MulAdd(a1, LoadB(d, r1 + k + N), s11);
+          s20 = hn::MulAdd(a0, LoadB(d, r2 + k), s20);
+          s21 = hn::MulAdd(a1, LoadB(d, r2 + k + N), s21);
+          s30 = hn::MulAdd(a0, LoadB(d, r3 + k), s30);
+          s31 = hn::MulAdd(a1, LoadB(d, r3 + k + N), s31);
+        }
+        if (k < vector_k) {
+          const auto a0 = hn::LoadU(d, a_row + k);
+          s00 = hn::MulAdd(a0, LoadB(d, r0 + k), s00);
+          s10 = hn::MulAdd(a0, LoadB(d, r1 + k), s10);
+          s20 = hn::MulAdd(a0, LoadB(d, r2 + k), s20);
+          s30 = hn::MulAdd(a0, LoadB(d, r3 + k), s30);
+        }
+        HWY_ALIGN float sums[4];
+        SumOfLanes4(d, hn::Add(s00, s01), hn::Add(s10, s11), hn::Add(s20, s21),
+                    hn::Add(s30, s31), sums);
+        const TB* const rows[4] = {r0, r1, r2, r3};
+        for (size_t j = 0; j < 4; ++j) {
+          auto dot = hn::Set(d1, sums[j]);
+          for (size_t kk = vector_k; kk < K; ++kk) {
+            dot = hn::MulAdd(hn::Set(d1, a_row[kk]), LoadB(d1, rows[j] + kk),
+                             dot);
+          }
+          ScalarEpilogue(TimesRowScale(hn::GetLane(dot), b, n + j),
+                         c_row + n + j, n + j, opt);
+        }
+      }
+#endif
+      for (; n < n_end; ++n) {
         const TB* HWY_RESTRICT b_row = b.Row(n);
         auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
         size_t k = 0;
