@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "simdattn/kernels.h"
+#include "src/ops/matmul_bf16.h"
 #include "tbb/task_arena.h"
 #include "tests/test_util.h"
 #include "tools/reference/reference.h"
@@ -51,11 +52,20 @@ MatMulOptions Options(const Case& t, const std::vector<float>& bias) {
 }
 
 // Runs one case and checks every element against the float64 product within
-// the componentwise bound of reference::MatMulElement.
-void RunCase(const Case& t, uint64_t seed) {
+// the componentwise bound of reference::MatMulElement; bf16 arithmetic
+// against the product of the operands rounded to bf16.
+void RunCase(const Case& t, uint64_t seed,
+             ComputeType compute = ComputeType::kFloat32) {
   const bool tb = t.transpose_b == Transpose::kYes;
   Operand a(t.m, t.k, t.pad, t.offset, seed);
   Operand b(tb ? t.n : t.k, tb ? t.k : t.n, t.pad, t.offset, seed + 1);
+  Operand a_ref = a, b_ref = b;
+  a_ref.view.data = a_ref.store.data() + t.offset;
+  b_ref.view.data = b_ref.store.data() + t.offset;
+  if (compute == ComputeType::kBFloat16) {
+    for (float& x : a_ref.store) x = ToFloat(ToBFloat16(x));
+    for (float& x : b_ref.store) x = ToFloat(ToBFloat16(x));
+  }
   Operand c(t.m, t.n, t.pad, t.offset, seed + 2);
   const std::vector<float> bias = test::RandomVector(t.n, seed + 3);
   const std::vector<float> c_before = c.store;
@@ -67,14 +77,16 @@ void RunCase(const Case& t, uint64_t seed) {
       }
     }
   }
-  const MatMulOptions opt = Options(t, bias);
+  MatMulOptions opt = Options(t, bias);
+  opt.compute = compute;
   MatMul(a.view, b.view, c.view, opt);
+  opt.compute = ComputeType::kFloat32;
 
   for (size_t r = 0; r < t.m; ++r) {
     for (size_t j = 0; j < t.n; ++j) {
       const size_t index = t.offset + r * (t.n + t.pad) + j;
-      const reference::Bounded want =
-          reference::MatMulElement(a.view, b.view, opt, c_before[index], r, j);
+      const reference::Bounded want = reference::MatMulElement(
+          a_ref.view, b_ref.view, opt, c_before[index], r, j);
       ASSERT_NEAR(c.view(r, j), want.value, want.bound)
           << "at (" << r << ", " << j << ") of " << t.m << "x" << t.k << "x"
           << t.n << (tb ? " B^T" : "") << " alpha " << t.alpha << " beta "
@@ -221,6 +233,32 @@ TEST_P(MatMulTest, HalfPrecisionBEqualsWidenedB) {
       }
     }
   }
+}
+
+// bf16 arithmetic: natively where the CPU has it and the target is AVX3
+// (NativeBFloat16Dot), and through the float32 fallback, forced, on every
+// target; either within float32 accumulation's bound of the float64 product
+// of the rounded operands.
+TEST_P(MatMulTest, BFloat16ArithmeticMatchesRoundedOperands) {
+  using internal::BFloat16DotPolicy;
+  for (const BFloat16DotPolicy policy :
+       {BFloat16DotPolicy::kNative, BFloat16DotPolicy::kFallback}) {
+    internal::SetBFloat16DotPolicy(policy);
+    if (policy == BFloat16DotPolicy::kFallback) {
+      EXPECT_FALSE(NativeBFloat16Dot());
+    }
+    uint64_t seed = 40;
+    for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
+      for (const Case& c :
+           {Case{1, 1, 1, t}, Case{5, 3, 7, t},
+            Case{7, 33, 70, t, 0.5f, 0.25f, true}, Case{97, 130, 129, t},
+            Case{13, 768, 64, t, 1.0f, 1.0f, true, 3, 1}, Case{6, 64, 16, t},
+            Case{12, 31, 65, t, -2.0f}}) {
+        RunCase(c, seed += 4, ComputeType::kBFloat16);
+      }
+    }
+  }
+  internal::SetBFloat16DotPolicy(BFloat16DotPolicy::kAuto);
 }
 
 TEST_P(MatMulTest, EveryRowCountAroundTheTile) {

@@ -60,15 +60,29 @@ double CheckMatMul(const measure::MatMulShape& s) {
   options.beta = 0.25f;
   options.bias = bias.data();
   const ConstMatrix a_view(a.data(), s.m, s.k, lda);
-  // The reference multiplies the values B holds in its storage.
+  // The reference multiplies the values B holds in its storage (and with
+  // _bf16dot, A and B rounded to bf16).
   const measure::StoredB stored(b.data(), b_rows, b_cols, s.b_storage);
-  const ConstMatrix b_view = stored.widened();
+  options.compute = s.bf16dot ? ComputeType::kBFloat16 : ComputeType::kFloat32;
   stored.Multiply(a_view, Matrix(c.data(), s.m, s.n, ldc), options);
+  options.compute = ComputeType::kFloat32;
+  std::vector<float> a_rounded = a, b_rounded(b_rows * b_cols);
+  ConstMatrix a_ref = a_view, b_ref = stored.widened();
+  if (s.bf16dot) {
+    for (float& x : a_rounded) x = ToFloat(ToBFloat16(x));
+    for (size_t r = 0; r < b_rows; ++r) {
+      for (size_t k = 0; k < b_cols; ++k) {
+        b_rounded[r * b_cols + k] = ToFloat(ToBFloat16(b_ref.Row(r)[k]));
+      }
+    }
+    a_ref = ConstMatrix(a_rounded.data(), s.m, s.k, lda);
+    b_ref = ConstMatrix(b_rounded.data(), b_rows, b_cols);
+  }
   double worst = 0;
   for (size_t i = 0; i < s.m; ++i) {
     for (size_t j = 0; j < s.n; ++j) {
       const reference::Bounded want = reference::MatMulElement(
-          a_view, b_view, options, c0[i * ldc + j], i, j);
+          a_ref, b_ref, options, c0[i * ldc + j], i, j);
       worst = std::max(worst, Ratio(c[i * ldc + j] - want.value, want.bound));
     }
   }
@@ -423,13 +437,14 @@ const std::vector<OpSpec>& Ops() {
   static const std::vector<OpSpec> ops = {
       {"matmul",
        Metric::kGflops,
-       "MxKxN[_Bt][_bf16|_f16][_cold]  C = A op(B), op(B) = B^T with _Bt, B "
-       "stored in bfloat16 or float16, a copy of B per call past the L3 "
-       "with _cold",
+       "MxKxN[_Bt][_bf16|_f16][_cold][_bf16dot]  C = A op(B), op(B) = B^T "
+       "with _Bt, B stored in bfloat16 or float16, a copy of B per call past "
+       "the L3 with _cold, bf16 arithmetic with _bf16dot",
        Names(measure::StandardMatMulShapes()),
        {"6x3x2", "67x45x33", "67x45x33_Bt", "1x64x300_Bt", "130x257x129",
         "3x45x70_bf16", "67x45x33_Bt_bf16", "130x257x129_f16",
-        "2x64x300_Bt_f16"},
+        "2x64x300_Bt_f16", "67x45x33_bf16dot", "130x257x129_Bt_bf16dot",
+        "1x64x300_Bt_bf16dot"},
        MatMulCase},
       {"softmax",
        Metric::kGbPerSec,

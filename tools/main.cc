@@ -6,6 +6,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "simdattn/kernels.h"
 #include "simdattn/targets.h"
 #include "tbb/info.h"
 #include "tools/bench.h"
@@ -33,6 +34,10 @@ void Info() {
   std::printf("supported on CPU:  %s\n",
               Join(simdattn::SupportedTargets(), " ").c_str());
   std::printf("dispatch picks:    %s\n", simdattn::ActiveTarget().c_str());
+  std::printf("bf16 arithmetic:   %s\n",
+              simdattn::NativeBFloat16Dot()
+                  ? "native (AVX512_BF16 dot products)"
+                  : "float32 kernel on bf16-rounded operands");
   std::printf("TBB threads:       %d\n", tbb::info::default_concurrency());
 }
 

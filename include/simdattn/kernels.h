@@ -21,6 +21,12 @@ namespace simdattn {
 
 enum class Transpose : uint8_t { kNo, kYes };
 
+// The arithmetic of a product: float32 (PyTorch's default), or A and op(B)
+// rounded to bfloat16 (nearest even) with products summed in float32, as
+// PyTorch's bf16 autocast and oneDNN compute on CPUs with native bf16 dot
+// products (AVX512_BF16 here: twice the float32 FMA rate).
+enum class ComputeType : uint8_t { kFloat32, kBFloat16 };
+
 struct MatMulOptions {
   // op(B) = B (K x N) or B^T (B is N x K, e.g. keys for Q K^T).
   Transpose transpose_b = Transpose::kNo;
@@ -29,7 +35,18 @@ struct MatMulOptions {
   float beta = 0.0f;
   // Optional N floats added to every row of C (nn.Linear's bias).
   const float* bias = nullptr;
+  // kBFloat16: each output is the float32 sum of the products of the
+  // rounded operands (exact in float32), within K 2^-24 sum |a b| of it in
+  // float64 (plus alpha, beta, bias's roundings). Without native bf16 the
+  // rounded operands go through the float32 kernel. MatMul only (not
+  // BatchedMatMul).
+  ComputeType compute = ComputeType::kFloat32;
 };
+
+// Whether kBFloat16 products use the CPU's bf16 dot-product instructions
+// (AVX512_BF16 within the AVX3 target, on AMD CPUs, where they pay) rather
+// than the float32 fallback.
+SIMDATTN_API bool NativeBFloat16Dot();
 
 // C = alpha * A * op(B) + beta * C + bias, float32 with float32 accumulation.
 // A is M x K, op(B) is K x N, C is M x N. C must not overlap A or B.

@@ -1,9 +1,11 @@
 // MatMul and BatchedMatMul: validation, then one dispatch per call.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "simdattn/kernels.h"
 #include "src/common/check.h"
+#include "src/ops/matmul_bf16.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/ops/matmul.cc"
@@ -44,6 +46,13 @@ void CheckMatMulShapes(const char* fn, ConstMatrix a, MatrixView<const TB> b,
                    OpCols(b, t));
 }
 
+void CheckCompute(const char* fn, const MatMulOptions& options) {
+  SIMDATTN_REQUIRE(options.compute == ComputeType::kFloat32 ||
+                       options.compute == ComputeType::kBFloat16,
+                   fn, "options.compute (", static_cast<int>(options.compute),
+                   ") is not a ComputeType");
+}
+
 // The bias is read while C is written: they must not share memory.
 void CheckBias(const char* fn, const float* bias, size_t n, Footprint c) {
   if (bias == nullptr || n == 0) return;
@@ -51,6 +60,26 @@ void CheckBias(const char* fn, const float* bias, size_t n, Footprint c) {
       internal::ContiguousFootprint(fn, "bias", bias, n, sizeof(float));
   SIMDATTN_REQUIRE(!c.Overlaps(range), fn, "C overlaps bias (", n, " floats)");
 }
+
+// A 16-bit B widened to float (bf16 arithmetic then rounds it again: exact
+// for bf16, to nearest for f16).
+class Widened {
+ public:
+  template <typename TB>
+  explicit Widened(MatrixView<const TB> b)
+      : rows_(b.rows), cols_(b.cols), values_(b.rows * b.cols) {
+    for (size_t r = 0; r < rows_; ++r) {
+      for (size_t k = 0; k < cols_; ++k) {
+        values_[r * cols_ + k] = ToFloat(b.Row(r)[k]);
+      }
+    }
+  }
+  ConstMatrix view() const { return {values_.data(), rows_, cols_}; }
+
+ private:
+  size_t rows_, cols_;
+  std::vector<float> values_;
+};
 
 // Validates MatMul's arguments; false: nothing to compute.
 template <typename TB>
@@ -64,6 +93,7 @@ bool CheckMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
   SIMDATTN_REQUIRE(!rc.Overlaps(ra), kFn, "C overlaps A");
   SIMDATTN_REQUIRE(!rc.Overlaps(rb), kFn, "C overlaps B");
   CheckBias(kFn, options.bias, c.cols, rc);
+  CheckCompute(kFn, options);
   return !c.empty();
 }
 
@@ -71,23 +101,29 @@ bool CheckMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
 
 void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
             const MatMulOptions& options) {
-  if (CheckMatMul(a, b, c, options)) {
-    HWY_DYNAMIC_DISPATCH(MatMulImpl)(a, b, c, options);
+  if (!CheckMatMul(a, b, c, options)) return;
+  if (options.compute == ComputeType::kBFloat16) {
+    return internal::MatMulBFloat16(a, b, c, options);
   }
+  HWY_DYNAMIC_DISPATCH(MatMulImpl)(a, b, c, options);
 }
 
 void MatMul(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
             const MatMulOptions& options) {
-  if (CheckMatMul(a, b, c, options)) {
-    HWY_DYNAMIC_DISPATCH(MatMulBF16Impl)(a, b, c, options);
+  if (!CheckMatMul(a, b, c, options)) return;
+  if (options.compute == ComputeType::kBFloat16) {
+    return internal::MatMulBFloat16(a, Widened(b).view(), c, options);
   }
+  HWY_DYNAMIC_DISPATCH(MatMulBF16Impl)(a, b, c, options);
 }
 
 void MatMul(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
             const MatMulOptions& options) {
-  if (CheckMatMul(a, b, c, options)) {
-    HWY_DYNAMIC_DISPATCH(MatMulF16Impl)(a, b, c, options);
+  if (!CheckMatMul(a, b, c, options)) return;
+  if (options.compute == ComputeType::kBFloat16) {
+    return internal::MatMulBFloat16(a, Widened(b).view(), c, options);
   }
+  HWY_DYNAMIC_DISPATCH(MatMulF16Impl)(a, b, c, options);
 }
 
 void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
@@ -112,6 +148,8 @@ void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
   // The matrices of C are written concurrently.
   internal::CheckDistinctElements(kFn, "C", c.dims, c.strides);
   CheckBias(kFn, options.bias, c.dims[3], rc);
+  SIMDATTN_REQUIRE(options.compute == ComputeType::kFloat32, kFn,
+                   "options.compute: bf16 arithmetic is MatMul's only");
   if (c.empty()) return;
   // A B batch of 1 is broadcast to every batch item.
   if (b.dims[0] == 1) b.strides[0] = 0;

@@ -129,7 +129,8 @@ double VisiblePairs(size_t queries, size_t keys, size_t offset, bool causal,
 std::string MatMulShape::Name() const {
   const char* const storage[] = {"", "_bf16", "_f16"};
   return Dims({m, k, n}) + (transpose_b ? "_Bt" : "") +
-         storage[static_cast<int>(b_storage)] + (cold ? "_cold" : "");
+         storage[static_cast<int>(b_storage)] + (cold ? "_cold" : "") +
+         (bf16dot ? "_bf16dot" : "");
 }
 
 double MatMulShape::Flops() const {
@@ -300,7 +301,8 @@ const std::vector<AttentionShape>& StandardDecodeShapes() {
 
 MatMulShape ParseMatMulShape(const std::string& text) {
   constexpr const char* kForm =
-      "MxKxN with optional _Bt, _bf16 or _f16, _cold (e.g. 1024x64x1024_Bt)";
+      "MxKxN with optional _Bt, _bf16 or _f16, _cold, _bf16dot (e.g. "
+      "1024x64x1024_Bt)";
   const Parsed p = Parse(text, kForm);
   if (p.dims.size() != 3) Fail(text, kForm);
   MatMulShape s{p.dims[0], p.dims[1], p.dims[2]};
@@ -314,6 +316,8 @@ MatMulShape ParseMatMulShape(const std::string& text) {
       s.b_storage = Storage::kFloat16;
     } else if (flag == "cold" && !s.cold) {
       s.cold = true;
+    } else if (flag == "bf16dot" && !s.bf16dot) {
+      s.bf16dot = true;
     } else {
       Fail(text, kForm);
     }

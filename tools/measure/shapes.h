@@ -30,8 +30,10 @@ struct MatMulShape {
   // weights from memory.
   bool cold = false;
   static constexpr size_t kColdBytes = size_t{256} << 20;
+  // Flag "_bf16dot": bf16 arithmetic (MatMulOptions::compute).
+  bool bf16dot = false;
 
-  // "MxKxN", then "_Bt", "_bf16" or "_f16", "_cold".
+  // "MxKxN", then "_Bt", "_bf16" or "_f16", "_cold", "_bf16dot".
   std::string Name() const;
   double Flops() const;  // 2 m n k.
 };

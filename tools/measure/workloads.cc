@@ -82,6 +82,7 @@ class SimdattnMatMul : public Workload {
   explicit SimdattnMatMul(const MatMulShape& s)
       : ops_(s), a_(ops_.a.data(), s.m, s.k), c_(ops_.c.data(), s.m, s.n) {
     options_.transpose_b = s.transpose_b ? Transpose::kYes : Transpose::kNo;
+    if (s.bf16dot) options_.compute = ComputeType::kBFloat16;
     const size_t rows = s.transpose_b ? s.n : s.k;
     const size_t cols = s.transpose_b ? s.k : s.n;
     const size_t bytes = rows * cols * sizeof(float);
@@ -545,9 +546,11 @@ void StoredB::Multiply(ConstMatrix a, Matrix c,
 
 std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape, Library library,
                                      [[maybe_unused]] int threads) {
-  // The other libraries are measured on float32, warm B only.
+  // The other libraries are measured on float32 (arithmetic and storage),
+  // warm B only.
   if (library != Library::kSimdattn &&
-      (shape.b_storage != MatMulShape::Storage::kFloat32 || shape.cold)) {
+      (shape.b_storage != MatMulShape::Storage::kFloat32 || shape.cold ||
+       shape.bf16dot)) {
     return nullptr;
   }
   switch (library) {
