@@ -22,6 +22,8 @@
 
 #include "simdattn/targets.h"
 #include "src/common/parallel.h"
+#include "src/common/scratch.h"
+#include "src/ops/kv_store.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -34,26 +36,37 @@ namespace {
 
 std::atomic<BFloat16DotPolicy> policy{BFloat16DotPolicy::kAuto};
 
-// x rounded to bf16 and widened back: exact in float.
-float RoundToBFloat16(float x) { return ToFloat(ToBFloat16(x)); }
+// m rounded to bf16 (the KV cache's vector conversion) into `out`, dense;
+// with `widened`, also back to float there (exact).
+void Round(ConstMatrix m, BFloat16* out, float* widened) {
+  ParallelFor(0, m.rows, 16, [&](size_t first, size_t last) {
+    StoreKVRows(KVType::kBF16,
+                ConstMatrix(m.Row(first), last - first, m.cols, m.stride),
+                out + first * m.cols, m.cols, nullptr, nullptr, 0);
+    if (widened == nullptr) return;
+    for (size_t i = first * m.cols; i < last * m.cols; ++i) {
+      const uint32_t bits = uint32_t{out[i].bits} << 16;
+      std::memcpy(&widened[i], &bits, sizeof(bits));
+    }
+  });
+}
 
+// The rounded operands through the float32 kernels: B as bf16 storage
+// (widened exactly while packed), A widened back to float. Scratch from the
+// pool: no allocation in steady state.
 void Fallback(ConstMatrix a, ConstMatrix b, Matrix c,
               const MatMulOptions& options) {
-  std::vector<float> a_rounded(a.rows * a.cols), b_rounded(b.rows * b.cols);
-  for (size_t r = 0; r < a.rows; ++r) {
-    for (size_t k = 0; k < a.cols; ++k) {
-      a_rounded[r * a.cols + k] = RoundToBFloat16(a.Row(r)[k]);
-    }
-  }
-  for (size_t r = 0; r < b.rows; ++r) {
-    for (size_t k = 0; k < b.cols; ++k) {
-      b_rounded[r * b.cols + k] = RoundToBFloat16(b.Row(r)[k]);
-    }
-  }
+  const size_t a_size = a.rows * a.cols, b_size = b.rows * b.cols;
+  ScratchBuffer a_rounded(a_size), a16(a_size / 2 + 1), b16(b_size / 2 + 1);
+  const auto bf16 = [](const ScratchBuffer& s) {
+    return reinterpret_cast<BFloat16*>(s.data());
+  };
+  Round(a, bf16(a16), a_rounded.data());
+  Round(b, bf16(b16), nullptr);
   MatMulOptions float32 = options;
   float32.compute = ComputeType::kFloat32;
   MatMul(ConstMatrix(a_rounded.data(), a.rows, a.cols),
-         ConstMatrix(b_rounded.data(), b.rows, b.cols), c, float32);
+         MatrixView<const BFloat16>(bf16(b16), b.rows, b.cols), c, float32);
 }
 
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
