@@ -446,6 +446,30 @@ TEST(KVCachePool, BlocksAreSharedAndReturned) {
   EXPECT_EQ(cache.length(1), 64u);
 }
 
+// A paged cache of empty rows (head_dim 0) still takes and shares blocks:
+// its operations stay consistent (found by c_api_shape_fuzzer).
+TEST(KVCachePool, EmptyRowsStillTakeBlocks) {
+  KVCacheConfig config;
+  config.block_size = 16;
+  config.num_blocks = 3;
+  KVCache cache(2, 1, 48, 0, config);
+  const auto tokens = [](size_t n) {
+    return ConstTensor4(nullptr, 2, 1, n, 0, 0, 0, 0);
+  };
+  ExpectInvalid([&] { cache.Append(tokens(20), tokens(20)); },
+                "needs 4 blocks, but only 3");
+  cache.Append(tokens(10), tokens(10));
+  cache.Copy(0, 1);  // Shares sequence 0's block: two are free.
+  const ConstTensor4 one(nullptr, 1, 1, 10, 0, 0, 0, 0);
+  cache.Append(one, one, {1});  // A copy of the shared block and a new one.
+  EXPECT_EQ(cache.length(1), 20u);
+  ExpectInvalid([&] { cache.Append(one, one, {0}); }, "needs 1 blocks");
+  cache.Reorder({1, 1});
+  cache.Truncate(0, 3);
+  EXPECT_EQ(cache.length(0), 3u);
+  EXPECT_EQ(cache.length(1), 20u);
+}
+
 // Keys rotated on append equal ApplyRope at the sequences' positions.
 TEST_P(KVCacheTest, RopeOnAppendRotatesAtEachSequencesPosition) {
   for (const RopePairing pairing :
@@ -553,6 +577,50 @@ TEST_P(KVCacheTest, NaNInUnusedSlotsAndBlocksIsNeverRead) {
       }
       ExpectNear(Attend(cache, q, q_tokens, true),
                  Reference(cache, q, q_tokens, true, 0), 2e-6, Name(kind));
+    }
+  }
+}
+
+// A key masked by a boolean mask whose value row is NaN (int8: its scale)
+// leaves no trace: the same bits as with zeros there. Decode and prefill,
+// rows of 20 (not whole vectors).
+TEST_P(KVCacheTest, MaskedNonFiniteValuesNeverReachOutputs) {
+  for (const Kind& kind : kKinds) {
+    KVCache poisoned = MakeCache(kind), clean = MakeCache(kind);
+    for (KVCache* cache : {&poisoned, &clean}) FillRagged(*cache);
+    std::vector<float> row(kBatch * kKVHeads * kHeadDim,
+                           std::numeric_limits<float>::quiet_NaN());
+    poisoned.Append(
+        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, kHeadDim),
+        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, kHeadDim));
+    std::fill(row.begin(), row.end(), 0.0f);
+    clean.Append(
+        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, kHeadDim),
+        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, kHeadDim));
+    for (const size_t q_tokens : {size_t{1}, size_t{3}}) {
+      // Masks each sequence's newest key (the NaN one) for every query.
+      std::vector<uint8_t> masked(kBatch * kHeads * q_tokens * kCapacity, 0);
+      for (size_t b = 0; b < kBatch; ++b) {
+        for (size_t r = 0; r < kHeads * q_tokens; ++r) {
+          masked[(b * kHeads * q_tokens + r) * kCapacity + clean.length(b) -
+                 1] = 1;
+        }
+      }
+      AttentionOptions options;
+      options.mask.boolean = Tensor4View<const uint8_t>::Dense(
+          masked.data(), kBatch, kHeads, q_tokens, kCapacity);
+      const std::vector<float> q =
+          RandomVector(kBatch * kHeads * q_tokens * kHeadDim, 6);
+      std::vector<float> a(q.size()), b(q.size());
+      for (const auto& [cache, out] :
+           {std::pair<KVCache*, float*>{&poisoned, a.data()},
+            {&clean, b.data()}}) {
+        ScaledDotProductAttention(
+            ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, kHeadDim),
+            cache->View(),
+            Tensor4::Dense(out, kBatch, kHeads, q_tokens, kHeadDim), options);
+      }
+      ExpectSameBits(a, b, Name(kind) + " masked NaN");
     }
   }
 }

@@ -112,6 +112,7 @@ struct KVCacheConfig {
 // sequence its own length (up to `capacity`). Attention reads them where
 // they lie (View(), ScaledDotProductAttention). The cache owns its memory,
 // or uses the caller's float (batch, kv_heads, capacity, head_dim) tensors.
+// batch <= 2^24.
 class SIMDATTN_API KVCache {
  public:
   KVCache(size_t batch, size_t kv_heads, size_t capacity, size_t head_dim,

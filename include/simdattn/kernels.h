@@ -251,12 +251,9 @@ struct KVCacheView {
   const int32_t* block_table = nullptr;
   size_t blocks_per_sequence = 0;
   size_t num_blocks = 0;  // Blocks in the pool (paged): table entries < it.
-
-  // Tokens a sequence can hold.
-  size_t capacity() const {
-    return block_table != nullptr ? blocks_per_sequence * block_size
-                                  : block_size;
-  }
+  // Tokens a sequence may hold (<= blocks_per_sequence * block_size when
+  // paged, <= block_size when not).
+  size_t capacity = 0;
 };
 
 // Attention of q (batch, q_heads, q_tokens, head_dim) over a cache's keys and
@@ -266,7 +263,7 @@ struct KVCacheView {
 // queries are each sequence's last q_tokens tokens (lengths[b] >= q_tokens):
 // options.mask.causal (and window) count positions from there, and key
 // lengths come from the cache, so mask.causal_offset(s) and key_lengths must
-// be unset. Masks' and dropout's key dimension is the cache's capacity().
+// be unset. Masks' and dropout's key dimension is kv.capacity.
 SIMDATTN_API void ScaledDotProductAttention(
     ConstTensor4 q, const KVCacheView& kv, Tensor4 out,
     const AttentionOptions& options = {});

@@ -81,6 +81,14 @@ class CacheMemory {
   std::unique_ptr<uint8_t, Free> data_;
 };
 
+// A cache keeps a length per sequence, even when it holds no elements, and
+// some operations visit every sequence: the batch is bounded.
+constexpr size_t kMaxBatch = size_t{1} << 24;
+void CheckBatch(const char* function, size_t batch) {
+  SIMDATTN_REQUIRE(batch <= kMaxBatch, function, "batch (", batch, ") exceeds ",
+                   kMaxBatch, " sequences");
+}
+
 }  // namespace
 
 // The memory and the bookkeeping: element (block, h, row, c) of keys at
@@ -186,8 +194,10 @@ struct KVCache::Storage {
     float* scale = scales->data();
     for (size_t h = 0; h < kv_heads; ++h) {
       for (size_t t = 0; t < lengths[b]; ++t) {
-        std::memcpy(out, keys + Offset(b, h, t) * element, row);
-        std::memcpy(out + row, values + Offset(b, h, t) * element, row);
+        if (row != 0) {  // Empty rows: no bytes (and maybe no buffer).
+          std::memcpy(out, keys + Offset(b, h, t) * element, row);
+          std::memcpy(out + row, values + Offset(b, h, t) * element, row);
+        }
         out += 2 * row;
         if (type == KVType::kInt8) {
           *scale++ = key_scales[ScaleOffset(b, h, t)];
@@ -204,8 +214,10 @@ struct KVCache::Storage {
     const float* scale = scales.data();
     for (size_t h = 0; h < kv_heads; ++h) {
       for (size_t t = 0; t < length; ++t) {
-        std::memcpy(keys + Offset(b, h, t) * element, in, row);
-        std::memcpy(values + Offset(b, h, t) * element, in + row, row);
+        if (row != 0) {
+          std::memcpy(keys + Offset(b, h, t) * element, in, row);
+          std::memcpy(values + Offset(b, h, t) * element, in + row, row);
+        }
         in += 2 * row;
         if (type == KVType::kInt8) {
           key_scales[ScaleOffset(b, h, t)] = *scale++;
@@ -233,6 +245,7 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
                    "config.rope->positions must be null: keys are rotated at "
                    "their positions in their sequences");
   Storage& s = *storage_;
+  CheckBatch(kFn, batch);
   s.type = config.type;
   s.element = KVTypeBytes(config.type);
   if (config.rope) {
@@ -307,6 +320,7 @@ KVCache::KVCache(Tensor4 keys, Tensor4 values)
                        keys.strides[2] == values.strides[2],
                    kFn, "keys and values have different strides");
   Storage& s = *storage_;
+  CheckBatch(kFn, batch_);
   s.keys = reinterpret_cast<uint8_t*>(keys.data);
   s.values = reinterpret_cast<uint8_t*>(values.data);
   s.block_stride = keys.strides[0];
@@ -363,15 +377,17 @@ void KVCache::Append(ConstTensor4 keys, ConstTensor4 values,
                    " tokens needs ", blocks_needed, " blocks, but only ",
                    s.free_blocks.size(), " of the pool's ", s.num_blocks,
                    " are free");
-  if (n == 0 || count == 0 || kv_heads_ == 0 || head_dim_ == 0) {
-    for (size_t i = 0; i < count; ++i) s.lengths[sequences[i]] += n;
-    return;
-  }
+  if (n == 0 || count == 0) return;
+  // Blocks for every token, even of zero bytes: the table stays complete.
   size_t longest = 0;
   for (size_t i = 0; i < count; ++i) {
     const size_t b = sequences[i];
     if (s.paged) s.Reserve(b, n);
     longest = std::max(longest, s.lengths[b] + n);
+  }
+  if (kv_heads_ == 0 || head_dim_ == 0) {
+    for (size_t i = 0; i < count; ++i) s.lengths[sequences[i]] += n;
+    return;
   }
   if (s.rope) s.rope->Reserve(longest);
   // Per (sequence, head), runs of tokens within one block, converted (keys
@@ -496,6 +512,7 @@ KVCacheView KVCache::View() const {
     view.scale_head_stride = s.scale_head_stride;
   }
   view.block_size = s.block_size;
+  view.capacity = capacity_;
   if (s.paged) {
     view.block_table = s.table.data();
     view.blocks_per_sequence = s.blocks_per_sequence;
@@ -518,6 +535,7 @@ void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {
                      kv_heads_, ", ", length, ", ", head_dim_, ")");
     SIMDATTN_REQUIRE(t->data != nullptr || t->empty(), kFn, "null output");
   }
+  if (head_dim_ == 0) return;  // Nothing to read (views may be null).
   const bool int8 = s.type == KVType::kInt8;
   for (size_t h = 0; h < kv_heads_; ++h) {
     for (size_t t = 0; t < length; ++t) {

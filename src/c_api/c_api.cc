@@ -462,6 +462,9 @@ simdattn_status simdattn_kv_cache_append_to(simdattn_kv_cache* cache,
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(cache, kFn, "cache");
     const size_t count = keys.dims[0];
+    SIMDATTN_REQUIRE(count <= cache->cache.batch(), kFn, "keys.dims[0] (",
+                     count, ") exceeds the batch (", cache->cache.batch(),
+                     "): a sequence would repeat");
     SIMDATTN_REQUIRE(sequences != nullptr || count == 0, kFn,
                      "sequences is null");
     cache->cache.Append(simdattn::View4<const float>(keys),

@@ -183,12 +183,14 @@ struct Workspace {
   float* additive;  // kKeyBlock: one row's additive mask, in bounds.
   uint8_t* masked;  // kKeyBlock bytes: one row's boolean mask.
   NonFiniteValues nonfinite;
+  float* scales;  // kKeyBlock: an int8 tile's value scales (few-row path).
 
   static size_t Floats(size_t nr, size_t head_dim, size_t value_dim) {
     return kQueryBlock * kKeyBlock +
            hwy::DivCeil(kKeyBlock, nr) * nr * head_dim +
            kKeyBlock * hwy::DivCeil(value_dim, nr) * nr + kQueryBlock +
-           kKeyBlock + kKeyBlock / sizeof(float) + kKeyBlock + kMaxLanes;
+           kKeyBlock + kKeyBlock / sizeof(float) + kKeyBlock + kKeyBlock +
+           kMaxLanes;
   }
   Workspace(float* p, size_t nr, size_t head_dim, size_t value_dim) {
     scores = p;
@@ -199,7 +201,18 @@ struct Workspace {
     masked = reinterpret_cast<uint8_t*>(additive + kKeyBlock);
     nonfinite.keys =
         reinterpret_cast<uint32_t*>(additive + kKeyBlock + kKeyBlock / 4);
+    scales = additive + 2 * kKeyBlock + kKeyBlock / 4;
   }
+};
+
+// The int8 value rows of a tile with the tile's scales from a copy, in
+// which those of non-finite rows are 0: the products are those of the rows
+// read in place, and a masked non-finite row adds exactly nothing.
+struct Int8TileRows {
+  internal::KVRows<int8_t> rows;  // From the tile's first key.
+  const float* scales;
+  const int8_t* Row(size_t t) const { return rows.Row(t); }
+  float Scale(size_t t) const { return scales[t]; }
 };
 
 // Masks a row of the tile in place (columns [0, cols) are keys j0..; those
@@ -416,9 +429,26 @@ inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
     const Matrix acc_rows(acc, rows, value_dim, acc_stride);
     if (ws.nonfinite.count == 0) {
       DirectColumns(p, v.From(j0), acc_rows, accumulate, 0, value_dim);
+    } else if constexpr (std::is_same_v<T, int8_t>) {  // Scales zeroed.
+      for (size_t jj = 0; jj < cols; ++jj) ws.scales[jj] = v.Scale(j0 + jj);
+      for (size_t n = 0; n < ws.nonfinite.count; ++n) {
+        ws.scales[ws.nonfinite.keys[n]] = 0.0f;
+      }
+      DirectColumns(p, Int8TileRows{v.From(j0), ws.scales}, acc_rows,
+                    accumulate, 0, value_dim);
     } else {  // A float copy with those rows zeroed.
-      PackPanel(v, /*transposed=*/false, j0, cols, 0, value_dim, value_dim,
-                ws.v_panels);
+      const hn::CappedTag<float, 1> d1;
+      const size_t N = hn::Lanes(d);
+      for (size_t jj = 0; jj < cols; ++jj) {
+        float* row = ws.v_panels + jj * value_dim;
+        size_t c = 0;
+        for (; c + N <= value_dim; c += N) {
+          hn::StoreU(LoadRow(d, v, j0 + jj, c), d, row + c);
+        }
+        for (; c < value_dim; ++c) {
+          row[c] = hn::GetLane(LoadRow(d1, v, j0 + jj, c));
+        }
+      }
       for (size_t n = 0; n < ws.nonfinite.count; ++n) {
         std::fill_n(ws.v_panels + ws.nonfinite.keys[n] * value_dim, value_dim,
                     0.0f);

@@ -165,9 +165,12 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
                      "kv.block_size (", kv.block_size,
                      ") is not a power of two");
   }
-  const size_t capacity =
+  const size_t room =
       internal::CheckedMul(kFn, "kv.blocks_per_sequence * kv.block_size",
                            paged ? kv.blocks_per_sequence : 1, kv.block_size);
+  const size_t capacity = kv.capacity;
+  SIMDATTN_REQUIRE(capacity <= room, kFn, "kv.capacity (", capacity,
+                   ") exceeds the ", room, " tokens the layout holds");
   const size_t blocks = paged ? kv.num_blocks : batch;
   SIMDATTN_REQUIRE(kv.lengths != nullptr || batch == 0, kFn,
                    "kv.lengths is null");

@@ -598,11 +598,86 @@ void FuzzModule(Input& in) {
   simdattn_module_destroy(module);
 }
 
+// A cache of any element type and layout (small shapes: its memory is the
+// cache's own) through fuzzed operations, sequences and lengths, and
+// attention over it: every call succeeds or fails cleanly.
+void FuzzTypedKVCache(Input& in) {
+  simdattn_kv_cache_config config;
+  std::memset(&config, 0, sizeof(config));
+  config.type = in.Byte() % 5;  // 4: not a type.
+  static const size_t kBlockSizes[] = {0, 16, 32, 256, 24, 8};
+  config.block_size = kBlockSizes[in.Byte() % 6];
+  config.num_blocks = in.Byte() % 4 == 0 ? in.Byte() % 12 : 0;
+  config.rope = in.Flag();
+  config.rope_interleaved = in.Flag();
+  config.rope_theta = in.Byte() % 8 == 0 ? in.Float() : 0.0f;
+  config.rope_dim = in.Byte() % 4 == 0 ? in.Byte() % 24 : 0;
+  const size_t batch = in.Byte() % 4, kv_heads = in.Byte() % 4;
+  const size_t capacity = in.Byte() % 70, head_dim = in.Byte() % 21;
+  simdattn_kv_cache* cache = nullptr;
+  const simdattn_status created = simdattn_kv_cache_create_with(
+      batch, kv_heads, capacity, head_dim, &config, &cache);
+  CheckStatus(created, false);
+  if (created != SIMDATTN_STATUS_OK) return;
+  std::vector<float> data;
+  const auto tensor = [&](size_t d0, size_t d1, size_t d2, size_t d3) {
+    data.resize(d0 * d1 * d2 * d3);
+    for (float& x : data) x = in.Float();
+    simdattn_const_tensor4 t;
+    t.data = data.data();
+    t.dims[0] = d0, t.dims[1] = d1, t.dims[2] = d2, t.dims[3] = d3;
+    t.strides[0] = d1 * d2 * d3, t.strides[1] = d2 * d3, t.strides[2] = d3;
+    return t;
+  };
+  for (int step = 0; step < 8; ++step) {
+    const size_t seq = in.Byte() % (batch + 1), n = in.Byte() % 20;
+    const uint8_t op = in.Byte();
+    if (op % 7 == 0) {  // To some sequences (maybe repeated, out of range).
+      const size_t count = in.Byte() % (batch + 2);
+      std::vector<size_t> sequences(count);
+      for (size_t& b : sequences) b = in.Byte() % (batch + 1);
+      const simdattn_const_tensor4 k = tensor(count, kv_heads, n, head_dim);
+      CheckStatus(simdattn_kv_cache_append_to(cache, k, k, sequences.data()),
+                  false);
+    } else if (op % 7 == 1) {
+      const simdattn_const_tensor4 k = tensor(batch, kv_heads, n, head_dim);
+      CheckStatus(simdattn_kv_cache_append(cache, k, k), false);
+    } else if (op % 7 == 2) {
+      CheckStatus(simdattn_kv_cache_truncate(cache, seq, in.Byte() % 80),
+                  false);
+    } else if (op % 7 == 3) {
+      CheckStatus(simdattn_kv_cache_copy(cache, seq, in.Byte() % (batch + 1)),
+                  false);
+    } else if (op % 7 == 4) {
+      std::vector<size_t> order(batch + 1);
+      for (size_t& b : order) b = in.Byte() % (batch + 1);
+      CheckStatus(simdattn_kv_cache_reorder(cache, order.data()), false);
+    } else if (op % 7 == 5) {
+      const size_t heads = kv_heads * (1 + in.Byte() % 2) + in.Byte() % 2;
+      const simdattn_const_tensor4 q =
+          tensor(batch, heads, in.Byte() % 4, head_dim);
+      std::vector<float> out(q.dims[0] * q.dims[1] * q.dims[2] * q.dims[3]);
+      simdattn_tensor4 o;
+      o.data = out.data();
+      std::memcpy(o.dims, q.dims, sizeof(o.dims));
+      std::memcpy(o.strides, q.strides, sizeof(o.strides));
+      simdattn_attention_options options = simdattn_attention_default_options();
+      options.mask.causal = in.Flag();
+      options.mask.window = in.Byte() % 8;
+      CheckStatus(simdattn_kv_cache_attention(q, cache, o, &options), false);
+    } else {
+      size_t length = 0;
+      CheckStatus(simdattn_kv_cache_length(cache, seq, &length), false);
+    }
+  }
+  simdattn_kv_cache_destroy(cache);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
-  switch (in.Byte() % 7) {
+  switch (in.Byte() % 8) {
     case 0:
       FuzzMatMul(in);
       break;
@@ -620,6 +695,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 6:
       FuzzKVCache(in);
+      break;
+    case 7:
+      FuzzTypedKVCache(in);
       break;
     default:  // 4: the seed corpus's first byte for a module.
       FuzzModule(in);
