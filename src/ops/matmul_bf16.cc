@@ -247,8 +247,9 @@ bool NativeBFloat16Dot() {
     return false;
   }
   // By default AMD only: on an Intel Xeon (Sapphire Rapids class) the
-  // kernel measured 1.7x slower than the float32 one (bench/RESULTS.md);
-  // Zen 4 and 5 issue bf16 dot products at twice their FMA rate.
+  // kernel measured 1.5x slower than the float32 one (bench/RESULTS.md);
+  // on AMD's Zen 4 bf16 dot products are expected at twice the FMA rate
+  // (not yet measured: bench/RESULTS.md says how).
   return p == BFloat16DotPolicy::kNative || __builtin_cpu_is("amd");
 #else
   return false;
