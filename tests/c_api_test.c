@@ -945,10 +945,14 @@ static void TestAttentionVariants(void) {
   CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,
               "mask.alibi_slopes[1] (nan) is not finite");
   slopes[1] = 0.25f;
+  /* Offsets place rows for causality, windows and ALiBi: with none, an
+   * error. */
   options.mask.window = 0;
+  options.mask.alibi_slopes = NULL;
   CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,
               "mask.causal_offsets is given but neither mask.causal nor "
-              "mask.window is set");
+              "mask.window (nor mask.alibi_slopes) is set");
+  options.mask.alibi_slopes = slopes;
   options.mask.window = 3;
   options.log_sum_exp = out;
   CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,

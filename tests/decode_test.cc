@@ -301,6 +301,12 @@ TEST_P(DecodeTest, SixteenBitWeightsGiveTheWidenedWeightsResults) {
     wide.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
                  Tensor3(y_wide.data(), batch, tokens, d_out));
     EXPECT_EQ(y_wide, y_kept);
+    // A failed load changes nothing, not even how the weights are held.
+    StateDict missing = narrow_dict;
+    missing.erase("out_proj.weight");
+    ExpectInvalid([&] { kept.LoadStateDict(missing, keep); },
+                  "missing tensor 'out_proj.weight'");
+    EXPECT_EQ(kept.weight_dtype(), dtype);
     // Re-initialising returns to float.
     kept.InitializeWeights(3);
     EXPECT_EQ(kept.weight_dtype(), DType::kF32);

@@ -470,6 +470,46 @@ TEST(KVCachePool, EmptyRowsStillTakeBlocks) {
   EXPECT_EQ(cache.length(1), 20u);
 }
 
+// Beam search: two sequences share a partly filled block; appending to both
+// copies it once (the second writes in place), so one free block suffices.
+TEST(KVCachePool, SharedBlockAppendedByAllHoldersCopiesOnce) {
+  KVCacheConfig config;
+  config.block_size = 16;
+  config.num_blocks = 3;
+  KVCache cache(2, 1, 48, 2, config);
+  std::vector<float> k(20 * 2, 1.0f);
+  cache.Append(ConstTensor4::Dense(k.data(), 1, 1, 20, 2),
+               ConstTensor4::Dense(k.data(), 1, 1, 20, 2), {0});
+  cache.Copy(0, 1);  // Both hold its 2 blocks; 1 is free.
+  cache.Append(ConstTensor4::Dense(k.data(), 2, 1, 1, 2),
+               ConstTensor4::Dense(k.data(), 2, 1, 1, 2));
+  EXPECT_EQ(cache.length(0), 21u);
+  EXPECT_EQ(cache.length(1), 21u);
+  ExpectInvalid(
+      [&] {
+        cache.Append(ConstTensor4::Dense(k.data(), 1, 1, 12, 2),
+                     ConstTensor4::Dense(k.data(), 1, 1, 12, 2), {0});
+      },
+      "needs 1 blocks, but only 0");
+}
+
+// int8 rows too small to scale (max |x| < 2^-100) are stored as zeros.
+TEST(KVCacheStorage, TinyInt8RowsAreZeros) {
+  KVCacheConfig config;
+  config.type = KVType::kInt8;
+  KVCache cache(1, 1, 2, 4, config);
+  const std::vector<float> tiny = {1e-38f, -2e-38f, 0.0f, 3e-39f,
+                                   1e-29f, 0.0f,    0.0f, -1e-29f};
+  cache.Append(ConstTensor4::Dense(tiny.data(), 1, 1, 2, 4),
+               ConstTensor4::Dense(tiny.data(), 1, 1, 2, 4));
+  std::vector<float> keys(8, -1.0f), values(8, -1.0f);
+  cache.Read(0, Tensor3(keys.data(), 1, 2, 4), Tensor3(values.data(), 1, 2, 4));
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(keys[i], 0.0f);
+  for (size_t i = 4; i < 8; ++i) {
+    EXPECT_NEAR(keys[i], tiny[i], 1e-29 / 254 * 1.001) << i;
+  }
+}
+
 // Keys rotated on append equal ApplyRope at the sequences' positions.
 TEST_P(KVCacheTest, RopeOnAppendRotatesAtEachSequencesPosition) {
   for (const RopePairing pairing :
@@ -554,6 +594,46 @@ TEST_P(KVCacheTest, GenerationStepsEqualAttentionOverWhatIsHeld) {
         ExpectSameBits(out, expected, Name(kind) + " step");
       }
     }
+  }
+}
+
+// ALiBi over a cache, causal or not, measures distances from each
+// sequence's own positions: attention over the floats it holds with those
+// offsets gives the same bits (bf16).
+TEST_P(KVCacheTest, AlibiPositionsComeFromTheCache) {
+  KVCache cache = MakeCache({KVType::kBF16, 16});
+  AppendRandom(cache, {0, 1, 2}, 90, 31);
+  const size_t length = cache.length(0), q_tokens = 2;
+  std::vector<float> keys(kBatch * kKVHeads * length * kHeadDim);
+  std::vector<float> values(keys.size());
+  for (size_t b = 0; b < kBatch; ++b) {
+    const Held held = Read(cache, b);
+    std::copy(held.keys.begin(), held.keys.end(),
+              keys.begin() + b * held.keys.size());
+    std::copy(held.values.begin(), held.values.end(),
+              values.begin() + b * held.values.size());
+  }
+  const std::vector<float> slopes = AlibiSlopes(kHeads);
+  const std::vector<float> q =
+      RandomVector(kBatch * kHeads * q_tokens * kHeadDim, 32);
+  for (const bool causal : {false, true}) {
+    AttentionOptions options;
+    options.mask.causal = causal;
+    options.mask.alibi_slopes = slopes.data();
+    std::vector<float> from_cache(q.size()), from_tensors(q.size());
+    ScaledDotProductAttention(
+        ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, kHeadDim),
+        cache.View(),
+        Tensor4::Dense(from_cache.data(), kBatch, kHeads, q_tokens, kHeadDim),
+        options);
+    options.mask.causal_offset = length - q_tokens;
+    ScaledDotProductAttention(
+        ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, kHeadDim),
+        ConstTensor4::Dense(keys.data(), kBatch, kKVHeads, length, kHeadDim),
+        ConstTensor4::Dense(values.data(), kBatch, kKVHeads, length, kHeadDim),
+        Tensor4::Dense(from_tensors.data(), kBatch, kHeads, q_tokens, kHeadDim),
+        options);
+    ExpectSameBits(from_cache, from_tensors, causal ? "causal" : "not causal");
   }
 }
 

@@ -219,7 +219,8 @@ SIMDATTN_API void ScaledDotProductAttention(
 
 // How a KV cache stores keys and values. Attention widens bf16 and f16
 // exactly; int8 holds round(x / scale), |x - scale q| <= scale / 2 with
-// scale = max |x| / 127 over the token's head (one scale per token and head).
+// scale = max |x| / 127 over the token's head (one scale per token and head;
+// a head whose max |x| is below 2^-100 is stored as zeros).
 enum class KVType : uint8_t { kF32, kBF16, kF16, kInt8 };
 
 // Size in bytes of one element of a type.

@@ -77,8 +77,14 @@ class AttentionEngine {
   void LoadStateDict(const StateDict& state_dict, const LoadOptions& options) {
     DType kept = DType::kF32;
     if (options.keep_dtype) kept = ProjectionType(state_dict);
+    const DType held = weights_.dtype;
     Widen();
-    internal::LoadSlots(name_, Slots(), state_dict);
+    try {
+      internal::LoadSlots(name_, Slots(), state_dict);
+    } catch (...) {  // Unchanged weights, held as they were.
+      if (held != DType::kF32) Narrow(held);
+      throw;
+    }
     if (kept != DType::kF32) Narrow(kept);
   }
   void InitializeWeights(uint64_t seed) {

@@ -62,6 +62,7 @@ class CacheMemory {
   explicit CacheMemory(size_t bytes) {
     constexpr size_t kHugePage = size_t{2} << 20;
     const size_t align = bytes >= kHugePage ? kHugePage : 64;
+    if (bytes > SIZE_MAX - align) throw std::bad_alloc();
     const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align *
                            align;  // aligned_alloc takes whole alignments.
     void* memory = std::aligned_alloc(align, rounded);
@@ -145,14 +146,31 @@ struct KVCache::Storage {
     references[block] = 1;
     return block;
   }
-  // Blocks an append of n tokens to sequence b takes from the pool: new
-  // ones, and a copy of a shared block it would write into.
-  size_t BlocksNeeded(size_t b, size_t n) const {
-    const size_t length = lengths[b];
-    size_t needed = BlocksFor(length + n) - BlocksFor(length);
-    if (n != 0 && length % block_size != 0 &&
-        references[table[b * blocks_per_sequence + length / block_size]] > 1) {
-      ++needed;
+  // Blocks an append of n tokens to `sequences` takes from the pool: new
+  // ones, and copies of shared, partly filled blocks written into. Reserve
+  // copies a shared block for each appending holder but the last when all
+  // its holders append (that one then writes in place).
+  size_t BlocksNeeded(const std::vector<size_t>& sequences, size_t n) const {
+    if (n == 0) return 0;
+    size_t needed = 0;
+    std::vector<int32_t> written;  // Partly filled blocks appended to.
+    for (const size_t b : sequences) {
+      const size_t length = lengths[b];
+      needed += BlocksFor(length + n) - BlocksFor(length);
+      if (length % block_size != 0) {
+        written.push_back(table[b * blocks_per_sequence + length / block_size]);
+      }
+    }
+    std::sort(written.begin(), written.end());
+    for (size_t i = 0; i < written.size();) {
+      size_t holders = 1;
+      while (i + holders < written.size() &&
+             written[i + holders] == written[i]) {
+        ++holders;
+      }
+      const uint32_t refs = references[written[i]];
+      needed += refs == 1 ? 0 : holders - (holders == refs ? 1 : 0);
+      i += holders;
     }
     return needed;
   }
@@ -294,9 +312,12 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
   s.values = s.owned_values.data();
   if (config.type == KVType::kInt8) {
     s.scale_head_stride = s.block_size;
-    s.scale_block_stride = kv_heads * s.block_size;
-    s.key_scales.assign(blocks * s.scale_block_stride, 0.0f);
-    s.value_scales.assign(blocks * s.scale_block_stride, 0.0f);
+    s.scale_block_stride =
+        CheckedMul(kFn, "kv_heads * block_size", kv_heads, s.block_size);
+    const size_t scales =
+        CheckedMul(kFn, "the cache's scales", blocks, s.scale_block_stride);
+    s.key_scales.assign(scales, 0.0f);
+    s.value_scales.assign(scales, 0.0f);
   }
 }
 
@@ -371,8 +392,8 @@ void KVCache::Append(ConstTensor4 keys, ConstTensor4 values,
     SIMDATTN_REQUIRE(n <= capacity_ - s.lengths[b], kFn, "appending ", n,
                      " tokens to sequence ", b, "'s ", s.lengths[b],
                      " exceeds the capacity (", capacity_, ")");
-    if (s.paged) blocks_needed += s.BlocksNeeded(b, n);
   }
+  if (s.paged) blocks_needed = s.BlocksNeeded(sequences, n);
   SIMDATTN_REQUIRE(blocks_needed <= s.free_blocks.size(), kFn, "appending ", n,
                    " tokens needs ", blocks_needed, " blocks, but only ",
                    s.free_blocks.size(), " of the pool's ", s.num_blocks,

@@ -262,11 +262,13 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
                        scores[3], ")");
     }
   }
-  SIMDATTN_REQUIRE(
-      mask.causal_offsets == nullptr || mask.causal || mask.window != 0,
-      function,
-      "mask.causal_offsets is given but neither mask.causal nor "
-      "mask.window is set");
+  // The offsets place rows among the keys: for causality, the window and
+  // ALiBi's distances.
+  SIMDATTN_REQUIRE(mask.causal_offsets == nullptr || mask.causal ||
+                       mask.window != 0 || mask.alibi_slopes != nullptr,
+                   function,
+                   "mask.causal_offsets is given but neither mask.causal nor "
+                   "mask.window (nor mask.alibi_slopes) is set");
   check_array("mask.causal_offsets", mask.causal_offsets, scores[0],
               sizeof(size_t));
   SIMDATTN_REQUIRE(std::isfinite(mask.softcap) && mask.softcap >= 0.0f,

@@ -159,7 +159,7 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
                    "mask.causal_offset(s) and mask.key_lengths must be unset: "
                    "the cache's lengths give them");
   const bool paged = kv.block_table != nullptr;
-  SIMDATTN_REQUIRE(kv.block_size != 0 || batch == 0, kFn, "kv.block_size is 0");
+  SIMDATTN_REQUIRE(kv.block_size != 0 || !paged, kFn, "kv.block_size is 0");
   if (paged) {
     SIMDATTN_REQUIRE((kv.block_size & (kv.block_size - 1)) == 0, kFn,
                      "kv.block_size (", kv.block_size,
@@ -237,7 +237,7 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
   AttentionMask mask = user_mask;
   mask.key_lengths = kv.lengths;
   std::vector<size_t> offsets;
-  if (mask.causal || mask.window != 0) {
+  if (mask.causal || mask.window != 0 || mask.alibi_slopes != nullptr) {
     offsets.resize(batch);
     for (size_t b = 0; b < batch; ++b) offsets[b] = kv.lengths[b] - q_tokens;
     mask.causal_offsets = offsets.data();

@@ -112,8 +112,10 @@ inline void StoreRow(KVType type, const float* row, size_t n, void* dst,
   float inverse = 0.0f;
   if (type == KVType::kInt8) {
     const float max_abs = MaxAbs(d, row, n);
-    if (!(max_abs > 0.0f)) {  // Zero or NaN.
-      *scale = max_abs;
+    // Rows below 2^-100 (127 / max |x| would overflow near 2^-126) and
+    // zero rows store zeros with scale 0; NaN rows zeros with scale NaN.
+    if (!(max_abs >= 0x1p-100f)) {
+      *scale = std::isnan(max_abs) ? max_abs : 0.0f;
       std::memset(dst, 0, n);
       return;
     }

@@ -54,10 +54,12 @@ void RopeTables::Reserve(size_t count) {
 
 void CheckRopeOptions(const char* function, const char* name,
                       const RopeOptions& options, size_t head_dim) {
-  SIMDATTN_REQUIRE(
-      options.rotary_dim % 2 == 0 && options.rotary_dim <= head_dim, function,
-      name, ".rotary_dim (", options.rotary_dim,
-      ") is not even and at most the head_dim (", head_dim, ")");
+  // 0 means all of head_dim, which must then be even.
+  const size_t rotary_dim =
+      options.rotary_dim == 0 ? head_dim : options.rotary_dim;
+  SIMDATTN_REQUIRE(rotary_dim % 2 == 0 && rotary_dim <= head_dim, function,
+                   name, ".rotary_dim (", options.rotary_dim,
+                   ") is not even and at most the head_dim (", head_dim, ")");
   SIMDATTN_REQUIRE(std::isfinite(options.theta) && options.theta > 0.0f,
                    function, name, ".theta (", options.theta,
                    ") is not finite and positive");
