@@ -46,6 +46,14 @@ std::string Name(const Kind& kind) {
                                : " paged" + std::to_string(kind.block_size));
 }
 
+// A paged configuration with a pool of `num_blocks`.
+KVCacheConfig Paged(size_t block_size, size_t num_blocks) {
+  KVCacheConfig config;
+  config.block_size = block_size;
+  config.num_blocks = num_blocks;
+  return config;
+}
+
 KVCache MakeCache(const Kind& kind, size_t batch = kBatch) {
   KVCacheConfig config;
   config.type = kind.type;
@@ -412,10 +420,7 @@ TEST_P(KVCacheTest, SequenceOperations) {
 
 // Every block shared, then released: the pool's blocks all come back.
 TEST(KVCachePool, BlocksAreSharedAndReturned) {
-  KVCacheConfig config;
-  config.block_size = 16;
-  config.num_blocks = 4;
-  KVCache cache(2, 1, 64, 4, config);
+  KVCache cache(2, 1, 64, 4, Paged(16, 4));
   std::vector<float> k(64 * 4, 1.0f);
   cache.Append(ConstTensor4::Dense(k.data(), 1, 1, 64, 4),
                ConstTensor4::Dense(k.data(), 1, 1, 64, 4), {0});
@@ -449,10 +454,7 @@ TEST(KVCachePool, BlocksAreSharedAndReturned) {
 // A paged cache of empty rows (head_dim 0) still takes and shares blocks:
 // its operations stay consistent (found by c_api_shape_fuzzer).
 TEST(KVCachePool, EmptyRowsStillTakeBlocks) {
-  KVCacheConfig config;
-  config.block_size = 16;
-  config.num_blocks = 3;
-  KVCache cache(2, 1, 48, 0, config);
+  KVCache cache(2, 1, 48, 0, Paged(16, 3));
   const auto tokens = [](size_t n) {
     return ConstTensor4(nullptr, 2, 1, n, 0, 0, 0, 0);
   };
@@ -473,10 +475,7 @@ TEST(KVCachePool, EmptyRowsStillTakeBlocks) {
 // Beam search: two sequences share a partly filled block; appending to both
 // copies it once (the second writes in place), so one free block suffices.
 TEST(KVCachePool, SharedBlockAppendedByAllHoldersCopiesOnce) {
-  KVCacheConfig config;
-  config.block_size = 16;
-  config.num_blocks = 3;
-  KVCache cache(2, 1, 48, 2, config);
+  KVCache cache(2, 1, 48, 2, Paged(16, 3));
   std::vector<float> k(20 * 2, 1.0f);
   cache.Append(ConstTensor4::Dense(k.data(), 1, 1, 20, 2),
                ConstTensor4::Dense(k.data(), 1, 1, 20, 2), {0});
