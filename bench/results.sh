@@ -92,7 +92,8 @@ args=(bench --op all --targets "$simd" --threads "1,$cores" --compare)
 # shellcheck disable=SC2054  # Commas separate the --shape items.
 [ $smoke -eq 0 ] || args+=(--shape matmul=16x16x16,matmul=64x64x64_Bt
   --shape softmax=1x2x16x16_causal,dropout=1x2x16x16,mha=1x8x16x2
-  --shape attention=1x4x32x16_kv2_causal,decode=1x4x64x16 --reps 1 --min-time 0)
+  --shape attention=1x4x32x16_kv2_causal,decode=1x4x64x16,append=1x2x16x8
+  --reps 1 --min-time 0)
 args+=(--format json --out "$json")
 title="simdattn bench: $machine"
 [ $smoke -eq 0 ] || title+=" (smoke run)"
