@@ -269,10 +269,7 @@ double CheckAttention(const measure::AttentionShape& s) {
   std::vector<float> v = Random(k.size(), 15, -1, 1);
   std::optional<KVCache> cache;
   if (s.InCache()) {
-    KVCacheConfig config;
-    config.type = s.cache;
-    config.block_size = s.page;
-    cache.emplace(s.batch, s.kv_heads, tk, d, config);
+    cache.emplace(s.batch, s.kv_heads, tk, d, measure::CacheConfig(s));
     cache->Append(ConstTensor4::Dense(k.data(), s.batch, s.kv_heads, tk, d),
                   ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, tk, d));
     const size_t per_sequence = s.kv_heads * tk * d;
@@ -328,11 +325,7 @@ double CheckAppend(const measure::AttentionShape& s) {
   const size_t per_sequence = s.kv_heads * n * d;
   std::vector<float> k = Random(s.batch * per_sequence, 16, -2, 2);
   const std::vector<float> v = Random(k.size(), 17, -2, 2);
-  KVCacheConfig config;
-  config.type = s.cache;
-  config.block_size = s.page;
-  if (s.rope) config.rope = RopeOptions{};
-  KVCache cache(s.batch, s.kv_heads, n, d, config);
+  KVCache cache(s.batch, s.kv_heads, n, d, measure::CacheConfig(s));
   cache.Append(ConstTensor4::Dense(k.data(), s.batch, s.kv_heads, n, d),
                ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, n, d));
   if (s.rope) ApplyRope(Tensor4::Dense(k.data(), s.batch, s.kv_heads, n, d));

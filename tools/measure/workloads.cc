@@ -260,7 +260,7 @@ class CachedAttention : public AttentionWorkload {
  public:
   explicit CachedAttention(const AttentionShape& s)
       : AttentionWorkload(s),
-        cache_(s.batch, s.kv_heads, s.tokens, s.head_dim, Config(s)),
+        cache_(s.batch, s.kv_heads, s.tokens, s.head_dim, CacheConfig(s)),
         cache_mask_(s.variants, s.heads, true, 0) {
     cache_.Append(k_view_, v_view_);
     options_.mask = cache_mask_.mask();
@@ -270,12 +270,6 @@ class CachedAttention : public AttentionWorkload {
   }
 
  private:
-  static KVCacheConfig Config(const AttentionShape& s) {
-    KVCacheConfig config;
-    config.type = s.cache;
-    config.block_size = s.page;
-    return config;
-  }
   KVCache cache_;
   ShapeMask cache_mask_;  // The cache gives the causal offsets.
 };
@@ -285,7 +279,7 @@ class CacheAppend : public Workload {
   explicit CacheAppend(const AttentionShape& s)
       : k_(s.batch * s.kv_heads * s.tokens * s.head_dim),
         v_(k_.size()),
-        cache_(s.batch, s.kv_heads, s.tokens, s.head_dim, Config(s)),
+        cache_(s.batch, s.kv_heads, s.tokens, s.head_dim, CacheConfig(s)),
         k_view_(ConstTensor4::Dense(k_.data(), s.batch, s.kv_heads, s.tokens,
                                     s.head_dim)),
         v_view_(ConstTensor4::Dense(v_.data(), s.batch, s.kv_heads, s.tokens,
@@ -302,13 +296,6 @@ class CacheAppend : public Workload {
   }
 
  private:
-  static KVCacheConfig Config(const AttentionShape& s) {
-    KVCacheConfig config;
-    config.type = s.cache;
-    config.block_size = s.page;
-    if (s.rope) config.rope = RopeOptions{};
-    return config;
-  }
   Buffer k_, v_;
   KVCache cache_;
   ConstTensor4 k_view_, v_view_;
@@ -602,6 +589,14 @@ std::unique_ptr<Workload> MakeMha(const MhaShape& shape) {
 std::unique_ptr<Workload> MakeAttention(const AttentionShape& shape) {
   if (shape.InCache()) return std::make_unique<CachedAttention>(shape);
   return std::make_unique<FusedAttention>(shape);
+}
+
+KVCacheConfig CacheConfig(const AttentionShape& shape) {
+  KVCacheConfig config;
+  config.type = shape.cache;
+  config.block_size = shape.page;
+  if (shape.rope) config.rope = RopeOptions{};
+  return config;
 }
 
 std::unique_ptr<Workload> MakeAppend(const AttentionShape& shape) {

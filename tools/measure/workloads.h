@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "simdattn/attention.h"
 #include "simdattn/kernels.h"
 #include "tools/measure/shapes.h"
 
@@ -94,6 +95,8 @@ std::unique_ptr<Workload> MakeMha(const MhaShape& shape);
 // shape's mask; the queries are the last positions (a decode query sees the
 // whole cache, or its window).
 std::unique_ptr<Workload> MakeAttention(const AttentionShape& shape);
+// The KVCache of a decode or append shape: its type, pages and rope.
+KVCacheConfig CacheConfig(const AttentionShape& shape);
 // KVCache::Append of every token (the shape's cache and rope), into a
 // cache emptied first.
 std::unique_ptr<Workload> MakeAppend(const AttentionShape& shape);
