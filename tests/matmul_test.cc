@@ -236,13 +236,14 @@ TEST_P(MatMulTest, HalfPrecisionBEqualsWidenedB) {
 }
 
 // bf16 arithmetic: natively where the CPU has it and the target is AVX3
-// (NativeBFloat16Dot), and through the float32 fallback, forced, on every
-// target; either within float32 accumulation's bound of the float64 product
-// of the rounded operands.
+// (AMX where there is AMX, and vdpbf16ps), forced at every size, and
+// through the float32 fallback, forced, on every target; each within float32
+// accumulation's bound of the float64 product of the rounded operands.
 TEST_P(MatMulTest, BFloat16ArithmeticMatchesRoundedOperands) {
   using internal::BFloat16DotPolicy;
   for (const BFloat16DotPolicy policy :
-       {BFloat16DotPolicy::kNative, BFloat16DotPolicy::kFallback}) {
+       {BFloat16DotPolicy::kNative, BFloat16DotPolicy::kDotProduct,
+        BFloat16DotPolicy::kFallback}) {
     internal::SetBFloat16DotPolicy(policy);
     if (policy == BFloat16DotPolicy::kFallback) {
       EXPECT_FALSE(NativeBFloat16Dot());
@@ -253,7 +254,8 @@ TEST_P(MatMulTest, BFloat16ArithmeticMatchesRoundedOperands) {
            {Case{1, 1, 1, t}, Case{5, 3, 7, t},
             Case{7, 33, 70, t, 0.5f, 0.25f, true}, Case{97, 130, 129, t},
             Case{13, 768, 64, t, 1.0f, 1.0f, true, 3, 1}, Case{6, 64, 16, t},
-            Case{12, 31, 65, t, -2.0f}}) {
+            Case{12, 31, 65, t, -2.0f}, Case{33, 40, 97, t, 1.0f, 0.5f, true},
+            Case{100, 300, 70, t}}) {
         RunCase(c, seed += 4, ComputeType::kBFloat16);
       }
     }

@@ -34,10 +34,12 @@ void Info() {
   std::printf("supported on CPU:  %s\n",
               Join(simdattn::SupportedTargets(), " ").c_str());
   std::printf("dispatch picks:    %s\n", simdattn::ActiveTarget().c_str());
-  std::printf("bf16 arithmetic:   %s\n",
-              simdattn::NativeBFloat16Dot()
-                  ? "native (AVX512_BF16 dot products)"
-                  : "float32 kernel on bf16-rounded operands");
+  std::printf(
+      "bf16 arithmetic:   %s\n",
+      simdattn::NativeBFloat16Dot()
+          ? (std::string("native (") + simdattn::BFloat16DotKernel() + ")")
+                .c_str()
+          : "float32 kernel on bf16-rounded operands");
   std::printf("TBB threads:       %d\n", tbb::info::default_concurrency());
 }
 

@@ -43,10 +43,13 @@ struct MatMulOptions {
   ComputeType compute = ComputeType::kFloat32;
 };
 
-// Whether kBFloat16 products use the CPU's bf16 dot-product instructions
-// (AVX512_BF16 within the AVX3 target, on AMD CPUs, where they pay) rather
-// than the float32 fallback.
+// Whether kBFloat16 products use the CPU's bf16 instructions (within the
+// AVX3 target: AMX tiles where the CPU and OS have them, else AVX512_BF16's
+// dot products on AMD CPUs, where they pay) rather than the float32
+// fallback; BFloat16DotKernel names the kernel ("AMX", "AVX512_BF16",
+// "float32 fallback").
 SIMDATTN_API bool NativeBFloat16Dot();
+SIMDATTN_API const char* BFloat16DotKernel();
 
 // C = alpha * A * op(B) + beta * C + bias, float32 with float32 accumulation.
 // A is M x K, op(B) is K x N, C is M x N. C must not overlap A or B.

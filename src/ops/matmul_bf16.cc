@@ -1,13 +1,18 @@
 // MatMul in bfloat16 arithmetic: A and op(B) rounded to bf16 (nearest
 // even), products summed in float32.
 //
-// Native path: AVX512_BF16's vdpbf16ps, two bf16 products per float lane
-// per instruction (twice the float32 FMA rate), used when the CPU has it and
-// the dispatched target is AVX3. Highway 1.0.3 has no native bf16 dot
-// product (its bf16 ReorderWidenMulAccumulate is emulated), so this file
-// holds the intrinsics behind MatMulBFloat16. Once a Highway whose
-// ReorderWidenMulAccumulate uses vdpbf16ps (AVX3_SPR/AVX3_ZEN4) and BFDOT
-// (Arm) is the minimum, a Highway template replaces this file.
+// Native kernels, used when the dispatched target is AVX3 and the CPU has
+// them (BFloat16DotKernel):
+// - AMX (Intel Sapphire Rapids and later): tdpbf16ps multiplies 16 x 32 by
+//   32 x 16 bf16 tiles into 16 x 16 floats, 16x the work of an AVX-512 FMA.
+// - AVX512_BF16's vdpbf16ps: two bf16 products per float lane per
+//   instruction, on AMD (Zen 4 and later) at twice the float32 FMA rate.
+// Highway 1.0.3 has neither (its bf16 ReorderWidenMulAccumulate is
+// emulated), so this file holds the intrinsics behind MatMulBFloat16. Once
+// a Highway whose ReorderWidenMulAccumulate uses vdpbf16ps (AVX3_SPR,
+// AVX3_ZEN4) and BFDOT (Arm) is the minimum, a Highway template replaces
+// the vdpbf16ps kernel; AMX stays outside Highway's vectors. Both kernels
+// treat subnormal bf16 operands and results as zero.
 //
 // Fallback (every other CPU or target): the rounded operands, widened back
 // exactly, through the float32 MatMul.
@@ -18,7 +23,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "simdattn/targets.h"
 #include "src/common/parallel.h"
@@ -26,7 +30,10 @@
 #include "src/ops/kv_store.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define SIMDATTN_HAVE_AVX512_BF16_KERNEL 1
 #endif
 
@@ -73,24 +80,25 @@ void Fallback(ConstMatrix a, ConstMatrix b, Matrix c,
 #define SIMDATTN_BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
-// Register tile: kRows x 4 vectors of 16 columns (24 accumulators, 4 loads
-// of B and a broadcast of A in 32 registers). The instructions flush
-// subnormal operands and results to zero.
-constexpr size_t kRows = 6;
-static_assert(kRows == 6, "MicroKernel's dispatch lists 1..6 rows");
-constexpr size_t kPanel = 64;  // Columns per panel of packed B.
-constexpr size_t kRowBlock = 16 * kRows;
-
 // Packed operands: pairs of bf16 along K in one uint32, element 2k2 in the
-// low half (vdpbf16ps's lane i multiplies the low halves, then the high
-// ones). A: row m's pairs contiguous, K2 = ceil(K / 2) per row. B: panel p
-// holds, for each pair k2, the kPanel columns' pairs.
+// low half (the instructions multiply the low halves, then the high ones).
+// K2 = ceil(K / 2) rounded up to kPairBlock, zero-padded. A: row m's K2
+// pairs contiguous, rows rounded up to two AMX tiles with zeros. B: panel p
+// holds, for each pair k2, its kPanel columns' pairs (the layout AMX loads
+// B's tiles from, one panel row apart).
+constexpr size_t kPanel = 64;      // Columns per panel of packed B.
+constexpr size_t kPairBlock = 16;  // Pairs per AMX tile row (64 bytes).
+constexpr size_t kTileRows = 16;   // Rows of an AMX tile.
+
+inline size_t RoundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
+
 SIMDATTN_BF16_TARGET inline uint32_t Pair(float lo, float hi) {
   return uint32_t{ToBFloat16(lo).bits} | (uint32_t{ToBFloat16(hi).bits} << 16);
 }
 
-// A's row (K floats) as K2 pairs: 16 pairs per vdpbf16-ready conversion.
-SIMDATTN_BF16_TARGET void PackRow(const float* row, size_t k, uint32_t* out) {
+// A row of K floats as k2 pairs, the padding zero.
+SIMDATTN_BF16_TARGET void PackRow(const float* row, size_t k, size_t k2,
+                                  uint32_t* out) {
   size_t i = 0;
   // cvtne2ps_pbh(hi, lo): bf16 of lo in the low half, hi in the upper, so
   // consecutive floats stay consecutive: pairs (2j, 2j + 1) as they lie.
@@ -102,22 +110,22 @@ SIMDATTN_BF16_TARGET void PackRow(const float* row, size_t k, uint32_t* out) {
   for (; i < k; i += 2) {
     out[i / 2] = Pair(row[i], i + 1 < k ? row[i + 1] : 0.0f);
   }
+  std::fill(out + (k + 1) / 2, out + k2, 0u);
 }
 
 // Panel of op(B) columns [n0, n0 + cols): kPanel pairs per k2, zero-padded.
 SIMDATTN_BF16_TARGET void PackPanel(ConstMatrix b, bool transposed, size_t n0,
-                                    size_t cols, size_t k, uint32_t* panel,
-                                    uint32_t* scratch) {
-  const size_t k2 = (k + 1) / 2;
+                                    size_t cols, size_t k, size_t k2,
+                                    uint32_t* panel, uint32_t* scratch) {
   std::fill(panel, panel + k2 * kPanel, 0u);
   if (transposed) {  // Rows of B are columns of op(B): pairs lie in a row.
     for (size_t n = 0; n < cols; ++n) {
-      PackRow(b.Row(n0 + n), k, scratch);
+      PackRow(b.Row(n0 + n), k, k2, scratch);
       for (size_t p = 0; p < k2; ++p) panel[p * kPanel + n] = scratch[p];
     }
     return;
   }
-  for (size_t p = 0; p < k2; ++p) {
+  for (size_t p = 0; 2 * p < k; ++p) {
     const float* lo = b.Row(2 * p) + n0;
     const float* hi = 2 * p + 1 < k ? b.Row(2 * p + 1) + n0 : nullptr;
     for (size_t n = 0; n < cols; ++n) {
@@ -126,14 +134,83 @@ SIMDATTN_BF16_TARGET void PackPanel(ConstMatrix b, bool transposed, size_t n0,
   }
 }
 
-// C[0..R, 0..cols) = alpha acc + beta C + bias for R x 4 vectors (R a
-// constant, so that the accumulators stay in registers).
+// Both operands packed once, in parallel, into pooled scratch.
+class PackedOperands {
+ public:
+  SIMDATTN_BF16_TARGET PackedOperands(ConstMatrix a, ConstMatrix b, size_t n,
+                                      bool transposed)
+      : k2(RoundUp((a.cols + 1) / 2, kPairBlock)),
+        panels((n + kPanel - 1) / kPanel),
+        a_(RoundUp(a.rows, 2 * kTileRows) * k2),
+        b_(panels * k2 * kPanel) {
+    const size_t rows = RoundUp(a.rows, 2 * kTileRows);
+    ParallelFor(0, rows, 16, [&](size_t first, size_t last) {
+      for (size_t m = first; m < last; ++m) {
+        if (m < a.rows) {
+          PackRow(a.Row(m), a.cols, k2, Row(m));
+        } else {
+          std::fill(Row(m), Row(m) + k2, 0u);
+        }
+      }
+    });
+    ParallelFor(0, panels, 1, [&](size_t first, size_t last) {
+      ScratchBuffer scratch(k2);
+      for (size_t p = first; p < last; ++p) {
+        PackPanel(b, transposed, p * kPanel, std::min(kPanel, n - p * kPanel),
+                  a.cols, k2, Panel(p),
+                  reinterpret_cast<uint32_t*>(scratch.data()));
+      }
+    });
+  }
+
+  const size_t k2, panels;
+  uint32_t* Row(size_t m) const {
+    return reinterpret_cast<uint32_t*>(a_.data()) + m * k2;
+  }
+  uint32_t* Panel(size_t p) const {
+    return reinterpret_cast<uint32_t*>(b_.data()) + p * k2 * kPanel;
+  }
+
+ private:
+  ScratchBuffer a_, b_;
+};
+
+// Row of C = alpha acc + beta C + bias over `cols` columns, 16 per vector
+// of acc.
+struct Epilogue {
+  const MatMulOptions& opt;
+  const float* bias;  // At the row's first column, or null.
+
+  SIMDATTN_BF16_TARGET void Row(const __m512* acc, size_t cols,
+                                float* out) const {
+    const __m512 alpha = _mm512_set1_ps(opt.alpha);
+    for (size_t v = 0; 16 * v < cols; ++v) {
+      const size_t lanes = std::min<size_t>(16, cols - 16 * v);
+      const __mmask16 m = static_cast<__mmask16>((1u << lanes) - 1);
+      __m512 value = _mm512_mul_ps(alpha, acc[v]);
+      if (opt.beta != 0.0f) {
+        value = _mm512_fmadd_ps(_mm512_set1_ps(opt.beta),
+                                _mm512_maskz_loadu_ps(m, out + 16 * v), value);
+      }
+      if (bias != nullptr) {
+        value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(m, bias + 16 * v));
+      }
+      _mm512_mask_storeu_ps(out + 16 * v, m, value);
+    }
+  }
+};
+
+// vdpbf16ps kernel. Register tile: kRows x 4 vectors of 16 columns (24
+// accumulators, 4 loads of B and a broadcast of A in 32 registers).
+constexpr size_t kRows = 6;
+static_assert(kRows == 6, "DotProducts' dispatch lists 1..6 rows");
+constexpr size_t kRowBlock = 16 * kRows;
+
 template <size_t R>
 SIMDATTN_BF16_TARGET void MicroKernel(const uint32_t* a, size_t a_stride,
                                       const uint32_t* panel, size_t k2,
                                       float* c, size_t ldc, size_t cols,
-                                      const MatMulOptions& opt,
-                                      const float* bias) {
+                                      const Epilogue& epilogue) {
   __m512 acc[R][4];
   for (size_t r = 0; r < R; ++r) {
     for (size_t v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -153,61 +230,29 @@ SIMDATTN_BF16_TARGET void MicroKernel(const uint32_t* a, size_t a_stride,
       acc[r][3] = _mm512_dpbf16_ps(acc[r][3], ar, b3);
     }
   }
-  const __m512 alpha = _mm512_set1_ps(opt.alpha);
-  const __m512 beta = _mm512_set1_ps(opt.beta);
-  for (size_t r = 0; r < R; ++r) {
-    for (size_t v = 0; v < 4 && 16 * v < cols; ++v) {
-      const size_t lanes = std::min<size_t>(16, cols - 16 * v);
-      const __mmask16 m = static_cast<__mmask16>((1u << lanes) - 1);
-      float* out = c + r * ldc + 16 * v;
-      __m512 value = _mm512_mul_ps(alpha, acc[r][v]);
-      if (opt.beta != 0.0f) {
-        value = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m, out), value);
-      }
-      if (bias != nullptr) {
-        value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(m, bias + 16 * v));
-      }
-      _mm512_mask_storeu_ps(out, m, value);
-    }
-  }
+  for (size_t r = 0; r < R; ++r) epilogue.Row(acc[r], cols, c + r * ldc);
 }
 
-// Packs A and every panel of op(B) once (in parallel), then runs tasks of
-// kRowBlock rows x one panel. K is not blocked: a panel holds K / 2 x 64
-// pairs (96 KiB at K = 768).
-SIMDATTN_BF16_TARGET void Native(ConstMatrix a, ConstMatrix b, Matrix c,
-                                 const MatMulOptions& opt) {
-  const size_t M = c.rows, N = c.cols, K = a.cols, k2 = (K + 1) / 2;
-  const bool transposed = opt.transpose_b == Transpose::kYes;
-  const size_t panels = (N + kPanel - 1) / kPanel;
-  std::vector<uint32_t> packed_a(M * k2), packed_b(panels * k2 * kPanel);
-  ParallelFor(0, M, 16, [&](size_t first, size_t last) {
-    for (size_t m = first; m < last; ++m) {
-      PackRow(a.Row(m), K, packed_a.data() + m * k2);
-    }
-  });
-  ParallelFor(0, panels, 1, [&](size_t first, size_t last) {
-    std::vector<uint32_t> scratch(k2);
-    for (size_t p = first; p < last; ++p) {
-      PackPanel(b, transposed, p * kPanel, std::min(kPanel, N - p * kPanel), K,
-                packed_b.data() + p * k2 * kPanel, scratch.data());
-    }
-  });
+// Tasks of kRowBlock rows x one panel. K is not blocked: a panel holds
+// K / 2 x 64 pairs (96 KiB at K = 768).
+SIMDATTN_BF16_TARGET void DotProducts(const PackedOperands& packed, Matrix c,
+                                      const MatMulOptions& opt) {
+  const size_t M = c.rows, N = c.cols, k2 = packed.k2;
   const size_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
-  ParallelFor(0, row_blocks * panels, 1, [&](size_t first, size_t last) {
+  ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
     for (size_t task = first; task < last; ++task) {
       const size_t p = task / row_blocks, m0 = task % row_blocks * kRowBlock;
       const size_t n0 = p * kPanel, cols = std::min(kPanel, N - n0);
       const size_t m_end = std::min(M, m0 + kRowBlock);
+      const Epilogue epilogue{opt,
+                              opt.bias != nullptr ? opt.bias + n0 : nullptr};
       for (size_t m = m0; m < m_end; m += kRows) {
-        const uint32_t* rows = packed_a.data() + m * k2;
-        const uint32_t* panel = packed_b.data() + p * k2 * kPanel;
-        const float* bias = opt.bias != nullptr ? opt.bias + n0 : nullptr;
         float* out = c.Row(m) + n0;
         switch (std::min(kRows, m_end - m)) {
-#define SIMDATTN_BF16_ROWS(R)                                            \
-  case R:                                                                \
-    MicroKernel<R>(rows, k2, panel, k2, out, c.stride, cols, opt, bias); \
+#define SIMDATTN_BF16_ROWS(R)                                             \
+  case R:                                                                 \
+    MicroKernel<R>(packed.Row(m), k2, packed.Panel(p), k2, out, c.stride, \
+                   cols, epilogue);                                       \
     break;
           SIMDATTN_BF16_ROWS(1)
           SIMDATTN_BF16_ROWS(2)
@@ -221,16 +266,151 @@ SIMDATTN_BF16_TARGET void Native(ConstMatrix a, ConstMatrix b, Matrix c,
     }
   });
 }
+
+// AMX kernel: tiles of 16 rows x 64 bytes. Tiles 0-3 accumulate a 32 x 32
+// block of C, 4-5 hold A's two 16-row tiles, 6-7 B's two 16-column tiles.
+#define SIMDATTN_AMX_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+
+struct TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
+
+// Linux grants AMX's 8 KiB of tile state only on request (once per
+// process); false where the CPU or the kernel lacks it.
+bool AmxUsable() {
+  static const bool usable = [] {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool tile = (edx >> 24) & 1, bf16 = (edx >> 22) & 1;
+    if (!tile || !bf16) return false;
+#ifdef __linux__
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return usable;
+}
+
+// Tasks of kAmxRowBlock rows x one panel, in 32 x 32 blocks of C. K is not
+// blocked, as in DotProducts.
+constexpr size_t kAmxRowBlock = 6 * kTileRows;
+
+// Tasks [first, last) of Tiles (a lambda would not inherit the target).
+SIMDATTN_AMX_TARGET void TileTasks(const PackedOperands& packed, Matrix c,
+                                   const MatMulOptions& opt, size_t first,
+                                   size_t last) {
+  const size_t M = c.rows, N = c.cols, k2 = packed.k2;
+  const size_t row_blocks = (M + kAmxRowBlock - 1) / kAmxRowBlock;
+  const size_t a_stride = k2 * sizeof(uint32_t);
+  const size_t b_stride = kPanel * sizeof(uint32_t);
+  TileConfig config;  // Per thread: TBB may run the tasks on any.
+  for (size_t t = 0; t < 8; ++t) {
+    config.bytes_per_row[t] = 64;
+    config.rows[t] = kTileRows;
+  }
+  _tile_loadconfig(&config);
+  alignas(64) float block[2 * kTileRows][2 * kTileRows];
+  constexpr size_t kBlockStride = sizeof(block[0]);
+  for (size_t task = first; task < last; ++task) {
+    const size_t p = task / row_blocks;
+    const size_t m_begin = task % row_blocks * kAmxRowBlock;
+    const size_t m_end = std::min(M, m_begin + kAmxRowBlock);
+    const uint32_t* panel = packed.Panel(p);
+    for (size_t m0 = m_begin; m0 < m_end; m0 += 2 * kTileRows) {
+      const uint32_t* a0 = packed.Row(m0);
+      const uint32_t* a1 = packed.Row(m0 + kTileRows);
+      for (size_t n0 = 0; n0 < kPanel && p * kPanel + n0 < N;
+           n0 += 2 * kTileRows) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (size_t k0 = 0; k0 < k2; k0 += kPairBlock) {
+          _tile_loadd(4, a0 + k0, a_stride);
+          _tile_loadd(5, a1 + k0, a_stride);
+          _tile_loadd(6, panel + k0 * kPanel + n0, b_stride);
+          _tile_loadd(7, panel + k0 * kPanel + n0 + kTileRows, b_stride);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, &block[0][0], kBlockStride);
+        _tile_stored(1, &block[0][kTileRows], kBlockStride);
+        _tile_stored(2, &block[kTileRows][0], kBlockStride);
+        _tile_stored(3, &block[kTileRows][kTileRows], kBlockStride);
+        const size_t col = p * kPanel + n0;
+        const Epilogue epilogue{opt,
+                                opt.bias != nullptr ? opt.bias + col : nullptr};
+        for (size_t r = 0; r < 2 * kTileRows && m0 + r < m_end; ++r) {
+          const __m512 acc[2] = {_mm512_load_ps(block[r]),
+                                 _mm512_load_ps(block[r] + kTileRows)};
+          epilogue.Row(acc, std::min(2 * kTileRows, N - col),
+                       c.Row(m0 + r) + col);
+        }
+      }
+    }
+  }
+  _tile_release();  // Lets the core leave AMX's power state.
+}
+
+void Tiles(const PackedOperands& packed, Matrix c, const MatMulOptions& opt) {
+  const size_t row_blocks = (c.rows + kAmxRowBlock - 1) / kAmxRowBlock;
+  ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
+    TileTasks(packed, c, opt, first, last);
+  });
+}
 #endif  // SIMDATTN_HAVE_AVX512_BF16_KERNEL
 
 }  // namespace
 
 void SetBFloat16DotPolicy(BFloat16DotPolicy p) { policy = p; }
 
+BFloat16DotKernelKind ChosenBFloat16DotKernel() {
+#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
+  const BFloat16DotPolicy p = policy;
+  if (p == BFloat16DotPolicy::kFallback ||
+      !__builtin_cpu_supports("avx512bf16") ||
+      ActiveTarget().compare(0, 4, "AVX3") != 0) {
+    return BFloat16DotKernelKind::kFallback;
+  }
+  if (p != BFloat16DotPolicy::kDotProduct && AmxUsable()) {
+    return BFloat16DotKernelKind::kAmx;
+  }
+  // vdpbf16ps by default on AMD only: on an Intel Xeon (Sapphire Rapids
+  // class) it ran below the float32 FMA rate (bench/RESULTS.md), and there
+  // AMX is the native path.
+  if (p != BFloat16DotPolicy::kDotProduct && !__builtin_cpu_is("amd")) {
+    return BFloat16DotKernelKind::kFallback;
+  }
+  return BFloat16DotKernelKind::kDotProduct;
+#else
+  return BFloat16DotKernelKind::kFallback;
+#endif
+}
+
 void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
                     const MatMulOptions& options) {
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
-  if (NativeBFloat16Dot()) return Native(a, b, c, options);
+  const BFloat16DotKernelKind kernel = ChosenBFloat16DotKernel();
+  // With few rows of A, packing all of op(B) costs more than the native
+  // products save over the float32 kernel's (bench/RESULTS.md).
+  constexpr size_t kMinNativeRows = 64;
+  const bool few_rows =
+      c.rows < kMinNativeRows && policy == BFloat16DotPolicy::kAuto;
+  if (kernel != BFloat16DotKernelKind::kFallback && !few_rows) {
+    const PackedOperands packed(a, b, c.cols,
+                                options.transpose_b == Transpose::kYes);
+    if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(packed, c, options);
+    return DotProducts(packed, c, options);
+  }
 #endif
   Fallback(a, b, c, options);
 }
@@ -238,22 +418,20 @@ void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
 }  // namespace internal
 
 bool NativeBFloat16Dot() {
-#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
-  using internal::BFloat16DotPolicy;
-  const BFloat16DotPolicy p = internal::policy;
-  if (p == BFloat16DotPolicy::kFallback ||
-      !__builtin_cpu_supports("avx512bf16") ||
-      ActiveTarget().compare(0, 4, "AVX3") != 0) {
-    return false;
+  return internal::ChosenBFloat16DotKernel() !=
+         internal::BFloat16DotKernelKind::kFallback;
+}
+
+const char* BFloat16DotKernel() {
+  switch (internal::ChosenBFloat16DotKernel()) {
+    case internal::BFloat16DotKernelKind::kAmx:
+      return "AMX";
+    case internal::BFloat16DotKernelKind::kDotProduct:
+      return "AVX512_BF16";
+    case internal::BFloat16DotKernelKind::kFallback:
+      break;
   }
-  // By default AMD only: on an Intel Xeon (Sapphire Rapids class) the
-  // kernel measured 1.5x slower than the float32 one (bench/RESULTS.md);
-  // on AMD's Zen 4 bf16 dot products are expected at twice the FMA rate
-  // (not yet measured: bench/RESULTS.md says how).
-  return p == BFloat16DotPolicy::kNative || __builtin_cpu_is("amd");
-#else
-  return false;
-#endif
+  return "float32 fallback";
 }
 
 }  // namespace simdattn

@@ -13,11 +13,17 @@ namespace internal {
 void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
                     const MatMulOptions& options);
 
-// Which kernel kBFloat16 products take. kAuto (the default): the native one
-// where it is known to pay (NativeBFloat16Dot). Tests force either:
-// kNative wherever the CPU and the dispatched target can run it.
-enum class BFloat16DotPolicy { kAuto, kNative, kFallback };
+// Which kernel kBFloat16 products take. kAuto (the default): AMX where the
+// CPU and OS have it, else vdpbf16ps where it is known to pay, else the
+// float32 fallback; and the fallback for products of fewer than 64 rows.
+// Tests force the others at any size: kNative the kAuto choice, kDotProduct
+// vdpbf16ps wherever the CPU has it, kFallback never a native kernel.
+// Native kernels run only under the AVX3 target.
+enum class BFloat16DotPolicy { kAuto, kNative, kDotProduct, kFallback };
 void SetBFloat16DotPolicy(BFloat16DotPolicy policy);
+
+enum class BFloat16DotKernelKind { kAmx, kDotProduct, kFallback };
+BFloat16DotKernelKind ChosenBFloat16DotKernel();
 
 }  // namespace internal
 }  // namespace simdattn
