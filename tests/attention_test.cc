@@ -114,6 +114,82 @@ TEST_P(AttentionTest, MatchesFloat64Reference) {
   }
 }
 
+// Operands rounded to bf16 (ToBFloat16), as kBFloat16 arithmetic sees them.
+Operands Rounded(const Operands& o) {
+  Operands r = o;
+  for (std::vector<float>* x : {&r.q, &r.k, &r.v}) {
+    for (float& e : *x) e = ToFloat(ToBFloat16(e));
+  }
+  return r;
+}
+
+// kBFloat16 attention over one tile of keys (k_tokens <= 256, the tile
+// length on every target), causal from offset k_tokens - q_tokens, in
+// double: P = bf16(exp(s - max)) over the rounded operands, divided by the
+// sum of the unrounded exp(s - max).
+std::vector<double> OneTileBFloat16Reference(const Operands& r, double scale) {
+  const Shape& s = r.s;
+  const size_t offset = s.k_tokens - s.q_tokens;
+  std::vector<double> out;
+  for (size_t b = 0; b < s.batch; ++b) {
+    for (size_t h = 0; h < s.q_heads; ++h) {
+      const size_t kh = h / (s.q_heads / s.kv_heads);
+      for (size_t i = 0; i < s.q_tokens; ++i) {
+        const size_t keys = i + offset + 1;
+        std::vector<double> e(keys);
+        double max = -INFINITY, sum = 0.0;
+        for (size_t j = 0; j < keys; ++j) {
+          double dot = 0.0;
+          for (size_t c = 0; c < s.head_dim; ++c) {
+            dot += double{r.Q().Slice(b, h)(i, c)} * r.K().Slice(b, kh)(j, c);
+          }
+          e[j] = scale * dot;
+          max = std::max(max, e[j]);
+        }
+        for (double& x : e) sum += (x = std::exp(x - max));
+        for (size_t c = 0; c < s.value_dim; ++c) {
+          double acc = 0.0;
+          for (size_t j = 0; j < keys; ++j) {
+            acc += double{ToFloat(ToBFloat16(static_cast<float>(e[j])))} *
+                   r.V().Slice(b, kh)(j, c);
+          }
+          out.push_back(acc / sum);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// kBFloat16: Q, K, V and P rounded to bf16. Within one tile of keys the
+// result is that of OneTileBFloat16Reference up to float32 scores and exp
+// (a weight near a rounding boundary may round the other way: 2^-9 of it);
+// over any shape, within P's rounding (2^-8 of sum w |v|, |v| <= 1) of
+// float64 attention over the rounded Q, K and V.
+TEST_P(AttentionTest, BFloat16ArithmeticRoundsOperandsAndWeights) {
+  uint64_t seed = 300;
+  for (const Shape& s : kShapes) {
+    for (const bool causal : {false, true}) {
+      Operands o(s, seed++);
+      AttentionOptions options;
+      options.compute = ComputeType::kBFloat16;
+      options.scale = 2.0f;  // Peaked weights: P's rounding shows.
+      options.mask.causal = causal;
+      options.mask.causal_offset =
+          s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0;
+      ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+      const Operands r = Rounded(o);
+      const std::string what = Describe(s) + (causal ? " causal" : "");
+      ExpectNear(o.out, Reference(r, 2.0, options.mask), 1.0 / 256 + 2e-6,
+                 what);
+      if (causal && s.k_tokens <= 256 && s.k_tokens >= s.q_tokens) {
+        // Unrounded P misses by ~1e-3 here; a flipped weight by ~3e-5.
+        ExpectNear(o.out, OneTileBFloat16Reference(r, 2.0), 1e-4, what);
+      }
+    }
+  }
+}
+
 // The variants of current models (kernels.h's AttentionMask), alone and
 // combined, over the same shapes: sliding windows (W = 1, inside a tile,
 // across tiles, beyond T), softcapping, ALiBi, sinks, per-sequence offsets

@@ -200,6 +200,13 @@ struct AttentionOptions {
   // Two calls over disjoint key sets (sinks in one of them) merge exactly:
   // L = logaddexp(L1, L2), out = exp(L1 - L) out1 + exp(L2 - L) out2.
   float* log_sum_exp = nullptr;
+  // kBFloat16: Q, K and V rounded to bf16 (nearest even), and the weights P
+  // (after softmax and dropout, before P V) too, as flash kernels do; scores,
+  // softmax and sums in float32. Each product is then exact in float32, so
+  // outputs differ from float32 attention over the rounded Q, K, V and P
+  // only by accumulation order. Over a KVCacheView, the cache must hold
+  // bf16 (its keys and values are already rounded).
+  ComputeType compute = ComputeType::kFloat32;
 };
 
 // out = softmax(scale * Q K^T + mask) V, fused: the (q_tokens x k_tokens)

@@ -44,6 +44,7 @@
 #include "simdattn/random.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
+#include "src/ops/bf16-inl.h"
 #include "src/ops/dropout-inl.h"
 #include "src/ops/exp-inl.h"
 #include "src/ops/kv_rows.h"
@@ -93,7 +94,8 @@ struct Problem {
   mask_detail::Softcap softcap;
   bool dropout;
   dropout_detail::Params dropout_params;
-  size_t group;  // Query heads per key/value head.
+  size_t group;                // Query heads per key/value head.
+  bool round_weights = false;  // P rounded to bf16 before P V.
 
   template <typename T>
   internal::KVRows<T> Keys(size_t b, size_t h) const {
@@ -342,6 +344,11 @@ inline void SoftmaxTile(const Problem& pr, size_t b, size_t h, size_t i0,
       dropout_detail::DropoutRow(
           pr.dropout_params, srow, limit, static_cast<uint32_t>(b),
           static_cast<uint32_t>(h), static_cast<uint32_t>(i), j0);
+    }
+    if (pr.round_weights) {  // Whole vectors: rows have kKeyBlock entries.
+      for (size_t j = from; j < limit; j += hn::Lanes(d)) {
+        hn::StoreU(RoundToBFloat16(d, hn::LoadU(d, srow + j)), d, srow + j);
+      }
     }
   }
 }
@@ -615,7 +622,7 @@ HWY_INLINE float LogSumExp(float max, float sum, bool nan) {
 template <typename T>
 void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
                float scale, const AttentionMask& mask, float dropout,
-               PhiloxKey dropout_key, float* log_sum_exp) {
+               PhiloxKey dropout_key, float* log_sum_exp, bool round_weights) {
   const size_t batch = q.dims[0], heads = q.dims[1], q_tokens = q.dims[2];
   const size_t k_tokens = kv.tokens, value_dim = kv.values.cols;
   const auto lse = [&](size_t b, size_t h, size_t i) -> float& {
@@ -647,6 +654,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
              heads / kv.kv_heads};
   if (pr.dropout)
     pr.dropout_params = dropout_detail::MakeParams(dropout, dropout_key);
+  pr.round_weights = round_weights;
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);
@@ -761,21 +769,21 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
 inline void AttentionImpl(ConstTensor4 q, const internal::KVSource& kv,
                           Tensor4 out, float scale, const AttentionMask& mask,
                           float dropout, PhiloxKey dropout_key,
-                          float* log_sum_exp) {
+                          float* log_sum_exp, bool round_weights) {
   using namespace attention_detail;
   switch (kv.type) {
     case KVType::kF32:
       return AttendAll<float>(q, kv, out, scale, mask, dropout, dropout_key,
-                              log_sum_exp);
+                              log_sum_exp, round_weights);
     case KVType::kBF16:
       return AttendAll<BFloat16>(q, kv, out, scale, mask, dropout, dropout_key,
-                                 log_sum_exp);
+                                 log_sum_exp, round_weights);
     case KVType::kF16:
       return AttendAll<Float16>(q, kv, out, scale, mask, dropout, dropout_key,
-                                log_sum_exp);
+                                log_sum_exp, round_weights);
     case KVType::kInt8:
       return AttendAll<int8_t>(q, kv, out, scale, mask, dropout, dropout_key,
-                               log_sum_exp);
+                               log_sum_exp, round_weights);
   }
 }
 

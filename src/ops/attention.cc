@@ -9,7 +9,9 @@
 #include "simdattn/kernels.h"
 #include "simdattn/random.h"
 #include "src/common/check.h"
+#include "src/common/scratch.h"
 #include "src/ops/kv_rows.h"
+#include "src/ops/kv_store.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/ops/attention.cc"
@@ -27,11 +29,55 @@ using internal::ShapeString;
 
 namespace {
 
+using internal::ScratchBuffer;
+
+// Floats of scratch that hold n bf16 elements.
+size_t BFloat16Floats(size_t n) { return n / 2 + 1; }
+
+// q rounded to bf16 and widened back, dense (batch, heads, tokens, dim) in
+// `store`.
+ConstTensor4 RoundedQueries(ConstTensor4 q, const ScratchBuffer& bits,
+                            const ScratchBuffer& store) {
+  const size_t rows = q.dims[2], cols = q.dims[3];
+  auto* out16 = reinterpret_cast<BFloat16*>(bits.data());
+  for (size_t b = 0; b < q.dims[0]; ++b) {
+    for (size_t h = 0; h < q.dims[1]; ++h) {
+      const size_t first = (b * q.dims[1] + h) * rows * cols;
+      internal::RoundToBFloat16Rows(q.Slice(b, h), out16 + first,
+                                    store.data() + first);
+    }
+  }
+  return ConstTensor4::Dense(store.data(), q.dims[0], q.dims[1], rows, cols);
+}
+
+// Float keys or values (tensor memory, `heads` per batch item of `tokens`
+// rows) rounded to bf16, dense in `store`.
+internal::KVMemory RoundedRows(const internal::KVMemory& m, size_t batch,
+                               size_t heads, size_t tokens,
+                               const ScratchBuffer& store) {
+  auto* out16 = reinterpret_cast<BFloat16*>(store.data());
+  const auto* data = static_cast<const float*>(m.data);
+  for (size_t b = 0; b < batch; ++b) {
+    for (size_t h = 0; h < heads; ++h) {
+      internal::RoundToBFloat16Rows(
+          ConstMatrix(data + b * m.block_stride + h * m.head_stride, tokens,
+                      m.cols, m.row_stride),
+          out16 + (b * heads + h) * tokens * m.cols, nullptr);
+    }
+  }
+  internal::KVMemory rounded;
+  rounded.data = out16;
+  rounded.row_stride = m.cols;
+  rounded.head_stride = tokens * m.cols;
+  rounded.block_stride = heads * tokens * m.cols;
+  rounded.cols = m.cols;
+  return rounded;
+}
+
 // The checks and the dispatch both overloads share: q and out against the
 // keys' and values' footprints, the mask over (batch, q_heads, q_tokens,
 // `capacity`) keys, dropout and the log-sum-exp.
-void Attend(const char* kFn, ConstTensor4 q, const KVSource& kv,
-            size_t capacity,
+void Attend(const char* kFn, ConstTensor4 q, KVSource kv, size_t capacity,
             std::initializer_list<std::pair<Footprint, const char*>> inputs,
             Tensor4 out, const AttentionOptions& options,
             const AttentionMask& mask) {
@@ -48,6 +94,11 @@ void Attend(const char* kFn, ConstTensor4 q, const KVSource& kv,
                          {q.dims[0], q.dims[1], q.dims[2], capacity});
   SIMDATTN_REQUIRE(!options.scale || std::isfinite(*options.scale), kFn,
                    "scale (", options.scale.value_or(0.0f), ") is not finite");
+  const bool bf16 = options.compute == ComputeType::kBFloat16;
+  SIMDATTN_REQUIRE(bf16 || options.compute == ComputeType::kFloat32, kFn,
+                   "options.compute (", static_cast<int>(options.compute),
+                   ") is not a ComputeType");
+
   const Footprint rq = internal::CheckTensor4(kFn, "q", q);
   const Footprint ro = internal::CheckTensor4(kFn, "out", out);
   internal::CheckDistinctElements(kFn, "out", out.dims, out.strides);
@@ -77,10 +128,27 @@ void Attend(const char* kFn, ConstTensor4 q, const KVSource& kv,
   // head_dim 0 makes every score 0; 1/sqrt(0) would turn them into NaN.
   const float scale = options.scale.value_or(
       q.dims[3] == 0 ? 1.0f : 1.0f / std::sqrt(static_cast<float>(q.dims[3])));
+  // bf16: Q rounded; float K and V (tensors) rounded into bf16 copies, which
+  // the kernel widens exactly. Sizes are those of validated tensors.
+  const size_t q_size =
+      bf16 ? q.dims[0] * q.dims[1] * q.dims[2] * q.dims[3] : 0;
+  const size_t k_size = bf16 && kv.type == KVType::kF32
+                            ? q.dims[0] * kv.kv_heads * kv.tokens * kv.keys.cols
+                            : 0;
+  const size_t v_size =
+      k_size == 0 ? 0 : k_size / kv.keys.cols * kv.values.cols;
+  ScratchBuffer q_bits(BFloat16Floats(q_size)), q_rounded(q_size + 1),
+      k16(BFloat16Floats(k_size)), v16(BFloat16Floats(v_size));
+  if (bf16) q = RoundedQueries(q, q_bits, q_rounded);
+  if (k_size != 0) {
+    kv.keys = RoundedRows(kv.keys, q.dims[0], kv.kv_heads, kv.tokens, k16);
+    kv.values = RoundedRows(kv.values, q.dims[0], kv.kv_heads, kv.tokens, v16);
+    kv.type = KVType::kBF16;
+  }
   HWY_DYNAMIC_DISPATCH(AttentionImpl)
   (q, kv, out, scale, mask, dropout,
    DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
-   options.log_sum_exp);
+   options.log_sum_exp, bf16);
 }
 
 // A float tensor's rows as a contiguous KV source's.
@@ -143,6 +211,11 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
   const size_t batch = q.dims[0], q_tokens = q.dims[2];
   SIMDATTN_REQUIRE(static_cast<unsigned>(kv.type) <= 3, kFn, "kv.type (",
                    static_cast<int>(kv.type), ") is not a KVType");
+  SIMDATTN_REQUIRE(
+      options.compute != ComputeType::kBFloat16 || kv.type == KVType::kBF16,
+      kFn, "options.compute is kBFloat16 but the cache's type is ",
+      static_cast<int>(kv.type),
+      ", not kBF16: bf16 arithmetic reads a bf16 cache");
   const size_t element_size = KVTypeBytes(kv.type);
   SIMDATTN_REQUIRE(kv.batch == batch && kv.head_dim == q.dims[3], kFn,
                    "the cache holds (batch ", kv.batch, ", head_dim ",

@@ -18,6 +18,7 @@
 
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
+#include "src/ops/bf16-inl.h"
 #include "src/ops/kv_store.h"
 #include "src/ops/rope-inl.h"
 
@@ -38,21 +39,12 @@ constexpr bool kNativeF16 = true;
 constexpr bool kNativeF16 = false;
 #endif
 
-// Stores v's lanes as bfloat16, rounded to nearest even, NaN kept quiet:
-// ToBFloat16's bits (Highway 1.0.3's DemoteTo truncates).
+// Stores v's lanes as bfloat16: ToBFloat16's bits.
 template <class D>
-HWY_INLINE void StoreBF16(D /* d */, hn::Vec<D> v, BFloat16* out) {
-  const hn::RebindToUnsigned<D> du;
+HWY_INLINE void StoreBF16(D d, hn::Vec<D> v, BFloat16* out) {
   const hn::RebindToSigned<D> di;
   const hn::Rebind<uint16_t, D> d16;
-  const auto bits = hn::BitCast(du, v);
-  const auto odd = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1));
-  const auto rounded =
-      hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7FFF), odd)));
-  const auto quiet = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40));
-  const auto result =
-      hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, rounded);
-  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, result)), d16,
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, BFloat16Bits(d, v))), d16,
              reinterpret_cast<uint16_t*>(out));
 }
 

@@ -22,6 +22,10 @@ namespace internal {
 void StoreKVRows(KVType type, ConstMatrix src, void* dst, size_t dst_stride,
                  float* scales, const RopeTables* rope, size_t first_position);
 
+// m rounded to bf16 (ToBFloat16's bits) into `out`, rows dense (m.cols
+// apart), in parallel; with `widened`, also back to float there (exact).
+void RoundToBFloat16Rows(ConstMatrix m, BFloat16* out, float* widened);
+
 }  // namespace internal
 }  // namespace simdattn
 

@@ -43,21 +43,6 @@ namespace {
 
 std::atomic<BFloat16DotPolicy> policy{BFloat16DotPolicy::kAuto};
 
-// m rounded to bf16 (the KV cache's vector conversion) into `out`, dense;
-// with `widened`, also back to float there (exact).
-void Round(ConstMatrix m, BFloat16* out, float* widened) {
-  ParallelFor(0, m.rows, 16, [&](size_t first, size_t last) {
-    StoreKVRows(KVType::kBF16,
-                ConstMatrix(m.Row(first), last - first, m.cols, m.stride),
-                out + first * m.cols, m.cols, nullptr, nullptr, 0);
-    if (widened == nullptr) return;
-    for (size_t i = first * m.cols; i < last * m.cols; ++i) {
-      const uint32_t bits = uint32_t{out[i].bits} << 16;
-      std::memcpy(&widened[i], &bits, sizeof(bits));
-    }
-  });
-}
-
 // The rounded operands through the float32 kernels: B as bf16 storage
 // (widened exactly while packed), A widened back to float. Scratch from the
 // pool: no allocation in steady state.
@@ -68,8 +53,8 @@ void Fallback(ConstMatrix a, ConstMatrix b, Matrix c,
   const auto bf16 = [](const ScratchBuffer& s) {
     return reinterpret_cast<BFloat16*>(s.data());
   };
-  Round(a, bf16(a16), a_rounded.data());
-  Round(b, bf16(b16), nullptr);
+  RoundToBFloat16Rows(a, bf16(a16), a_rounded.data());
+  RoundToBFloat16Rows(b, bf16(b16), nullptr);
   MatMulOptions float32 = options;
   float32.compute = ComputeType::kFloat32;
   MatMul(ConstMatrix(a_rounded.data(), a.rows, a.cols),
