@@ -273,6 +273,41 @@ static void TestMatMul(void) {
   CHECK(memcmp(c, c_old, sizeof(c)) == 0);
 }
 
+/* x rounded to bf16, nearest even (finite x). */
+static float RoundBF16(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, sizeof(bits));
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  memcpy(&x, &bits, sizeof(bits));
+  return x;
+}
+
+/* bf16 arithmetic: the float32 sum of the rounded operands' products. */
+static void TestBFloat16Compute(void) {
+  float a[3 * 4], b[4 * 2], c[3 * 2];
+  size_t r, col, k;
+  const char* kernel = simdattn_bf16_dot_kernel();
+  CHECK(kernel != NULL && kernel[0] != '\0');
+  Fill(a, 12, 11);
+  Fill(b, 8, 12);
+  CHECK_OK(simdattn_matmul_compute(ConstMatrix(a, 3, 4, 4),
+                                   ConstMatrix(b, 4, 2, 2), Matrix(c, 3, 2, 2),
+                                   NULL, SIMDATTN_COMPUTE_BF16));
+  for (r = 0; r < 3; ++r) {
+    for (col = 0; col < 2; ++col) {
+      double sum = 0.0;
+      for (k = 0; k < 4; ++k) {
+        sum += (double)RoundBF16(a[r * 4 + k]) * RoundBF16(b[k * 2 + col]);
+      }
+      CHECK_NEAR(c[r * 2 + col], sum, 1e-6);
+    }
+  }
+  CHECK_ERROR(
+      simdattn_matmul_compute(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                              Matrix(c, 3, 2, 2), NULL, 2),
+      INVALID, "compute (2) is neither SIMDATTN_COMPUTE_FP32");
+}
+
 /* Two batch items, two query heads sharing one key head (grouped query). */
 static void TestBatchedMatMul(void) {
   float a[2 * 2 * 3 * 4], b[2 * 1 * 5 * 4], c[2 * 2 * 3 * 5];
@@ -1324,6 +1359,7 @@ static void TestRope(void) {
 int main(void) {
   TestRuntime();
   TestMatMul();
+  TestBFloat16Compute();
   TestBatchedMatMul();
   TestSoftmax();
   TestDropout();

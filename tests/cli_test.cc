@@ -133,6 +133,21 @@ TEST_F(CliTest, RunKeepDtypeMatchesTheWidenedWeights) {
   EXPECT_LT(bytes(kept.output), bytes(widened.output)) << kept.output;
   EXPECT_EQ(io::ReadNpy(Path("kept.npy")).data,
             io::ReadNpy(Path("wide.npy")).data);
+  // bf16 arithmetic: near the float32 result, not equal to it.
+  const Result bf16 = Simdattn(run + Path("bf16.npy") + " --compute bf16");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  const std::vector<float> y16 = io::ReadNpy(Path("bf16.npy")).data;
+  const std::vector<float> y32 = io::ReadNpy(Path("wide.npy")).data;
+  ASSERT_EQ(y16.size(), y32.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < y16.size(); ++i) {
+    worst = std::max(worst, double{std::abs(y16[i] - y32[i])});
+  }
+  EXPECT_GT(worst, 0.0);
+  EXPECT_LT(worst, 0.05);
+  const Result bad = Simdattn(run + Path("x.npy") + " --compute fp8");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--compute"), std::string::npos) << bad.output;
 }
 
 TEST_F(CliTest, BadFilesExitTwoWithOneLineNamingTheFile) {

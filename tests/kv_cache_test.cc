@@ -811,5 +811,57 @@ TEST_P(KVCacheTest, ForwardStepWithEveryCache) {
   }
 }
 
+// bf16 arithmetic in the module: generating over a bf16 cache gives the
+// rows a bf16 forward over the whole sequence gives (the same rounded
+// operands; the products' sums in another order, 64-row projections on the
+// native kernel where there is one), and both stay near float32. The cache
+// must hold bf16, and attention weights are float32-only.
+TEST_P(KVCacheTest, BFloat16ComputeStepsMatchForward) {
+  const size_t d_in = 48, d_out = 64, heads = 4, tokens = 80;
+  MultiHeadAttention mha(d_in, d_out, tokens, 0.0f, heads, true, 5);
+  const std::vector<float> x = RandomVector(tokens * d_in, 6);
+  ForwardOptions bf16;
+  bf16.compute = ComputeType::kBFloat16;
+  std::vector<float> y32(tokens * d_out), y16(tokens * d_out),
+      steps(tokens * d_out);
+  mha.Forward(ConstTensor3(x.data(), 1, tokens, d_in),
+              Tensor3(y32.data(), 1, tokens, d_out));
+  mha.Forward(ConstTensor3(x.data(), 1, tokens, d_in),
+              Tensor3(y16.data(), 1, tokens, d_out), bf16);
+  KVCacheConfig config;
+  config.type = KVType::kBF16;
+  KVCache cache(1, heads, tokens, d_out / heads, config);
+  for (size_t t = 0; t < tokens; t += 8) {
+    mha.ForwardStep(ConstTensor3(x.data() + t * d_in, 1, 8, d_in), cache,
+                    Tensor3(steps.data() + t * d_out, 1, 8, d_out), bf16);
+  }
+  double worst_step = 0.0, worst_f32 = 0.0;
+  for (size_t e = 0; e < y16.size(); ++e) {
+    worst_step = std::max(worst_step, double{std::abs(steps[e] - y16[e])});
+    worst_f32 = std::max(worst_f32, double{std::abs(y16[e] - y32[e])});
+  }
+  // A bf16 context element rounded the other way moves an output by ~1e-4.
+  EXPECT_LE(worst_step, 1e-3);
+  EXPECT_LE(worst_f32, 0.03);
+  EXPECT_GT(worst_f32, 0.0);  // Rounding happened.
+
+  KVCache f32_cache(1, heads, tokens, d_out / heads);
+  ExpectInvalid(
+      [&] {
+        mha.ForwardStep(ConstTensor3(x.data(), 1, 8, d_in), f32_cache,
+                        Tensor3(steps.data(), 1, 8, d_out), bf16);
+      },
+      {"options.compute is kBFloat16", "KVCacheConfig::type"});
+  std::vector<float> weights(heads * tokens * tokens);
+  bf16.attention_weights =
+      Tensor4::Dense(weights.data(), 1, heads, tokens, tokens);
+  ExpectInvalid(
+      [&] {
+        mha.Forward(ConstTensor3(x.data(), 1, tokens, d_in),
+                    Tensor3(y16.data(), 1, tokens, d_out), bf16);
+      },
+      "attention_weights are returned in float32 arithmetic only");
+}
+
 }  // namespace
 }  // namespace simdattn

@@ -25,7 +25,8 @@ struct RunOptions {
   size_t context_length = 0;
   bool qkv_bias = false;
   bool train = false;
-  bool keep_dtype = false;  // bf16/f16 projection weights stay 16-bit.
+  bool keep_dtype = false;       // bf16/f16 projection weights stay 16-bit.
+  std::string compute = "fp32";  // fp32, or bf16 (ForwardOptions::compute).
   float dropout = 0.0f;
   uint64_t seed = 0;
 };

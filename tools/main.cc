@@ -88,6 +88,12 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--keep-dtype", run.keep_dtype,
                     "keep BF16/F16 projection weights in 16 bits (half the "
                     "memory; the same results as widened)");
+  run_cmd
+      ->add_option("--compute", run.compute,
+                   "arithmetic: fp32 (PyTorch's), or bf16 (operands rounded "
+                   "to bf16, float32 sums; fast where the CPU has bf16 "
+                   "instructions, see `simdattn info`)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   run_cmd->add_option("--dropout", run.dropout, "dropout probability")
       ->check(CLI::Range(0.0f, 1.0f));
   run_cmd->add_option("--seed", run.seed, "dropout seed");

@@ -56,6 +56,7 @@ void Run(const RunOptions& o) {
   ForwardOptions options;
   options.training = o.train;
   options.dropout_key = {o.seed, 0};
+  if (o.compute == "bf16") options.compute = ComputeType::kBFloat16;
   if (!o.attn_weights.empty()) {
     attention.resize(batch * heads * tokens * tokens);
     options.attention_weights =

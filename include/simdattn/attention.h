@@ -49,7 +49,12 @@ struct ForwardOptions {
   DropoutKey dropout_key;
   // Optional output: the attention weights (batch, heads, tokens, tokens)
   // after the softmax (and dropout, in training), as the seeds print them.
+  // float32 arithmetic only.
   Tensor4 attention_weights;
+  // kBFloat16: the projections and attention in bf16 arithmetic (MatMul's
+  // and ScaledDotProductAttention's kBFloat16); ForwardStep then needs a
+  // bf16 cache.
+  ComputeType compute = ComputeType::kFloat32;
 };
 
 // The attention of current models in a causal module (MultiHeadAttention);

@@ -149,6 +149,18 @@ typedef struct simdattn_matmul_options {
   const float* bias;
 } simdattn_matmul_options;
 
+/* The arithmetic of the *_compute functions (kernels.h's ComputeType). */
+enum {
+  SIMDATTN_COMPUTE_FP32 = 0, /* float32, PyTorch's (the plain functions') */
+  /* Operands rounded to bf16 (nearest even), products summed in float32;
+   * native bf16 instructions where the CPU has them. */
+  SIMDATTN_COMPUTE_BF16 = 1
+};
+
+/* The kernel bf16 arithmetic uses here: "AMX", "AVX512_BF16" or
+ * "float32 fallback" (static storage). */
+SIMDATTN_API const char* simdattn_bf16_dot_kernel(void);
+
 /* The defaults, as a zeroed struct: transpose_b = 0, use_alpha = 0 (alpha 1),
  * beta = 0, bias = NULL. */
 SIMDATTN_API simdattn_matmul_options simdattn_matmul_default_options(void);
@@ -158,6 +170,10 @@ SIMDATTN_API simdattn_matmul_options simdattn_matmul_default_options(void);
 SIMDATTN_API simdattn_status
 simdattn_matmul(simdattn_const_matrix a, simdattn_const_matrix b,
                 simdattn_matrix c, const simdattn_matmul_options* options);
+/* The same in the arithmetic `compute` (SIMDATTN_COMPUTE_*). */
+SIMDATTN_API simdattn_status simdattn_matmul_compute(
+    simdattn_const_matrix a, simdattn_const_matrix b, simdattn_matrix c,
+    const simdattn_matmul_options* options, int32_t compute);
 
 /* MatMul on every (i0, i1) matrix: C[i0, i1] = A[i0, i1] * op(B[i0', j1]),
  * j1 = i1 / (A.dims[1] / B.dims[1]) (grouped-query heads), i0' = 0 when
@@ -263,6 +279,12 @@ SIMDATTN_API simdattn_status simdattn_scaled_dot_product_attention(
     simdattn_const_tensor4 q, simdattn_const_tensor4 k,
     simdattn_const_tensor4 v, simdattn_tensor4 out,
     const simdattn_attention_options* options);
+/* The same in the arithmetic `compute`: SIMDATTN_COMPUTE_BF16 rounds Q, K,
+ * V and the weights P to bf16 (kernels.h's AttentionOptions::compute). */
+SIMDATTN_API simdattn_status simdattn_scaled_dot_product_attention_compute(
+    simdattn_const_tensor4 q, simdattn_const_tensor4 k,
+    simdattn_const_tensor4 v, simdattn_tensor4 out,
+    const simdattn_attention_options* options, int32_t compute);
 
 /* ------------------------------------------------------------------------ */
 /* KV cache (attention.h)                                                    */
@@ -485,6 +507,11 @@ typedef struct simdattn_forward_options {
 SIMDATTN_API simdattn_status simdattn_module_forward(
     const simdattn_module* module, simdattn_const_tensor3 x, simdattn_tensor3 y,
     const simdattn_forward_options* options);
+/* The same in the arithmetic `compute` (projections and attention);
+ * SIMDATTN_COMPUTE_BF16 returns no attention weights. */
+SIMDATTN_API simdattn_status simdattn_module_forward_compute(
+    const simdattn_module* module, simdattn_const_tensor3 x, simdattn_tensor3 y,
+    const simdattn_forward_options* options, int32_t compute);
 
 /* Generation with a causal module that has projections (causal attention,
  * the multi-head wrapper, multi-head attention), eval mode: x
@@ -497,6 +524,12 @@ SIMDATTN_API simdattn_status simdattn_module_forward_step(
     const simdattn_module* module, simdattn_const_tensor3 x,
     simdattn_kv_cache* cache, simdattn_tensor3 y,
     const simdattn_forward_options* options);
+/* The same in the arithmetic `compute`; SIMDATTN_COMPUTE_BF16 needs a cache
+ * of type SIMDATTN_KV_BF16. */
+SIMDATTN_API simdattn_status simdattn_module_forward_step_compute(
+    const simdattn_module* module, simdattn_const_tensor3 x,
+    simdattn_kv_cache* cache, simdattn_tensor3 y,
+    const simdattn_forward_options* options, int32_t compute);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -225,10 +225,11 @@ class AttentionEngine {
 
   // qkv (batch * tokens, qkv_width()) = x W_qkv^T + b_qkv: Q, K and V of
   // every token in one product.
-  void Project(ConstTensor3 x, float* qkv) const {
+  void Project(ConstTensor3 x, float* qkv, ComputeType compute) const {
     const AttentionConfig& c = config_;
     const size_t tokens = x.tokens, width = qkv_width();
     MatMulOptions projection;
+    projection.compute = compute;
     projection.transpose_b = Transpose::kYes;
     projection.bias = c.qkv_bias ? weights_.b_qkv.data() : nullptr;
     WithMatrix(
@@ -262,9 +263,10 @@ class AttentionEngine {
   }
 
   // y = context W_out^T + b_out, context dense (batch * tokens, d_out).
-  void ProjectOut(const float* context, Tensor3 y) const {
+  void ProjectOut(const float* context, Tensor3 y, ComputeType compute) const {
     const size_t tokens = y.tokens;
     MatMulOptions out;
+    out.compute = compute;
     out.transpose_b = Transpose::kYes;
     out.bias = weights_.b_out.data();
     WithMatrix(
@@ -281,6 +283,19 @@ class AttentionEngine {
                    w, y.Sequence(b), out);
           }
         });
+  }
+
+  void CheckCompute(const ForwardOptions& options) const {
+    SIMDATTN_REQUIRE(options.compute == ComputeType::kFloat32 ||
+                         options.compute == ComputeType::kBFloat16,
+                     name_, "options.compute (",
+                     static_cast<int>(options.compute),
+                     ") is not a ComputeType");
+    SIMDATTN_REQUIRE(options.compute == ComputeType::kFloat32 ||
+                         options.attention_weights.data == nullptr,
+                     name_,
+                     "attention_weights are returned in float32 arithmetic "
+                     "only: options.compute must be kFloat32");
   }
 
   // rows * cols floats, or an error naming `what` if no vector can hold them.
@@ -380,6 +395,7 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
   // Validation, before any allocation.
   const auto [x_range, y_range] = CheckInputOutput(x, y, tokens);
   const bool training_dropout = options.training && c.dropout > 0.0f;
+  CheckCompute(options);
   Tensor4 weights = options.attention_weights;
   if (weights.data != nullptr) {
     SIMDATTN_REQUIRE(weights.dims[0] == batch && weights.dims[1] == heads &&
@@ -401,7 +417,7 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
   ScratchBuffer qkv_buffer(c.projections ? sizes.qkv : 1);
   ConstTensor4 q, k, v;
   if (c.projections) {
-    Project(x, qkv_buffer.data());
+    Project(x, qkv_buffer.data(), options.compute);
     HeadViews(qkv_buffer.data(), batch, tokens, &q, &k, &v);
   } else {
     q = k = v = ConstTensor4(x.data, batch, 1, tokens, head_dim, x.batch_stride,
@@ -419,6 +435,7 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
     AttentionOptions attention;
     attention.scale = scale;
     attention.mask = Mask(0);
+    attention.compute = options.compute;
     if (training_dropout) {
       attention.dropout = c.dropout;
       attention.dropout_key = options.dropout_key;
@@ -438,7 +455,7 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
   }
 
   // 6. Output projection.
-  if (c.out_proj) ProjectOut(context_buffer.data(), y);
+  if (c.out_proj) ProjectOut(context_buffer.data(), y, options.compute);
 }
 
 void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
@@ -452,6 +469,13 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
                    c.dropout, " in training)");
   SIMDATTN_REQUIRE(options.attention_weights.data == nullptr, name_,
                    "ForwardStep does not return attention weights");
+  CheckCompute(options);
+  SIMDATTN_REQUIRE(options.compute == ComputeType::kFloat32 ||
+                       cache.config().type == KVType::kBF16,
+                   name_,
+                   "options.compute is kBFloat16: the cache must hold bf16 "
+                   "(KVCacheConfig::type = kBF16), its type is ",
+                   static_cast<int>(cache.config().type));
   SIMDATTN_REQUIRE(
       cache.batch() == batch && cache.kv_heads() == c.num_kv_heads &&
           cache.head_dim() == c.head_dim,
@@ -470,7 +494,7 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
   if (x.empty()) return;
 
   ScratchBuffer qkv_buffer(sizes.qkv);
-  Project(x, qkv_buffer.data());
+  Project(x, qkv_buffer.data(), options.compute);
   ConstTensor4 q, k, v;
   HeadViews(qkv_buffer.data(), batch, tokens, &q, &k, &v);
   cache.Append(k, v);
@@ -481,9 +505,10 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
   AttentionOptions attention;
   attention.scale = ScoreScale();
   attention.mask = Mask(0);
+  attention.compute = options.compute;
   ScaledDotProductAttention(q, cache.View(),
                             ContextView(context_buffer.data(), y), attention);
-  if (c.out_proj) ProjectOut(context_buffer.data(), y);
+  if (c.out_proj) ProjectOut(context_buffer.data(), y, options.compute);
 }
 
 AttentionModule::AttentionModule(const char* name,

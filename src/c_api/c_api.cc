@@ -85,6 +85,16 @@ bool Flag(int32_t value, const char* function, const char* what) {
   return value == 1;
 }
 
+ComputeType Compute(int32_t compute, const char* function) {
+  SIMDATTN_REQUIRE(
+      compute == SIMDATTN_COMPUTE_FP32 || compute == SIMDATTN_COMPUTE_BF16,
+      function, "compute (", compute,
+      ") is neither SIMDATTN_COMPUTE_FP32 (0) nor "
+      "SIMDATTN_COMPUTE_BF16 (1)");
+  return compute == SIMDATTN_COMPUTE_BF16 ? ComputeType::kBFloat16
+                                          : ComputeType::kFloat32;
+}
+
 ConstMatrix View(simdattn_const_matrix m) {
   return ConstMatrix(m.data, m.rows, m.cols, m.stride);
 }
@@ -329,11 +339,25 @@ simdattn_matmul_options simdattn_matmul_default_options(void) {
 simdattn_status simdattn_matmul(simdattn_const_matrix a,
                                 simdattn_const_matrix b, simdattn_matrix c,
                                 const simdattn_matmul_options* options) {
+  return simdattn_matmul_compute(a, b, c, options, SIMDATTN_COMPUTE_FP32);
+}
+
+simdattn_status simdattn_matmul_compute(simdattn_const_matrix a,
+                                        simdattn_const_matrix b,
+                                        simdattn_matrix c,
+                                        const simdattn_matmul_options* options,
+                                        int32_t compute) {
   constexpr const char* kFn = "simdattn_matmul";
   return CallGuarded(kFn, [&] {
+    simdattn::MatMulOptions o = simdattn::ToOptions(options, kFn);
+    o.compute = simdattn::Compute(compute, kFn);
     simdattn::MatMul(simdattn::View(a), simdattn::View(b), simdattn::View(c),
-                     simdattn::ToOptions(options, kFn));
+                     o);
   });
+}
+
+const char* simdattn_bf16_dot_kernel(void) {
+  return simdattn::BFloat16DotKernel();
 }
 
 simdattn_status simdattn_batched_matmul(
@@ -391,9 +415,18 @@ simdattn_status simdattn_scaled_dot_product_attention(
     simdattn_const_tensor4 q, simdattn_const_tensor4 k,
     simdattn_const_tensor4 v, simdattn_tensor4 out,
     const simdattn_attention_options* options) {
+  return simdattn_scaled_dot_product_attention_compute(q, k, v, out, options,
+                                                       SIMDATTN_COMPUTE_FP32);
+}
+
+simdattn_status simdattn_scaled_dot_product_attention_compute(
+    simdattn_const_tensor4 q, simdattn_const_tensor4 k,
+    simdattn_const_tensor4 v, simdattn_tensor4 out,
+    const simdattn_attention_options* options, int32_t compute) {
   constexpr const char* kFn = "simdattn_scaled_dot_product_attention";
   return CallGuarded(kFn, [&] {
-    const simdattn::AttentionOptions o = simdattn::ToOptions(options, kFn);
+    simdattn::AttentionOptions o = simdattn::ToOptions(options, kFn);
+    o.compute = simdattn::Compute(compute, kFn);
     simdattn::ScaledDotProductAttention(
         simdattn::View4<const float>(q), simdattn::View4<const float>(k),
         simdattn::View4<const float>(v), simdattn::View4<float>(out), o);
@@ -634,11 +667,19 @@ simdattn_status simdattn_module_load_typed_weights(
 simdattn_status simdattn_module_forward(
     const simdattn_module* module, simdattn_const_tensor3 x, simdattn_tensor3 y,
     const simdattn_forward_options* options) {
+  return simdattn_module_forward_compute(module, x, y, options,
+                                         SIMDATTN_COMPUTE_FP32);
+}
+
+simdattn_status simdattn_module_forward_compute(
+    const simdattn_module* module, simdattn_const_tensor3 x, simdattn_tensor3 y,
+    const simdattn_forward_options* options, int32_t compute) {
   constexpr const char* kFn = "simdattn_module_forward";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(module, kFn, "module");
-    module->module.Forward(simdattn::View(x), simdattn::View(y),
-                           simdattn::ToOptions(options, kFn));
+    simdattn::ForwardOptions o = simdattn::ToOptions(options, kFn);
+    o.compute = simdattn::Compute(compute, kFn);
+    module->module.Forward(simdattn::View(x), simdattn::View(y), o);
   });
 }
 
@@ -646,13 +687,22 @@ simdattn_status simdattn_module_forward_step(
     const simdattn_module* module, simdattn_const_tensor3 x,
     simdattn_kv_cache* cache, simdattn_tensor3 y,
     const simdattn_forward_options* options) {
+  return simdattn_module_forward_step_compute(module, x, cache, y, options,
+                                              SIMDATTN_COMPUTE_FP32);
+}
+
+simdattn_status simdattn_module_forward_step_compute(
+    const simdattn_module* module, simdattn_const_tensor3 x,
+    simdattn_kv_cache* cache, simdattn_tensor3 y,
+    const simdattn_forward_options* options, int32_t compute) {
   constexpr const char* kFn = "simdattn_module_forward_step";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(module, kFn, "module");
     simdattn::RequireNonNull(cache, kFn, "cache");
+    simdattn::ForwardOptions o = simdattn::ToOptions(options, kFn);
+    o.compute = simdattn::Compute(compute, kFn);
     module->module.ForwardStep(simdattn::View(x), cache->cache,
-                               simdattn::View(y),
-                               simdattn::ToOptions(options, kFn));
+                               simdattn::View(y), o);
   });
 }
 
