@@ -155,12 +155,15 @@ double CheckDropout(const measure::ScoresShape& s) {
 // _bf16: the weights rounded to bf16 and kept so (the reference uses the
 // rounded values); _step: ForwardStep of T - 1 tokens, then of the last.
 // Bound: 1e-5 of the output's largest magnitude (the golden tests' bound).
+// _bf16dot: the reference rounds x, the weights, Q, K, V and the context
+// to bf16 as the module does, but not the weights P (2^-9 relative each,
+// through P V and out_proj): bound 4e-3 of the largest magnitude.
 double CheckMha(const measure::MhaShape& s) {
   const size_t t_len = s.tokens, d_in = s.d_in, d = s.d_out;
   const size_t hd = d / s.heads;
   const float w_range = 1.0f / std::sqrt(float(d_in));
   const float o_range = 1.0f / std::sqrt(float(d));
-  const std::vector<float> x = Random(s.batch * t_len * d_in, 7, -1.0f, 1.0f);
+  std::vector<float> x = Random(s.batch * t_len * d_in, 7, -1.0f, 1.0f);
   std::vector<float> wq = Random(d * d_in, 8, -w_range, w_range);
   std::vector<float> wk = Random(d * d_in, 9, -w_range, w_range);
   std::vector<float> wv = Random(d * d_in, 10, -w_range, w_range);
@@ -189,19 +192,30 @@ double CheckMha(const measure::MhaShape& s) {
   std::vector<float> y(s.batch * t_len * d);
   const ConstTensor3 x_view(x.data(), s.batch, t_len, d_in);
   const Tensor3 y_view(y.data(), s.batch, t_len, d);
+  ForwardOptions forward;
+  KVCacheConfig cache_config;
+  if (s.bf16dot) {
+    forward.compute = ComputeType::kBFloat16;
+    cache_config.type = KVType::kBF16;
+  }
   if (s.step) {
-    KVCache cache(s.batch, s.heads, t_len, hd);
+    KVCache cache(s.batch, s.heads, t_len, hd, cache_config);
     const auto tokens = [](auto t, size_t first, size_t count) {
       return decltype(t)(t.data + first * t.token_stride, t.batch, count,
                          t.features, t.batch_stride, t.token_stride);
     };
     mha.ForwardStep(tokens(x_view, 0, t_len - 1), cache,
-                    tokens(y_view, 0, t_len - 1));
+                    tokens(y_view, 0, t_len - 1), forward);
     mha.ForwardStep(tokens(x_view, t_len - 1, 1), cache,
-                    tokens(y_view, t_len - 1, 1));
+                    tokens(y_view, t_len - 1, 1), forward);
   } else {
-    mha.Forward(x_view, y_view);
+    mha.Forward(x_view, y_view, forward);
   }
+  const auto round = [&](auto& values) {
+    if (!s.bf16dot) return;
+    for (auto& e : values) e = ToFloat(ToBFloat16(float(e)));
+  };
+  for (std::vector<float>* operand : {&x, &wq, &wk, &wv, &wo}) round(*operand);
 
   // out[r][o] = sum_i in[r][i] * w[o][i] (+ bias[o]): nn.Linear, float64.
   const auto linear = [](const auto* in, size_t rows, size_t n_in,
@@ -220,9 +234,10 @@ double CheckMha(const measure::MhaShape& s) {
     return out;
   };
   const size_t rows = s.batch * t_len;
-  const std::vector<double> q = linear(x.data(), rows, d_in, wq, d, nullptr);
-  const std::vector<double> k = linear(x.data(), rows, d_in, wk, d, nullptr);
-  const std::vector<double> v = linear(x.data(), rows, d_in, wv, d, nullptr);
+  std::vector<double> q = linear(x.data(), rows, d_in, wq, d, nullptr);
+  std::vector<double> k = linear(x.data(), rows, d_in, wk, d, nullptr);
+  std::vector<double> v = linear(x.data(), rows, d_in, wv, d, nullptr);
+  for (std::vector<double>* p : {&q, &k, &v}) round(*p);
   // The heads of a (b, T, d) projection, where they lie.
   const auto heads = [&](const std::vector<double>& p) {
     return Tensor4View<const double>(p.data(), s.batch, s.heads, t_len, hd,
@@ -244,13 +259,15 @@ double CheckMha(const measure::MhaShape& s) {
       }
     }
   }
+  round(context);
   const std::vector<double> ref =
       linear(context.data(), rows, d, wo, d, bo.data());
   double scale = 0;
   for (double r : ref) scale = std::max(scale, std::abs(r));
+  const double bound = (s.bf16dot ? 4e-3 : 1e-5) * scale + 1e-30;
   double worst = 0;
   for (size_t e = 0; e < y.size(); ++e) {
-    worst = std::max(worst, Ratio(y[e] - ref[e], 1e-5 * scale + 1e-30));
+    worst = std::max(worst, Ratio(y[e] - ref[e], bound));
   }
   return worst;
 }
@@ -261,10 +278,12 @@ double CheckMha(const measure::MhaShape& s) {
 // (each output is a convex combination of values); each row's log-sum-exp
 // within 1e-5 (1 + |L|), -inf exactly. Dropout is left to CheckDropout: the
 // fused kernel draws the same bits. Shapes in a KVCache are checked against
-// the reference over what the cache holds (KVCache::Read).
+// the reference over what the cache holds (KVCache::Read). _bf16dot: the
+// reference over Q, K and V rounded to bf16; outputs within 2^-8 max |v|
+// (the weights P are rounded too, 2^-9 relative each) plus 1e-5.
 double CheckAttention(const measure::AttentionShape& s) {
   const size_t tq = s.QueryTokens(), tk = s.tokens, d = s.head_dim;
-  const std::vector<float> q = Random(s.batch * s.heads * tq * d, 13, -1, 1);
+  std::vector<float> q = Random(s.batch * s.heads * tq * d, 13, -1, 1);
   std::vector<float> k = Random(s.batch * s.kv_heads * tk * d, 14, -1, 1);
   std::vector<float> v = Random(k.size(), 15, -1, 1);
   std::optional<KVCache> cache;
@@ -285,6 +304,7 @@ double CheckAttention(const measure::AttentionShape& s) {
   AttentionOptions options;
   options.mask = shape_mask.mask();
   options.log_sum_exp = lse.data();
+  if (s.bf16dot) options.compute = ComputeType::kBFloat16;
   const ConstTensor4 q_view =
       ConstTensor4::Dense(q.data(), s.batch, s.heads, tq, d);
   const ConstTensor4 k_view =
@@ -299,13 +319,19 @@ double CheckAttention(const measure::AttentionShape& s) {
   } else {
     ScaledDotProductAttention(q_view, k_view, v_view, out_view, options);
   }
+  if (s.bf16dot) {
+    for (std::vector<float>* operand : {&q, &k, &v}) {
+      for (float& e : *operand) e = ToFloat(ToBFloat16(e));
+    }
+  }
+  const double out_bound = s.bf16dot ? 1.0 / 256 + 1e-5 : 1e-5;
   std::vector<double> ref_lse;
   const std::vector<double> ref =
       reference::Attention(q_view, k_view, v_view, 1.0 / std::sqrt(double(d)),
                            options.mask, &ref_lse);
   double worst = 0;
   for (size_t e = 0; e < out.size(); ++e) {
-    worst = std::max(worst, Ratio(out[e] - ref[e], 1e-5));
+    worst = std::max(worst, Ratio(out[e] - ref[e], out_bound));
   }
   for (size_t r = 0; r < lse.size(); ++r) {
     const double bound =
@@ -456,22 +482,26 @@ const std::vector<OpSpec>& Ops() {
        DropoutCase},
       {"mha",
        Metric::kGflops,
-       "BxTxDxH or BxTxDINxDOUTxH[_step][_bf16]  MultiHeadAttention "
-       "forward, causal, eval (_step: ForwardStep of token T after T - 1 "
-       "cached; _bf16: weights kept in bf16); useful FLOPs",
+       "BxTxDxH or BxTxDINxDOUTxH[_step][_bf16][_bf16dot]  "
+       "MultiHeadAttention forward, causal, eval (_step: ForwardStep of "
+       "token T after T - 1 cached; _bf16: weights kept in bf16; _bf16dot: "
+       "bf16 arithmetic); useful FLOPs",
        Names(measure::StandardMhaShapes()),
        {"2x6x3x2x2", "2x7x16x4", "1x33x24x12x3", "2x7x16x4_step",
-        "1x9x24x12x3_bf16", "2x40x32x4_step_bf16"},
+        "1x9x24x12x3_bf16", "2x40x32x4_step_bf16", "2x70x48x4_bf16dot",
+        "1x40x32x4_step_bf16_bf16dot"},
        MhaCase},
       {"attention",
        Metric::kGflops,
        "BxHxTxD[_kvG][_causal][_dropout][_windowW][_softcapC][_sinks][_alibi]"
-       "  fused softmax(Q K^T / sqrt(D)) V, G key/value heads, dropout 0.1, "
-       "the softmax's variants; useful FLOPs (a window's pairs only)",
+       "[_bf16dot]  fused softmax(Q K^T / sqrt(D)) V, G key/value heads, "
+       "dropout 0.1, the softmax's variants, bf16 arithmetic; useful FLOPs "
+       "(a window's pairs only)",
        Names(measure::StandardAttentionShapes()),
        {"1x2x5x8", "2x3x37x16_causal", "1x4x70x8_kv2_causal", "1x2x130x32",
         "2x4x67x16_kv2_causal_window9_softcap5_sinks_alibi",
-        "1x3x200x8_window17", "1x6x40x8_kv3_window50_sinks_alibi"},
+        "1x3x200x8_window17", "1x6x40x8_kv3_window50_sinks_alibi",
+        "1x2x300x64_causal_bf16dot", "1x4x70x16_kv2_window9_bf16dot"},
        [](const std::string& text) { return AttentionCase(text, false); }},
       {"decode",
        Metric::kGbPerSec,

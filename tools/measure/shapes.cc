@@ -157,7 +157,8 @@ double ScoresShape::DropoutBytes() const {
 std::string MhaShape::Name() const {
   return (d_in == d_out ? Dims({batch, tokens, d_in, heads})
                         : Dims({batch, tokens, d_in, d_out, heads})) +
-         (step ? "_step" : "") + (bf16 ? "_bf16" : "");
+         (step ? "_step" : "") + (bf16 ? "_bf16" : "") +
+         (bf16dot ? "_bf16dot" : "");
 }
 
 double AttentionFlops(size_t batch, size_t heads, size_t queries, size_t keys,
@@ -191,6 +192,7 @@ std::string AttentionShape::Name() const {
   if (cache == KVType::kInt8) name += "_kvint8";
   if (page != 0) name += "_paged" + std::to_string(page);
   if (rope) name += "_rope";
+  if (bf16dot) name += "_bf16dot";
   return name;
 }
 
@@ -347,8 +349,8 @@ ScoresShape ParseScoresShape(const std::string& text, bool allow_mask) {
 
 MhaShape ParseMhaShape(const std::string& text) {
   constexpr const char* kForm =
-      "BxTxDxH or BxTxDINxDOUTxH with H dividing DOUT, optional _step, _bf16 "
-      "(e.g. 1x1024x768x12_step_bf16)";
+      "BxTxDxH or BxTxDINxDOUTxH with H dividing DOUT, optional _step, "
+      "_bf16, _bf16dot (e.g. 1x1024x768x12_step_bf16)";
   const Parsed p = Parse(text, kForm);
   if (p.dims.size() != 4 && p.dims.size() != 5) Fail(text, kForm);
   const bool same = p.dims.size() == 4;
@@ -360,6 +362,8 @@ MhaShape ParseMhaShape(const std::string& text) {
       s.step = true;
     } else if (flag == "bf16" && !s.bf16) {
       s.bf16 = true;
+    } else if (flag == "bf16dot" && !s.bf16dot) {
+      s.bf16dot = true;
     } else {
       Fail(text, kForm);
     }
@@ -412,8 +416,8 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
                "_pagedN (N a power of two, 16 to 256) (e.g. "
                "1x12x4096x64_kvbf16_paged16)"
              : "BxHxTxD with optional _kvG (G dividing H), _causal, "
-               "_dropout, _windowW, _softcapC, _sinks, _alibi (e.g. "
-               "1x32x2048x128_kv8_causal)";
+               "_dropout, _windowW, _softcapC, _sinks, _alibi, _bf16dot "
+               "(e.g. 1x32x2048x128_kv8_causal)";
   const Parsed p = Parse(text, form);
   if (p.dims.size() != 4) Fail(text, form);
   AttentionShape s{p.dims[0], p.dims[1], p.dims[1], p.dims[2], p.dims[3]};
@@ -427,6 +431,8 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
       s.causal = true;
     } else if (flag == "dropout" && !decode && !s.dropout) {
       s.dropout = true;
+    } else if (flag == "bf16dot" && !decode && !s.bf16dot) {
+      s.bf16dot = true;
     } else if (!s.variants.Parse(flag)) {
       Fail(text, form);
     }

@@ -101,6 +101,7 @@ struct MhaShape {
   // Forward over T; projection weights kept in bf16 (_bf16).
   bool step = false;
   bool bf16 = false;
+  bool bf16dot = false;  // bf16 arithmetic (ForwardOptions::compute).
 
   // "BxTxDxH" when d_in == d_out, else "BxTxDINxDOUTxH"; then the flags.
   std::string Name() const;
@@ -125,6 +126,8 @@ struct AttentionShape {
   KVType cache = KVType::kF32;
   size_t page = 0;
   bool rope = false;  // Append: keys rotated on the way in (_rope).
+  // Prefill: bf16 arithmetic (AttentionOptions::compute, _bf16dot).
+  bool bf16dot = false;
 
   size_t QueryTokens() const { return decode ? 1 : tokens; }
   bool InCache() const { return cache != KVType::kF32 || page != 0; }

@@ -170,18 +170,21 @@ class SimdattnMha : public Workload {
     LoadOptions options;
     options.keep_dtype = s.bf16;
     mha_.LoadStateDict(state_dict, options);
+    if (s.bf16dot) options_.compute = ComputeType::kBFloat16;
     if (s.step) {  // T - 1 tokens in the cache; each call adds the last.
-      cache_.emplace(s.batch, s.heads, s.tokens, s.d_out / s.heads);
+      KVCacheConfig config;  // bf16 arithmetic reads a bf16 cache.
+      if (s.bf16dot) config.type = KVType::kBF16;
+      cache_.emplace(s.batch, s.heads, s.tokens, s.d_out / s.heads, config);
       mha_.ForwardStep(Prefix(xv_, s.tokens - 1), *cache_,
-                       Prefix(yv_, s.tokens - 1));
+                       Prefix(yv_, s.tokens - 1), options_);
     }
   }
   void Run() override {
-    if (!cache_) return mha_.Forward(xv_, yv_);
+    if (!cache_) return mha_.Forward(xv_, yv_, options_);
     for (size_t b = 0; b < cache_->batch(); ++b) {
       cache_->Truncate(b, xv_.tokens - 1);
     }
-    mha_.ForwardStep(Last(xv_), *cache_, Last(yv_));
+    mha_.ForwardStep(Last(xv_), *cache_, Last(yv_), options_);
   }
   std::string Impl() const override { return ActiveTarget(); }
 
@@ -204,6 +207,7 @@ class SimdattnMha : public Workload {
   Buffer x_, y_;
   ConstTensor3 xv_;
   Tensor3 yv_;
+  ForwardOptions options_;
   std::optional<KVCache> cache_;
 };
 
@@ -228,6 +232,7 @@ class AttentionWorkload : public Workload {
               s.tokens - s.QueryTokens()) {
     options_.mask = mask_.mask();
     options_.dropout = s.dropout ? 0.1f : 0.0f;
+    if (s.bf16dot) options_.compute = ComputeType::kBFloat16;
   }
   std::string Impl() const override { return ActiveTarget(); }
 
