@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "simdattn/kernels.h"
 #include "src/common/scratch.h"
+#include "src/ops/matmul_bf16.h"
 #include "tbb/task_arena.h"
 #include "tests/test_util.h"
 #include "tools/reference/reference.h"
@@ -164,30 +165,44 @@ std::vector<double> OneTileBFloat16Reference(const Operands& r, double scale) {
 // kBFloat16: Q, K, V and P rounded to bf16. Within one tile of keys the
 // result is that of OneTileBFloat16Reference up to float32 scores and exp
 // (a weight near a rounding boundary may round the other way: 2^-9 of it);
-// over any shape, within P's rounding (2^-8 of sum w |v|, |v| <= 1) of
-// float64 attention over the rounded Q, K and V.
+// over any shape and mask, within P's rounding (2^-8 of sum w |v|,
+// |v| <= 1) of float64 attention over the rounded Q, K and V. Both on AMX
+// tiles where the CPU has them (the default) and on the float32 kernels.
 TEST_P(AttentionTest, BFloat16ArithmeticRoundsOperandsAndWeights) {
-  uint64_t seed = 300;
-  for (const Shape& s : kShapes) {
-    for (const bool causal : {false, true}) {
-      Operands o(s, seed++);
-      AttentionOptions options;
-      options.compute = ComputeType::kBFloat16;
-      options.scale = 2.0f;  // Peaked weights: P's rounding shows.
-      options.mask.causal = causal;
-      options.mask.causal_offset =
-          s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0;
-      ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
-      const Operands r = Rounded(o);
-      const std::string what = Describe(s) + (causal ? " causal" : "");
-      ExpectNear(o.out, Reference(r, 2.0, options.mask), 1.0 / 256 + 2e-6,
-                 what);
-      if (causal && s.k_tokens <= 256 && s.k_tokens >= s.q_tokens) {
-        // Unrounded P misses by ~1e-3 here; a flipped weight by ~3e-5.
-        ExpectNear(o.out, OneTileBFloat16Reference(r, 2.0), 1e-4, what);
+  using internal::BFloat16DotPolicy;
+  for (const BFloat16DotPolicy policy :
+       {BFloat16DotPolicy::kAuto, BFloat16DotPolicy::kFallback}) {
+    internal::SetBFloat16DotPolicy(policy);
+    uint64_t seed = 300;
+    for (const Shape& s : kShapes) {
+      for (const bool causal : {false, true}) {
+        Operands o(s, seed++);
+        AttentionOptions options;
+        options.compute = ComputeType::kBFloat16;
+        options.scale = 2.0f;  // Peaked weights: P's rounding shows.
+        options.mask.causal = causal;
+        options.mask.causal_offset =
+            s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0;
+        if (!causal && s.q_tokens > 40) {  // A window and a softcap instead.
+          options.mask.causal = true;
+          options.mask.window = 37;
+          options.mask.softcap = 5.0f;
+        }
+        ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+        const Operands r = Rounded(o);
+        const std::string what = Describe(s) + (causal ? " causal" : "") +
+                                 " policy " +
+                                 std::to_string(static_cast<int>(policy));
+        ExpectNear(o.out, Reference(r, 2.0, options.mask), 1.0 / 256 + 2e-6,
+                   what);
+        if (causal && s.k_tokens <= 256 && s.k_tokens >= s.q_tokens) {
+          // Unrounded P misses by ~1e-3 here; a flipped weight by ~3e-5.
+          ExpectNear(o.out, OneTileBFloat16Reference(r, 2.0), 1e-4, what);
+        }
       }
     }
   }
+  internal::SetBFloat16DotPolicy(BFloat16DotPolicy::kAuto);
 }
 
 // The variants of current models (kernels.h's AttentionMask), alone and

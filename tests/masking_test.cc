@@ -28,6 +28,7 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 struct Problem {
   size_t batch, heads, kv_heads, q_tokens, k_tokens, head_dim;
   std::string mask_kind;  // "causal", "boolean", "lengths" or "additive".
+  ComputeType compute = ComputeType::kFloat32;  // Fused attention's.
 
   size_t Offset() const { return k_tokens - q_tokens; }
   // Keys masked for every row of (b, g): poisoned below.
@@ -84,6 +85,7 @@ Tensors MakeTensors(const Problem& p) {
 
 void Attend(const Problem& p, Tensors& t) {
   AttentionOptions options;
+  options.compute = p.compute;
   AttentionMask& m = options.mask;
   if (p.mask_kind == "causal") {
     m.causal = true;
@@ -170,13 +172,18 @@ class MaskingTest : public test::PerTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(MaskingTest);
 
 // Fused attention: prefill over several key tiles, a few rows (read in
-// place), and decode with the keys split across tasks.
+// place), and decode with the keys split across tasks; in float32 and bf16
+// arithmetic (AMX tiles on the prefill where the CPU has them).
 TEST_P(MaskingTest, PoisonAtMaskedKeysChangesNoOtherRow) {
-  const std::vector<Problem> shapes = {
+  std::vector<Problem> shapes = {
       {2, 4, 2, 70, 300, 16, ""},  // Prefill: tiles of queries and keys.
       {1, 2, 1, 3, 130, 8, ""},    // Few rows.
       {1, 2, 2, 1, 1100, 16, ""},  // Decode: split keys.
   };
+  for (size_t i = 0, n = shapes.size(); i < n; ++i) {
+    shapes.push_back(shapes[i]);
+    shapes.back().compute = ComputeType::kBFloat16;
+  }
   for (Problem p : shapes) {
     for (const char* kind : {"causal", "boolean", "lengths", "additive"}) {
       p.mask_kind = kind;
@@ -201,7 +208,8 @@ TEST_P(MaskingTest, PoisonAtMaskedKeysChangesNoOtherRow) {
           Attend(p, run);
           const std::string what =
               std::string(kind) + " q_tokens " + std::to_string(p.q_tokens) +
-              " poison " + std::to_string(value) + (in_v ? " in V" : " in K");
+              " poison " + std::to_string(value) + (in_v ? " in V" : " in K") +
+              (p.compute == ComputeType::kBFloat16 ? " bf16" : "");
           ExpectOnlyVisibleRowsChange(p, clean, run, value, in_v, poisoned,
                                       what);
         }

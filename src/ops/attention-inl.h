@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -44,6 +45,7 @@
 #include "simdattn/random.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
+#include "src/ops/amx_tiles.h"
 #include "src/ops/bf16-inl.h"
 #include "src/ops/dropout-inl.h"
 #include "src/ops/exp-inl.h"
@@ -80,6 +82,11 @@ constexpr size_t kMinTasks = 16;
 constexpr size_t kMinSplitKeys = kKeyBlock;
 // Largest vector, for tail copies.
 constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+// AMX tiles (bf16 arithmetic) serve the AVX-512 targets: the query blocks
+// are whole tiles of rows there.
+constexpr bool kAmxTarget = HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL;
+static_assert(!kAmxTarget || kQueryBlock % internal::kAmxTileRows == 0,
+              "AMX products cover whole query blocks");
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Everything constant over one call but the keys and values, whose element
@@ -96,6 +103,9 @@ struct Problem {
   dropout_detail::Params dropout_params;
   size_t group;                // Query heads per key/value head.
   bool round_weights = false;  // P rounded to bf16 before P V.
+  // Q K^T and P V of the dense path on AMX tiles (round_weights too; Q, K
+  // and V already bf16-exact).
+  bool amx = false;
 
   template <typename T>
   internal::KVRows<T> Keys(size_t b, size_t h) const {
@@ -204,6 +214,40 @@ struct Workspace {
     nonfinite.keys =
         reinterpret_cast<uint32_t*>(additive + kKeyBlock + kKeyBlock / 4);
     scales = additive + 2 * kKeyBlock + kKeyBlock / 4;
+  }
+};
+
+// One task's bf16 pairs for AMX (amx_tiles.h's layouts), carved from a
+// float buffer of Floats(...) floats: Q's rows as A, the tile's K^T and V
+// as B, P as A, and P V's product.
+struct AmxWorkspace {
+  static constexpr size_t kTile = internal::kAmxTileRows;
+  static constexpr size_t kKeyPairs = kKeyBlock / 2;
+  size_t head_pairs, value_cols;
+  uint32_t* q;  // kTaskRows x head_pairs.
+  uint32_t* k;  // head_pairs x kKeyBlock.
+  uint32_t* v;  // kKeyPairs x value_cols.
+  uint32_t* p;  // kQueryBlock x kKeyPairs.
+  float* pv;    // kQueryBlock x value_cols.
+
+  static size_t RoundUp(size_t x, size_t to) {
+    return hwy::DivCeil(x, to) * to;
+  }
+  static size_t HeadPairs(size_t head_dim) {
+    return RoundUp(hwy::DivCeil(head_dim, 2), internal::kAmxTilePairs);
+  }
+  static size_t Floats(size_t head_dim, size_t value_dim) {
+    const size_t hp = HeadPairs(head_dim), vc = RoundUp(value_dim, kTile);
+    return kTaskRows * hp + hp * kKeyBlock + kKeyPairs * vc +
+           kQueryBlock * kKeyPairs + kQueryBlock * vc;
+  }
+  AmxWorkspace(float* base, size_t head_dim, size_t value_dim)
+      : head_pairs(HeadPairs(head_dim)), value_cols(RoundUp(value_dim, kTile)) {
+    q = reinterpret_cast<uint32_t*>(base);
+    k = q + kTaskRows * head_pairs;
+    v = k + head_pairs * kKeyBlock;
+    p = v + kKeyPairs * value_cols;
+    pv = reinterpret_cast<float*>(p + kQueryBlock * kKeyPairs);
   }
 };
 
@@ -469,6 +513,98 @@ inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
   return j_start < j_stop;
 }
 
+// AMX: query rows [i0, i1) of q as A's pairs, rows past i1 up to a whole
+// tile zero.
+inline void AmxQueryPairs(ConstMatrix q, size_t i0, size_t i1,
+                          const AmxWorkspace& aw) {
+  const size_t rows = i1 - i0, hp = aw.head_pairs;
+  for (size_t r = 0; r < rows; ++r) {
+    internal::AmxPairsOfRow(q.Row(i0 + r), q.cols, hp, aw.q + r * hp);
+  }
+  const size_t padded = AmxWorkspace::RoundUp(rows, AmxWorkspace::kTile);
+  std::fill(aw.q + rows * hp, aw.q + padded * hp, 0u);
+}
+
+// AMX: the tile's K^T and V, from the float panels (tile_cols keys), as B's
+// pairs; zero past the keys (to a multiple of 32), head_dim and value_dim.
+inline void AmxKeyValuePairs(const Workspace& ws, size_t nr, size_t head_dim,
+                             size_t value_dim, size_t tile_cols,
+                             const AmxWorkspace& aw) {
+  const size_t keys = AmxWorkspace::RoundUp(tile_cols, 2 * 16);
+  for (size_t p = 0; p < aw.head_pairs; ++p) {
+    std::fill_n(aw.k + p * kKeyBlock, keys, 0u);
+  }
+  for (size_t n0 = 0; n0 < tile_cols; n0 += nr) {
+    const float* panel = ws.k_panels + n0 * head_dim;
+    for (size_t c = 0; c < head_dim; c += 2) {
+      internal::AmxInterleaveRows(
+          panel + c * nr, c + 1 < head_dim ? panel + (c + 1) * nr : nullptr,
+          std::min(nr, tile_cols - n0), aw.k + c / 2 * kKeyBlock + n0);
+    }
+  }
+  std::fill_n(aw.v, keys / 2 * aw.value_cols, 0u);
+  for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
+    const float* panel = ws.v_panels + n0 * kKeyBlock;
+    for (size_t j = 0; j < tile_cols; j += 2) {
+      internal::AmxInterleaveRows(
+          panel + j * nr, j + 1 < tile_cols ? panel + (j + 1) * nr : nullptr,
+          std::min(nr, value_dim - n0), aw.v + j / 2 * aw.value_cols + n0);
+    }
+  }
+}
+
+// AMX: S = scale Q K^T for the block's rows (from `row`, the block's first
+// row within the task) over key columns [0, cols) (and up to a multiple of
+// 32, which SoftmaxTile ignores).
+inline void AmxScores(const Problem& pr, size_t row, size_t rows, size_t cols,
+                      const AmxWorkspace& aw, float* scores) {
+  const hn::ScalableTag<float> d;
+  const size_t tile_rows = AmxWorkspace::RoundUp(rows, AmxWorkspace::kTile);
+  internal::AmxProduct(aw.q + row * aw.head_pairs, aw.head_pairs, aw.k,
+                       kKeyBlock, tile_rows, AmxWorkspace::RoundUp(cols, 32),
+                       aw.head_pairs, scores, kKeyBlock);
+  const auto scale = hn::Set(d, pr.scale);
+  for (size_t r = 0; r < rows; ++r) {
+    float* srow = scores + r * kKeyBlock;
+    for (size_t j = 0; j < cols; j += hn::Lanes(d)) {  // Rows: kKeyBlock.
+      hn::StoreU(hn::Mul(hn::LoadU(d, srow + j), scale), d, srow + j);
+    }
+  }
+}
+
+// AMX: acc = P V (first) or acc + P V over the block's rows, P (bf16-exact,
+// SoftmaxTile's) in columns [0, cols) of `weights`, which become A's pairs.
+inline void AmxWeightsTimesValues(const float* weights, size_t rows,
+                                  size_t cols, size_t value_dim, bool first,
+                                  const AmxWorkspace& aw, float* acc,
+                                  size_t acc_stride) {
+  const size_t keys = AmxWorkspace::RoundUp(cols, 32);
+  const size_t tile_rows = AmxWorkspace::RoundUp(rows, AmxWorkspace::kTile);
+  constexpr size_t kPairs = AmxWorkspace::kKeyPairs;
+  for (size_t r = 0; r < tile_rows; ++r) {
+    if (r < rows) {
+      internal::AmxPairsOfRow(weights + r * kKeyBlock, cols, keys / 2,
+                              aw.p + r * kPairs);
+    } else {
+      std::fill_n(aw.p + r * kPairs, keys / 2, 0u);
+    }
+  }
+  internal::AmxProduct(aw.p, kPairs, aw.v, aw.value_cols, tile_rows,
+                       aw.value_cols, keys / 2, aw.pv, aw.value_cols);
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  for (size_t r = 0; r < rows; ++r) {
+    float* out = acc + r * acc_stride;
+    const float* pv = aw.pv + r * aw.value_cols;
+    size_t c = 0;
+    for (; c + N <= value_dim; c += N) {
+      const auto sum = hn::LoadU(d, pv + c);
+      hn::StoreU(first ? sum : hn::Add(hn::LoadU(d, out + c), sum), d, out + c);
+    }
+    for (; c < value_dim; ++c) out[c] = first ? pv[c] : out[c] + pv[c];
+  }
+}
+
 // Attends query rows [i0, i1) of (b, h) (up to kTaskRows) to keys
 // [j_begin, j_end) (j_begin a multiple of kKeyBlock), key tile by key tile
 // from the first row's window on:
@@ -478,7 +614,8 @@ inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
 template <typename T>
 inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
                         size_t i1, size_t j_begin, size_t j_end, float* acc,
-                        size_t acc_stride, const RowStates& st, Workspace& ws) {
+                        size_t acc_stride, const RowStates& st, Workspace& ws,
+                        const AmxWorkspace* aw) {
   using namespace matmul_detail;
   const size_t rows = i1 - i0;
   const size_t value_dim = pr.value_dim;
@@ -507,6 +644,7 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
     const internal::KVRows<T> v = pr.Values<T>(b, h);
     const Epilogue scores_epilogue{pr.scale, 0.0f, true, nullptr};
     const size_t task_stop = stop(i1 - 1);
+    if (aw != nullptr) AmxQueryPairs(q, i0, i1, *aw);
     for (size_t j0 = FirstKey(pr, b, i0, j_begin); j0 < task_stop;
          j0 += kKeyBlock) {
       // Pack K^T and V for the keys the task's last row sees.
@@ -531,6 +669,9 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
                       nr, 0.0f);
         }
       }
+      if (aw != nullptr) {
+        AmxKeyValuePairs(ws, nr, head_dim, value_dim, tile_cols, *aw);
+      }
       for (size_t qb = i0; qb < i1; qb += kQueryBlock) {
         const size_t qb_end = std::min(i1, qb + kQueryBlock);
         const size_t qb_stop = stop(qb_end - 1);
@@ -552,7 +693,10 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
           return first <= j0 ? 0 : std::min(cols, first - j0) / nr * nr;
         };
         // 1. S = scale * Q K^T.
-        for (size_t m = 0; m < qb_rows; m += kRows) {
+        if (aw != nullptr) {
+          AmxScores(pr, qb - i0, qb_rows, cols, *aw, ws.scores);
+        }
+        for (size_t m = 0; m < qb_rows && aw == nullptr; m += kRows) {
           const size_t m_cols = micro_cols(m);
           for (size_t n0 = micro_from(m); n0 < m_cols; n0 += nr) {
             MicroKernelRows(d, std::min(kRows, qb_rows - m), q.Row(qb + m),
@@ -572,7 +716,11 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
         if (!first)
           RescaleRows(ws.corr, qb_rows, qb_acc, acc_stride, value_dim);
         const Epilogue accumulate{1.0f, 0.0f, first, nullptr};
-        for (size_t m = 0; m < qb_rows; m += kRows) {
+        if (aw != nullptr) {
+          AmxWeightsTimesValues(ws.scores, qb_rows, cols, value_dim, first, *aw,
+                                qb_acc, acc_stride);
+        }
+        for (size_t m = 0; m < qb_rows && aw == nullptr; m += kRows) {
           const size_t m_cols = micro_cols(m);
           const size_t m_from = std::min(micro_from(m), m_cols);
           for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
@@ -622,7 +770,8 @@ HWY_INLINE float LogSumExp(float max, float sum, bool nan) {
 template <typename T>
 void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
                float scale, const AttentionMask& mask, float dropout,
-               PhiloxKey dropout_key, float* log_sum_exp, bool round_weights) {
+               PhiloxKey dropout_key, float* log_sum_exp, bool round_weights,
+               bool amx) {
   const size_t batch = q.dims[0], heads = q.dims[1], q_tokens = q.dims[2];
   const size_t k_tokens = kv.tokens, value_dim = kv.values.cols;
   const auto lse = [&](size_t b, size_t h, size_t i) -> float& {
@@ -655,6 +804,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
   if (pr.dropout)
     pr.dropout_params = dropout_detail::MakeParams(dropout, dropout_key);
   pr.round_weights = round_weights;
+  pr.amx = amx && kAmxTarget;
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);
@@ -689,9 +839,19 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
     *h = task / row_blocks % heads;
     *b = task / row_blocks / heads;
   };
+  const size_t amx_floats =
+      pr.amx ? AmxWorkspace::Floats(q.dims[3], value_dim) : 0;
   internal::ParallelFor(0, tasks * splits, 1, [&](size_t first, size_t last) {
     internal::ScratchBuffer scratch(workspace_floats + 3 * kTaskRows);
     Workspace ws(scratch.data(), nr, q.dims[3], value_dim);
+    internal::ScratchBuffer amx_scratch(amx_floats + 1);
+    std::optional<AmxWorkspace> amx_ws;
+    std::optional<internal::AmxScope> tiles;  // Per task: tiles are per thread.
+    if (pr.amx) {
+      amx_ws.emplace(amx_scratch.data(), q.dims[3], value_dim);
+      tiles.emplace();
+    }
+    const AmxWorkspace* aw = amx_ws ? &*amx_ws : nullptr;
     float* own = scratch.data() + workspace_floats;
     const RowStates own_states{own, own + kTaskRows, own + 2 * kTaskRows};
     for (size_t index = first; index != last; ++index) {
@@ -702,7 +862,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
       const Matrix o = out.Slice(b, h);
       if (splits == 1) {
         AttendBlock<T>(pr, b, h, i0, i1, 0, k_tokens, o.Row(i0), o.stride,
-                       own_states, ws);
+                       own_states, ws, aw);
         for (size_t r = 0; r < i1 - i0; ++r) {
           const bool nan = own_states.nan[r] != 0;
           FinishRow(o.Row(i0 + r), own_states.sum[r], nan, value_dim,
@@ -720,7 +880,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
                              partial_states.nan + row0};
       AttendBlock<T>(pr, b, h, i0, i1, split * chunk,
                      std::min(k_tokens, (split + 1) * chunk),
-                     partial_acc + row0 * value_dim, value_dim, states, ws);
+                     partial_acc + row0 * value_dim, value_dim, states, ws, aw);
     }
   });
   if (splits == 1) return drop_all ? zero_outputs() : void();
@@ -769,21 +929,21 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
 inline void AttentionImpl(ConstTensor4 q, const internal::KVSource& kv,
                           Tensor4 out, float scale, const AttentionMask& mask,
                           float dropout, PhiloxKey dropout_key,
-                          float* log_sum_exp, bool round_weights) {
+                          float* log_sum_exp, bool round_weights, bool amx) {
   using namespace attention_detail;
   switch (kv.type) {
     case KVType::kF32:
       return AttendAll<float>(q, kv, out, scale, mask, dropout, dropout_key,
-                              log_sum_exp, round_weights);
+                              log_sum_exp, round_weights, amx);
     case KVType::kBF16:
       return AttendAll<BFloat16>(q, kv, out, scale, mask, dropout, dropout_key,
-                                 log_sum_exp, round_weights);
+                                 log_sum_exp, round_weights, amx);
     case KVType::kF16:
       return AttendAll<Float16>(q, kv, out, scale, mask, dropout, dropout_key,
-                                log_sum_exp, round_weights);
+                                log_sum_exp, round_weights, amx);
     case KVType::kInt8:
       return AttendAll<int8_t>(q, kv, out, scale, mask, dropout, dropout_key,
-                               log_sum_exp, round_weights);
+                               log_sum_exp, round_weights, amx);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "src/common/scratch.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/kv_store.h"
+#include "src/ops/matmul_bf16.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/ops/attention.cc"
@@ -148,7 +149,9 @@ void Attend(const char* kFn, ConstTensor4 q, KVSource kv, size_t capacity,
   HWY_DYNAMIC_DISPATCH(AttentionImpl)
   (q, kv, out, scale, mask, dropout,
    DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
-   options.log_sum_exp, bf16);
+   options.log_sum_exp, bf16,
+   bf16 && internal::ChosenBFloat16DotKernel() ==
+               internal::BFloat16DotKernelKind::kAmx);
 }
 
 // A float tensor's rows as a contiguous KV source's.

@@ -27,13 +27,11 @@
 #include "simdattn/targets.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
+#include "src/ops/amx_tiles.h"
 #include "src/ops/kv_store.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #define SIMDATTN_HAVE_AVX512_BF16_KERNEL 1
 #endif
 
@@ -68,12 +66,12 @@ void Fallback(ConstMatrix a, ConstMatrix b, Matrix c,
 // Packed operands: pairs of bf16 along K in one uint32, element 2k2 in the
 // low half (the instructions multiply the low halves, then the high ones).
 // K2 = ceil(K / 2) rounded up to kPairBlock, zero-padded. A: row m's K2
-// pairs contiguous, rows rounded up to two AMX tiles with zeros. B: panel p
+// pairs contiguous, rows rounded up to an AMX tile with zeros. B: panel p
 // holds, for each pair k2, its kPanel columns' pairs (the layout AMX loads
 // B's tiles from, one panel row apart).
-constexpr size_t kPanel = 64;      // Columns per panel of packed B.
-constexpr size_t kPairBlock = 16;  // Pairs per AMX tile row (64 bytes).
-constexpr size_t kTileRows = 16;   // Rows of an AMX tile.
+constexpr size_t kPanel = 64;  // Columns per panel of packed B.
+constexpr size_t kPairBlock = kAmxTilePairs;
+constexpr size_t kTileRows = kAmxTileRows;
 
 inline size_t RoundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
@@ -126,9 +124,9 @@ class PackedOperands {
                                       bool transposed)
       : k2(RoundUp((a.cols + 1) / 2, kPairBlock)),
         panels((n + kPanel - 1) / kPanel),
-        a_(RoundUp(a.rows, 2 * kTileRows) * k2),
+        a_(RoundUp(a.rows, kTileRows) * k2),
         b_(panels * k2 * kPanel) {
-    const size_t rows = RoundUp(a.rows, 2 * kTileRows);
+    const size_t rows = RoundUp(a.rows, kTileRows);
     ParallelFor(0, rows, 16, [&](size_t first, size_t last) {
       for (size_t m = first; m < last; ++m) {
         if (m < a.rows) {
@@ -252,98 +250,36 @@ SIMDATTN_BF16_TARGET void DotProducts(const PackedOperands& packed, Matrix c,
   });
 }
 
-// AMX kernel: tiles of 16 rows x 64 bytes. Tiles 0-3 accumulate a 32 x 32
-// block of C, 4-5 hold A's two 16-row tiles, 6-7 B's two 16-column tiles.
-#define SIMDATTN_AMX_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
-
-struct TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
-
-// Linux grants AMX's 8 KiB of tile state only on request (once per
-// process); false where the CPU or the kernel lacks it.
-bool AmxUsable() {
-  static const bool usable = [] {
-    unsigned eax, ebx, ecx, edx;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    const bool tile = (edx >> 24) & 1, bf16 = (edx >> 22) & 1;
-    if (!tile || !bf16) return false;
-#ifdef __linux__
-    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
-#else
-    return false;
-#endif
-  }();
-  return usable;
-}
-
-// Tasks of kAmxRowBlock rows x one panel, in 32 x 32 blocks of C. K is not
+// AMX kernel: tasks of kAmxRowBlock rows x one panel, in blocks of 16 rows
+// x the panel's 64 columns (AmxProduct), then the epilogue. K is not
 // blocked, as in DotProducts.
 constexpr size_t kAmxRowBlock = 6 * kTileRows;
 
-// Tasks [first, last) of Tiles (a lambda would not inherit the target).
-SIMDATTN_AMX_TARGET void TileTasks(const PackedOperands& packed, Matrix c,
-                                   const MatMulOptions& opt, size_t first,
-                                   size_t last) {
+SIMDATTN_BF16_TARGET void TileTasks(const PackedOperands& packed, Matrix c,
+                                    const MatMulOptions& opt, size_t first,
+                                    size_t last) {
   const size_t M = c.rows, N = c.cols, k2 = packed.k2;
   const size_t row_blocks = (M + kAmxRowBlock - 1) / kAmxRowBlock;
-  const size_t a_stride = k2 * sizeof(uint32_t);
-  const size_t b_stride = kPanel * sizeof(uint32_t);
-  TileConfig config;  // Per thread: TBB may run the tasks on any.
-  for (size_t t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = kTileRows;
-  }
-  _tile_loadconfig(&config);
-  alignas(64) float block[2 * kTileRows][2 * kTileRows];
-  constexpr size_t kBlockStride = sizeof(block[0]);
+  const AmxScope tiles;  // Per task: TBB may run the tasks on any thread.
+  alignas(64) float block[kTileRows][kPanel];
   for (size_t task = first; task < last; ++task) {
     const size_t p = task / row_blocks;
     const size_t m_begin = task % row_blocks * kAmxRowBlock;
     const size_t m_end = std::min(M, m_begin + kAmxRowBlock);
-    const uint32_t* panel = packed.Panel(p);
-    for (size_t m0 = m_begin; m0 < m_end; m0 += 2 * kTileRows) {
-      const uint32_t* a0 = packed.Row(m0);
-      const uint32_t* a1 = packed.Row(m0 + kTileRows);
-      for (size_t n0 = 0; n0 < kPanel && p * kPanel + n0 < N;
-           n0 += 2 * kTileRows) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (size_t k0 = 0; k0 < k2; k0 += kPairBlock) {
-          _tile_loadd(4, a0 + k0, a_stride);
-          _tile_loadd(5, a1 + k0, a_stride);
-          _tile_loadd(6, panel + k0 * kPanel + n0, b_stride);
-          _tile_loadd(7, panel + k0 * kPanel + n0 + kTileRows, b_stride);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-        _tile_stored(0, &block[0][0], kBlockStride);
-        _tile_stored(1, &block[0][kTileRows], kBlockStride);
-        _tile_stored(2, &block[kTileRows][0], kBlockStride);
-        _tile_stored(3, &block[kTileRows][kTileRows], kBlockStride);
-        const size_t col = p * kPanel + n0;
-        const Epilogue epilogue{opt,
-                                opt.bias != nullptr ? opt.bias + col : nullptr};
-        for (size_t r = 0; r < 2 * kTileRows && m0 + r < m_end; ++r) {
-          const __m512 acc[2] = {_mm512_load_ps(block[r]),
-                                 _mm512_load_ps(block[r] + kTileRows)};
-          epilogue.Row(acc, std::min(2 * kTileRows, N - col),
-                       c.Row(m0 + r) + col);
-        }
+    const size_t col = p * kPanel;
+    const Epilogue epilogue{opt,
+                            opt.bias != nullptr ? opt.bias + col : nullptr};
+    for (size_t m0 = m_begin; m0 < m_end; m0 += kTileRows) {
+      AmxProduct(packed.Row(m0), k2, packed.Panel(p), kPanel, kTileRows, kPanel,
+                 k2, &block[0][0], kPanel);
+      for (size_t r = 0; r < kTileRows && m0 + r < m_end; ++r) {
+        const __m512 acc[4] = {
+            _mm512_load_ps(block[r]), _mm512_load_ps(block[r] + 16),
+            _mm512_load_ps(block[r] + 32), _mm512_load_ps(block[r] + 48)};
+        epilogue.Row(acc, std::min(kPanel, N - col), c.Row(m0 + r) + col);
       }
     }
   }
-  _tile_release();  // Lets the core leave AMX's power state.
 }
 
 void Tiles(const PackedOperands& packed, Matrix c, const MatMulOptions& opt) {

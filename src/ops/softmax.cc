@@ -20,8 +20,8 @@ HWY_EXPORT(SoftmaxImpl);
 
 namespace {
 
-using internal::Footprint;
 using internal::CheckDistinctElements;
+using internal::Footprint;
 using internal::SameDims;
 using internal::ShapeString;
 

@@ -67,9 +67,9 @@ void UseTarget(const std::string& name) {
   // Leaves dispatch as UseTarget("") does: Highway 1.0.3 may otherwise keep
   // a lesser target chosen while its targets were listed (SVE2 for SVE_256).
   hwy::SetSupportedTargetsForTest(0);
-  internal::ThrowInvalidArgument("UseTarget", "target \"", name,
-                                 "\" is not supported here (supported: ",
-                                 supported, ")");
+  internal::ThrowInvalidArgument(
+      "UseTarget", "target \"", name,
+      "\" is not supported here (supported: ", supported, ")");
 }
 
 const char* Version() { return SIMDATTN_VERSION_STRING; }

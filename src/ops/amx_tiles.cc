@@ -1,0 +1,190 @@
+#include "src/ops/amx_tiles.h"
+
+#include <cstdlib>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define SIMDATTN_HAVE_AMX_KERNELS 1
+#endif
+
+namespace simdattn {
+namespace internal {
+
+#ifdef SIMDATTN_HAVE_AMX_KERNELS
+#define SIMDATTN_AMX_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+
+namespace {
+
+// Every tile 16 rows x 64 bytes (16 pairs or 16 floats).
+struct TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+  constexpr TileConfig() {
+    for (size_t t = 0; t < 8; ++t) {
+      bytes_per_row[t] = 64;
+      rows[t] = kAmxTileRows;
+    }
+  }
+};
+static_assert(sizeof(TileConfig) == 64, "LDTILECFG reads 64 bytes");
+// In memory, whole: the compiler does not see LDTILECFG read all 64 bytes
+// of a local (GCC 12 dropped the stores to one).
+constexpr TileConfig kTileConfig;
+
+SIMDATTN_AMX_TARGET void LoadConfig() { _tile_loadconfig(&kTileConfig); }
+
+SIMDATTN_AMX_TARGET void Release() { _tile_release(); }
+
+// C's 16 rows x 16 N columns = A's 16 rows times B's N column tiles. Tiles
+// 0..N-1 hold C, 4 A, 5-7 B (the fourth B reuses 5).
+template <int N>
+SIMDATTN_AMX_TARGET void RowOfTiles(const uint32_t* a, size_t a_bytes,
+                                    const uint32_t* b, size_t b_stride,
+                                    size_t pairs, float* c, size_t c_bytes) {
+  const size_t b_bytes = b_stride * sizeof(uint32_t);
+  _tile_zero(0);
+  if constexpr (N > 1) _tile_zero(1);
+  if constexpr (N > 2) _tile_zero(2);
+  if constexpr (N > 3) _tile_zero(3);
+  for (size_t p = 0; p < pairs; p += kAmxTilePairs) {
+    const uint32_t* bp = b + p * b_stride;
+    _tile_loadd(4, a + p, a_bytes);
+    _tile_loadd(5, bp, b_bytes);
+    _tile_dpbf16ps(0, 4, 5);
+    if constexpr (N > 1) {
+      _tile_loadd(6, bp + 16, b_bytes);
+      _tile_dpbf16ps(1, 4, 6);
+    }
+    if constexpr (N > 2) {
+      _tile_loadd(7, bp + 32, b_bytes);
+      _tile_dpbf16ps(2, 4, 7);
+    }
+    if constexpr (N > 3) {
+      _tile_loadd(5, bp + 48, b_bytes);
+      _tile_dpbf16ps(3, 4, 5);
+    }
+  }
+  _tile_stored(0, c, c_bytes);
+  if constexpr (N > 1) _tile_stored(1, c + 16, c_bytes);
+  if constexpr (N > 2) _tile_stored(2, c + 32, c_bytes);
+  if constexpr (N > 3) _tile_stored(3, c + 48, c_bytes);
+}
+
+}  // namespace
+
+bool AmxUsable() {
+  static const bool usable = [] {
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool tile = (edx >> 24) & 1, bf16 = (edx >> 22) & 1;
+    if (!tile || !bf16 || !__builtin_cpu_supports("avx512bf16")) return false;
+#ifdef __linux__
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return usable;
+}
+
+AmxScope::AmxScope() { LoadConfig(); }
+AmxScope::~AmxScope() { Release(); }
+
+void AmxProduct(const uint32_t* a, size_t a_stride, const uint32_t* b,
+                size_t b_stride, size_t rows, size_t cols, size_t pairs,
+                float* c, size_t ldc) {
+  const size_t a_bytes = a_stride * sizeof(uint32_t);
+  const size_t c_bytes = ldc * sizeof(float);
+  for (size_t r = 0; r < rows; r += kAmxTileRows) {
+    const uint32_t* a_rows = a + r * a_stride;
+    float* c_rows = c + r * ldc;
+    size_t n = 0;
+    for (; n + 64 <= cols; n += 64) {
+      RowOfTiles<4>(a_rows, a_bytes, b + n, b_stride, pairs, c_rows + n,
+                    c_bytes);
+    }
+    switch ((cols - n) / 16) {
+      case 3:
+        RowOfTiles<3>(a_rows, a_bytes, b + n, b_stride, pairs, c_rows + n,
+                      c_bytes);
+        break;
+      case 2:
+        RowOfTiles<2>(a_rows, a_bytes, b + n, b_stride, pairs, c_rows + n,
+                      c_bytes);
+        break;
+      case 1:
+        RowOfTiles<1>(a_rows, a_bytes, b + n, b_stride, pairs, c_rows + n,
+                      c_bytes);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+SIMDATTN_AMX_TARGET void AmxPairsOfRow(const float* x, size_t n, size_t pairs,
+                                       uint32_t* out) {
+  for (size_t j = 0; j < pairs; j += 16) {
+    // Floats [2j, 2j + 32) of x, zeros past n.
+    const size_t i = 2 * j;
+    const size_t left = i < n ? n - i : 0;
+    const __mmask16 lo_mask =
+        static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
+    const __mmask16 hi_mask =
+        static_cast<__mmask16>(left >= 32   ? 0xFFFF
+                               : left <= 16 ? 0
+                                            : (1u << (left - 16)) - 1);
+    const __m512 lo = _mm512_maskz_loadu_ps(lo_mask, x + i);
+    const __m512 hi = _mm512_maskz_loadu_ps(hi_mask, x + i + 16);
+    // cvtne2ps_pbh(hi, lo): lo's bf16 in the low 16 halves, so that
+    // consecutive floats stay consecutive: pairs (2j, 2j + 1) as they lie.
+    const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    const size_t count = pairs - j < 16 ? pairs - j : 16;
+    _mm512_mask_storeu_epi32(out + j, static_cast<__mmask16>((1u << count) - 1),
+                             packed);
+  }
+}
+
+SIMDATTN_AMX_TARGET void AmxInterleaveRows(const float* lo, const float* hi,
+                                           size_t n, uint32_t* out) {
+  for (size_t j = 0; j < n; j += 16) {
+    const size_t count = n - j < 16 ? n - j : 16;
+    const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
+    const __m512 l = _mm512_maskz_loadu_ps(mask, lo + j);
+    const __m512 h = hi == nullptr ? _mm512_setzero_ps()
+                                   : _mm512_maskz_loadu_ps(mask, hi + j);
+    // [lo's 16 bf16 | hi's 16], then interleaved: pair j = (lo[j], hi[j]).
+    const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(h, l);
+    const __m512i order = _mm512_set_epi16(
+        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+        6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    _mm512_mask_storeu_epi32(out + j, mask,
+                             _mm512_permutexvar_epi16(order, halves));
+  }
+}
+
+#else  // No AMX kernels: AmxUsable() is false and nothing else is called.
+
+bool AmxUsable() { return false; }
+AmxScope::AmxScope() { std::abort(); }
+AmxScope::~AmxScope() = default;
+void AmxProduct(const uint32_t*, size_t, const uint32_t*, size_t, size_t,
+                size_t, size_t, float*, size_t) {
+  std::abort();
+}
+void AmxPairsOfRow(const float*, size_t, size_t, uint32_t*) { std::abort(); }
+void AmxInterleaveRows(const float*, const float*, size_t, uint32_t*) {
+  std::abort();
+}
+
+#endif  // SIMDATTN_HAVE_AMX_KERNELS
+
+}  // namespace internal
+}  // namespace simdattn
