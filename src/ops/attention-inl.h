@@ -103,9 +103,13 @@ struct Problem {
   dropout_detail::Params dropout_params;
   size_t group;                // Query heads per key/value head.
   bool round_weights = false;  // P rounded to bf16 before P V.
-  // Q K^T and P V of the dense path on AMX tiles (round_weights too; Q, K
-  // and V already bf16-exact).
+  // Q K^T and P V of the dense path on AMX tiles, whose packing rounds Q, K
+  // and V to bf16 (round_weights too).
   bool amx = false;
+  // bf16 with Q, K and V as given (not yet rounded): every task takes the
+  // dense path, which rounds them while packing (the few-rows path would
+  // read them unrounded).
+  bool round_inputs = false;
 
   template <typename T>
   internal::KVRows<T> Keys(size_t b, size_t h) const {
@@ -513,6 +517,32 @@ inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
   return j_start < j_stop;
 }
 
+// x[0, n) rounded to bf16 in place (n a multiple of the vector length: the
+// panels hold whole vectors).
+template <class D>
+HWY_INLINE void RoundInPlace(D d, float* HWY_RESTRICT x, size_t n) {
+  for (size_t i = 0; i < n; i += hn::Lanes(d)) {
+    hn::Store(RoundToBFloat16(d, hn::Load(d, x + i)), d, x + i);
+  }
+}
+
+// m's rows rounded to bf16 into `out`, dense (m.cols apart).
+template <class D>
+HWY_INLINE void RoundRows(D d, ConstMatrix m, float* HWY_RESTRICT out) {
+  const hn::CappedTag<float, 1> d1;
+  const size_t N = hn::Lanes(d);
+  for (size_t r = 0; r < m.rows; ++r) {
+    float* row = out + r * m.cols;
+    size_t c = 0;
+    for (; c + N <= m.cols; c += N) {
+      hn::StoreU(RoundToBFloat16(d, hn::LoadU(d, m.Row(r) + c)), d, row + c);
+    }
+    for (; c < m.cols; ++c) {
+      row[c] = hn::GetLane(RoundToBFloat16(d1, hn::LoadU(d1, m.Row(r) + c)));
+    }
+  }
+}
+
 // AMX: query rows [i0, i1) of q as A's pairs, rows past i1 up to a whole
 // tile zero.
 inline void AmxQueryPairs(ConstMatrix q, size_t i0, size_t i1,
@@ -615,7 +645,7 @@ template <typename T>
 inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
                         size_t i1, size_t j_begin, size_t j_end, float* acc,
                         size_t acc_stride, const RowStates& st, Workspace& ws,
-                        const AmxWorkspace* aw) {
+                        const AmxWorkspace* aw, float* rounded_q) {
   using namespace matmul_detail;
   const size_t rows = i1 - i0;
   const size_t value_dim = pr.value_dim;
@@ -632,7 +662,7 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
   const auto stop = [&](size_t last_row) {
     return std::min(j_end, pr.mask.End(b, last_row));
   };
-  if (rows <= kSkinnyRows) {
+  if (rows <= kSkinnyRows && !pr.round_inputs) {
     started[0] = AttendFewRows<T>(pr, b, h, i0, i1, j_begin, j_end, acc,
                                   acc_stride, st, ws);
   } else {
@@ -645,6 +675,15 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
     const Epilogue scores_epilogue{pr.scale, 0.0f, true, nullptr};
     const size_t task_stop = stop(i1 - 1);
     if (aw != nullptr) AmxQueryPairs(q, i0, i1, *aw);
+    // Rows of Q for the float32 kernel: rounded into rounded_q when the
+    // inputs come unrounded.
+    if (rounded_q != nullptr) {
+      RoundRows(d, ConstMatrix(q.Row(i0), rows, head_dim, q.stride), rounded_q);
+    }
+    const auto query_row = [&](size_t i) {
+      return rounded_q != nullptr ? rounded_q + (i - i0) * head_dim : q.Row(i);
+    };
+    const size_t query_stride = rounded_q != nullptr ? head_dim : q.stride;
     for (size_t j0 = FirstKey(pr, b, i0, j_begin); j0 < task_stop;
          j0 += kKeyBlock) {
       // Pack K^T and V for the keys the task's last row sees.
@@ -671,6 +710,12 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
       }
       if (aw != nullptr) {
         AmxKeyValuePairs(ws, nr, head_dim, value_dim, tile_cols, *aw);
+      } else if (pr.round_inputs) {  // Padding and stale rows round too.
+        RoundInPlace(d, ws.k_panels,
+                     hwy::DivCeil(tile_cols, nr) * nr * head_dim);
+        for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
+          RoundInPlace(d, ws.v_panels + n0 * kKeyBlock, tile_cols * nr);
+        }
       }
       for (size_t qb = i0; qb < i1; qb += kQueryBlock) {
         const size_t qb_end = std::min(i1, qb + kQueryBlock);
@@ -699,8 +744,8 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
         for (size_t m = 0; m < qb_rows && aw == nullptr; m += kRows) {
           const size_t m_cols = micro_cols(m);
           for (size_t n0 = micro_from(m); n0 < m_cols; n0 += nr) {
-            MicroKernelRows(d, std::min(kRows, qb_rows - m), q.Row(qb + m),
-                            q.stride, ws.k_panels + n0 * head_dim, head_dim,
+            MicroKernelRows(d, std::min(kRows, qb_rows - m), query_row(qb + m),
+                            query_stride, ws.k_panels + n0 * head_dim, head_dim,
                             ws.scores + m * kKeyBlock + n0, kKeyBlock,
                             std::min(nr, m_cols - n0), scores_epilogue);
           }
@@ -771,7 +816,7 @@ template <typename T>
 void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
                float scale, const AttentionMask& mask, float dropout,
                PhiloxKey dropout_key, float* log_sum_exp, bool round_weights,
-               bool amx) {
+               bool amx, bool inputs_rounded) {
   const size_t batch = q.dims[0], heads = q.dims[1], q_tokens = q.dims[2];
   const size_t k_tokens = kv.tokens, value_dim = kv.values.cols;
   const auto lse = [&](size_t b, size_t h, size_t i) -> float& {
@@ -804,7 +849,9 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
   if (pr.dropout)
     pr.dropout_params = dropout_detail::MakeParams(dropout, dropout_key);
   pr.round_weights = round_weights;
+  HWY_DASSERT(kAmxTarget || !amx);  // The caller checks the target.
   pr.amx = amx && kAmxTarget;
+  pr.round_inputs = round_weights && !inputs_rounded;
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);
@@ -852,6 +899,9 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
       tiles.emplace();
     }
     const AmxWorkspace* aw = amx_ws ? &*amx_ws : nullptr;
+    const bool round_q = pr.round_inputs && !pr.amx;
+    internal::ScratchBuffer q_scratch(round_q ? kTaskRows * q.dims[3] : 1);
+    float* rounded_q = round_q ? q_scratch.data() : nullptr;
     float* own = scratch.data() + workspace_floats;
     const RowStates own_states{own, own + kTaskRows, own + 2 * kTaskRows};
     for (size_t index = first; index != last; ++index) {
@@ -862,7 +912,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
       const Matrix o = out.Slice(b, h);
       if (splits == 1) {
         AttendBlock<T>(pr, b, h, i0, i1, 0, k_tokens, o.Row(i0), o.stride,
-                       own_states, ws, aw);
+                       own_states, ws, aw, rounded_q);
         for (size_t r = 0; r < i1 - i0; ++r) {
           const bool nan = own_states.nan[r] != 0;
           FinishRow(o.Row(i0 + r), own_states.sum[r], nan, value_dim,
@@ -880,7 +930,8 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
                              partial_states.nan + row0};
       AttendBlock<T>(pr, b, h, i0, i1, split * chunk,
                      std::min(k_tokens, (split + 1) * chunk),
-                     partial_acc + row0 * value_dim, value_dim, states, ws, aw);
+                     partial_acc + row0 * value_dim, value_dim, states, ws, aw,
+                     rounded_q);
     }
   });
   if (splits == 1) return drop_all ? zero_outputs() : void();
@@ -929,21 +980,24 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
 inline void AttentionImpl(ConstTensor4 q, const internal::KVSource& kv,
                           Tensor4 out, float scale, const AttentionMask& mask,
                           float dropout, PhiloxKey dropout_key,
-                          float* log_sum_exp, bool round_weights, bool amx) {
+                          float* log_sum_exp, bool round_weights, bool amx,
+                          bool inputs_rounded) {
   using namespace attention_detail;
   switch (kv.type) {
     case KVType::kF32:
       return AttendAll<float>(q, kv, out, scale, mask, dropout, dropout_key,
-                              log_sum_exp, round_weights, amx);
+                              log_sum_exp, round_weights, amx, inputs_rounded);
     case KVType::kBF16:
       return AttendAll<BFloat16>(q, kv, out, scale, mask, dropout, dropout_key,
-                                 log_sum_exp, round_weights, amx);
+                                 log_sum_exp, round_weights, amx,
+                                 inputs_rounded);
     case KVType::kF16:
       return AttendAll<Float16>(q, kv, out, scale, mask, dropout, dropout_key,
-                                log_sum_exp, round_weights, amx);
+                                log_sum_exp, round_weights, amx,
+                                inputs_rounded);
     case KVType::kInt8:
       return AttendAll<int8_t>(q, kv, out, scale, mask, dropout, dropout_key,
-                               log_sum_exp, round_weights, amx);
+                               log_sum_exp, round_weights, amx, inputs_rounded);
   }
 }
 

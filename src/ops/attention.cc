@@ -35,37 +35,16 @@ using internal::ScratchBuffer;
 // Floats of scratch that hold n bf16 elements.
 size_t BFloat16Floats(size_t n) { return n / 2 + 1; }
 
-// q rounded to bf16 and widened back, dense (batch, heads, tokens, dim) in
-// `store`.
-ConstTensor4 RoundedQueries(ConstTensor4 q, const ScratchBuffer& bits,
-                            const ScratchBuffer& store) {
-  const size_t rows = q.dims[2], cols = q.dims[3];
-  auto* out16 = reinterpret_cast<BFloat16*>(bits.data());
-  for (size_t b = 0; b < q.dims[0]; ++b) {
-    for (size_t h = 0; h < q.dims[1]; ++h) {
-      const size_t first = (b * q.dims[1] + h) * rows * cols;
-      internal::RoundToBFloat16Rows(q.Slice(b, h), out16 + first,
-                                    store.data() + first);
-    }
-  }
-  return ConstTensor4::Dense(store.data(), q.dims[0], q.dims[1], rows, cols);
-}
-
 // Float keys or values (tensor memory, `heads` per batch item of `tokens`
 // rows) rounded to bf16, dense in `store`.
 internal::KVMemory RoundedRows(const internal::KVMemory& m, size_t batch,
                                size_t heads, size_t tokens,
                                const ScratchBuffer& store) {
   auto* out16 = reinterpret_cast<BFloat16*>(store.data());
-  const auto* data = static_cast<const float*>(m.data);
-  for (size_t b = 0; b < batch; ++b) {
-    for (size_t h = 0; h < heads; ++h) {
-      internal::RoundToBFloat16Rows(
-          ConstMatrix(data + b * m.block_stride + h * m.head_stride, tokens,
-                      m.cols, m.row_stride),
-          out16 + (b * heads + h) * tokens * m.cols, nullptr);
-    }
-  }
+  internal::RoundToBFloat16(
+      ConstTensor4(static_cast<const float*>(m.data), batch, heads, tokens,
+                   m.cols, m.block_stride, m.head_stride, m.row_stride),
+      out16, nullptr);
   internal::KVMemory rounded;
   rounded.data = out16;
   rounded.row_stride = m.cols;
@@ -129,18 +108,28 @@ void Attend(const char* kFn, ConstTensor4 q, KVSource kv, size_t capacity,
   // head_dim 0 makes every score 0; 1/sqrt(0) would turn them into NaN.
   const float scale = options.scale.value_or(
       q.dims[3] == 0 ? 1.0f : 1.0f / std::sqrt(static_cast<float>(q.dims[3])));
-  // bf16: Q rounded; float K and V (tensors) rounded into bf16 copies, which
-  // the kernel widens exactly. Sizes are those of validated tensors.
+  // bf16: prefill rounds Q, K and V as it packs them (AMX tiles or float
+  // panels). A single query (decode) reads K and V rows in place: Q is
+  // rounded here, and float K and V (tensors) into bf16 copies, which the
+  // kernel widens exactly. Sizes are those of validated tensors.
+  const bool amx = bf16 && internal::ChosenBFloat16DotKernel() ==
+                               internal::BFloat16DotKernelKind::kAmx;
+  const bool round_inputs = bf16 && q.dims[2] == 1;
   const size_t q_size =
-      bf16 ? q.dims[0] * q.dims[1] * q.dims[2] * q.dims[3] : 0;
-  const size_t k_size = bf16 && kv.type == KVType::kF32
+      round_inputs ? q.dims[0] * q.dims[1] * q.dims[2] * q.dims[3] : 0;
+  const size_t k_size = round_inputs && kv.type == KVType::kF32
                             ? q.dims[0] * kv.kv_heads * kv.tokens * kv.keys.cols
                             : 0;
   const size_t v_size =
       k_size == 0 ? 0 : k_size / kv.keys.cols * kv.values.cols;
   ScratchBuffer q_bits(BFloat16Floats(q_size)), q_rounded(q_size + 1),
       k16(BFloat16Floats(k_size)), v16(BFloat16Floats(v_size));
-  if (bf16) q = RoundedQueries(q, q_bits, q_rounded);
+  if (round_inputs) {
+    internal::RoundToBFloat16(q, reinterpret_cast<BFloat16*>(q_bits.data()),
+                              q_rounded.data());
+    q = ConstTensor4::Dense(q_rounded.data(), q.dims[0], q.dims[1], q.dims[2],
+                            q.dims[3]);
+  }
   if (k_size != 0) {
     kv.keys = RoundedRows(kv.keys, q.dims[0], kv.kv_heads, kv.tokens, k16);
     kv.values = RoundedRows(kv.values, q.dims[0], kv.kv_heads, kv.tokens, v16);
@@ -149,9 +138,7 @@ void Attend(const char* kFn, ConstTensor4 q, KVSource kv, size_t capacity,
   HWY_DYNAMIC_DISPATCH(AttentionImpl)
   (q, kv, out, scale, mask, dropout,
    DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
-   options.log_sum_exp, bf16,
-   bf16 && internal::ChosenBFloat16DotKernel() ==
-               internal::BFloat16DotKernelKind::kAmx);
+   options.log_sum_exp, bf16, amx, round_inputs || !bf16);
 }
 
 // A float tensor's rows as a contiguous KV source's.

@@ -8,6 +8,7 @@
 #include "src/ops/kv_store-inl.h"
 
 #if HWY_ONCE
+#include <algorithm>
 #include <cstring>
 
 #include "src/common/parallel.h"
@@ -23,15 +24,24 @@ void StoreKVRows(KVType type, ConstMatrix src, void* dst, size_t dst_stride,
   (type, src, dst, dst_stride, scales, rope, first_position);
 }
 
-void RoundToBFloat16Rows(ConstMatrix m, BFloat16* out, float* widened) {
-  ParallelFor(0, m.rows, 16, [&](size_t first, size_t last) {
-    StoreKVRows(KVType::kBF16,
-                ConstMatrix(m.Row(first), last - first, m.cols, m.stride),
-                out + first * m.cols, m.cols, nullptr, nullptr, 0);
-    if (widened == nullptr) return;
-    for (size_t i = first * m.cols; i < last * m.cols; ++i) {
-      const uint32_t bits = uint32_t{out[i].bits} << 16;
-      std::memcpy(&widened[i], &bits, sizeof(bits));
+void RoundToBFloat16(ConstTensor4 t, BFloat16* out, float* widened) {
+  const size_t heads = t.dims[1], tokens = t.dims[2], cols = t.dims[3];
+  if (t.empty()) return;
+  // One pass over every row; a chunk's rows are runs within slices.
+  ParallelFor(0, t.NumMatrices() * tokens, 64, [&](size_t first, size_t last) {
+    for (size_t row = first; row < last;) {
+      const size_t slice = row / tokens, i = row % tokens;
+      const size_t n = std::min(last - row, tokens - i);
+      const ConstMatrix m = t.Slice(slice / heads, slice % heads);
+      StoreKVRows(KVType::kBF16, ConstMatrix(m.Row(i), n, cols, m.stride),
+                  out + row * cols, cols, nullptr, nullptr, 0);
+      if (widened != nullptr) {
+        for (size_t e = row * cols; e < (row + n) * cols; ++e) {
+          const uint32_t bits = uint32_t{out[e].bits} << 16;
+          std::memcpy(&widened[e], &bits, sizeof(bits));
+        }
+      }
+      row += n;
     }
   });
 }

@@ -22,9 +22,10 @@ namespace internal {
 void StoreKVRows(KVType type, ConstMatrix src, void* dst, size_t dst_stride,
                  float* scales, const RopeTables* rope, size_t first_position);
 
-// m rounded to bf16 (ToBFloat16's bits) into `out`, rows dense (m.cols
-// apart), in parallel; with `widened`, also back to float there (exact).
-void RoundToBFloat16Rows(ConstMatrix m, BFloat16* out, float* widened);
+// t rounded to bf16 (ToBFloat16's bits) into `out`, dense (dims[0],
+// dims[1], dims[2], dims[3]), in one parallel pass; with `widened`, also
+// back to float there (exact).
+void RoundToBFloat16(ConstTensor4 t, BFloat16* out, float* widened);
 
 }  // namespace internal
 }  // namespace simdattn

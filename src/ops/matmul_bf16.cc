@@ -51,8 +51,8 @@ void Fallback(ConstMatrix a, ConstMatrix b, Matrix c,
   const auto bf16 = [](const ScratchBuffer& s) {
     return reinterpret_cast<BFloat16*>(s.data());
   };
-  RoundToBFloat16Rows(a, bf16(a16), a_rounded.data());
-  RoundToBFloat16Rows(b, bf16(b16), nullptr);
+  RoundToBFloat16(ConstTensor4(a), bf16(a16), a_rounded.data());
+  RoundToBFloat16(ConstTensor4(b), bf16(b16), nullptr);
   MatMulOptions float32 = options;
   float32.compute = ComputeType::kFloat32;
   MatMul(ConstMatrix(a_rounded.data(), a.rows, a.cols),
