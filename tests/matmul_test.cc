@@ -10,6 +10,8 @@
 
 #include "gtest/gtest.h"
 #include "simdattn/kernels.h"
+#include "simdattn/targets.h"
+#include "src/ops/amx_tiles.h"
 #include "src/ops/matmul_bf16.h"
 #include "tbb/task_arena.h"
 #include "tests/test_util.h"
@@ -247,6 +249,16 @@ TEST_P(MatMulTest, BFloat16ArithmeticMatchesRoundedOperands) {
     internal::SetBFloat16DotPolicy(policy);
     if (policy == BFloat16DotPolicy::kFallback) {
       EXPECT_FALSE(NativeBFloat16Dot());
+    }
+    // Where the CPU has a native kernel, it is the one in use.
+    const std::string target = ActiveTarget();
+    if (target.rfind("AVX3", 0) == 0 && internal::AmxUsable() &&
+        policy == BFloat16DotPolicy::kNative) {
+      EXPECT_STREQ(BFloat16DotKernel(), "AMX");
+    }
+    if ((target.rfind("NEON", 0) == 0 || target.rfind("SVE", 0) == 0) &&
+        internal::BfdotUsable() && policy != BFloat16DotPolicy::kFallback) {
+      EXPECT_STREQ(BFloat16DotKernel(), "BFDOT");
     }
     uint64_t seed = 40;
     for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {

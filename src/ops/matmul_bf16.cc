@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "simdattn/targets.h"
 #include "src/common/parallel.h"
@@ -295,11 +296,12 @@ void Tiles(const PackedOperands& packed, Matrix c, const MatMulOptions& opt) {
 void SetBFloat16DotPolicy(BFloat16DotPolicy p) { policy = p; }
 
 BFloat16DotKernelKind ChosenBFloat16DotKernel() {
-#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
   const BFloat16DotPolicy p = policy;
-  if (p == BFloat16DotPolicy::kFallback ||
-      !__builtin_cpu_supports("avx512bf16") ||
-      ActiveTarget().compare(0, 4, "AVX3") != 0) {
+  if (p == BFloat16DotPolicy::kFallback)
+    return BFloat16DotKernelKind::kFallback;
+  const std::string target = ActiveTarget();
+#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
+  if (!__builtin_cpu_supports("avx512bf16") || target.compare(0, 4, "AVX3")) {
     return BFloat16DotKernelKind::kFallback;
   }
   if (p != BFloat16DotPolicy::kDotProduct && AmxUsable()) {
@@ -313,27 +315,33 @@ BFloat16DotKernelKind ChosenBFloat16DotKernel() {
   }
   return BFloat16DotKernelKind::kDotProduct;
 #else
-  return BFloat16DotKernelKind::kFallback;
+  const bool arm_simd =
+      target.compare(0, 4, "NEON") == 0 || target.compare(0, 3, "SVE") == 0;
+  return arm_simd && BfdotUsable() ? BFloat16DotKernelKind::kBfdot
+                                   : BFloat16DotKernelKind::kFallback;
 #endif
 }
 
 void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
                     const MatMulOptions& options) {
-#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
   const BFloat16DotKernelKind kernel = ChosenBFloat16DotKernel();
   // With few rows of A, packing all of op(B) costs more than the native
   // products save over the float32 kernel's (bench/RESULTS.md).
   constexpr size_t kMinNativeRows = 64;
   const bool few_rows =
       c.rows < kMinNativeRows && policy == BFloat16DotPolicy::kAuto;
-  if (kernel != BFloat16DotKernelKind::kFallback && !few_rows) {
-    const PackedOperands packed(a, b, c.cols,
-                                options.transpose_b == Transpose::kYes);
-    if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(packed, c, options);
-    return DotProducts(packed, c, options);
+  if (kernel == BFloat16DotKernelKind::kFallback || few_rows) {
+    return Fallback(a, b, c, options);
   }
+  if (kernel == BFloat16DotKernelKind::kBfdot) {
+    return MatMulBfdot(a, b, c, options);
+  }
+#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
+  const PackedOperands packed(a, b, c.cols,
+                              options.transpose_b == Transpose::kYes);
+  if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(packed, c, options);
+  DotProducts(packed, c, options);
 #endif
-  Fallback(a, b, c, options);
 }
 
 }  // namespace internal
@@ -349,6 +357,8 @@ const char* BFloat16DotKernel() {
       return "AMX";
     case internal::BFloat16DotKernelKind::kDotProduct:
       return "AVX512_BF16";
+    case internal::BFloat16DotKernelKind::kBfdot:
+      return "BFDOT";
     case internal::BFloat16DotKernelKind::kFallback:
       break;
   }

@@ -13,17 +13,24 @@ namespace internal {
 void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
                     const MatMulOptions& options);
 
-// Which kernel kBFloat16 products take. kAuto (the default): AMX where the
-// CPU and OS have it, else vdpbf16ps where it is known to pay, else the
-// float32 fallback; and the fallback for products of fewer than 64 rows.
-// Tests force the others at any size: kNative the kAuto choice, kDotProduct
-// vdpbf16ps wherever the CPU has it, kFallback never a native kernel.
-// Native kernels run only under the AVX3 target.
+// Which kernel kBFloat16 products take. kAuto (the default): on x86 AMX
+// where the CPU and OS have it, else vdpbf16ps where it is known to pay; on
+// Arm BFDOT where the CPU has it; else the float32 fallback; and the
+// fallback for products of fewer than 64 rows. Tests force the others at
+// any size: kNative the kAuto choice, kDotProduct vdpbf16ps or BFDOT
+// wherever the CPU has it, kFallback never a native kernel. Native kernels
+// run only under the AVX3 target (x86) or the NEON and SVE targets (Arm).
 enum class BFloat16DotPolicy { kAuto, kNative, kDotProduct, kFallback };
 void SetBFloat16DotPolicy(BFloat16DotPolicy policy);
 
-enum class BFloat16DotKernelKind { kAmx, kDotProduct, kFallback };
+enum class BFloat16DotKernelKind { kAmx, kDotProduct, kBfdot, kFallback };
 BFloat16DotKernelKind ChosenBFloat16DotKernel();
+
+// matmul_bf16_arm.cc: whether the CPU has FEAT_BF16 (false off aarch64
+// Linux), and MatMulBFloat16 on its BFDOT, arguments validated.
+bool BfdotUsable();
+void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
+                 const MatMulOptions& options);
 
 }  // namespace internal
 }  // namespace simdattn

@@ -1,0 +1,182 @@
+// MatMul in bf16 arithmetic on Arm's BFDOT (FEAT_BF16: Neoverse V1, V2 and
+// N2, Graviton 3 and 4, Apple M2 and later): each float lane adds the two
+// products of a pair of bf16, twice the float32 FMA's products per
+// instruction. Highway 1.0.3 has no native bf16 dot product (its bf16
+// ReorderWidenMulAccumulate is emulated), so this file holds the
+// intrinsics; once a Highway whose ReorderWidenMulAccumulate uses BFDOT is
+// the minimum, a Highway template replaces it.
+#include "src/ops/matmul_bf16.h"
+
+#if defined(__aarch64__) && defined(__GNUC__) && defined(__linux__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "src/common/parallel.h"
+#include "src/common/scratch.h"
+
+namespace simdattn {
+namespace internal {
+namespace {
+
+#define SIMDATTN_BFDOT_TARGET __attribute__((target("arch=armv8.2-a+bf16")))
+
+// Operands as pairs of bf16 along K in one uint32, element 2p in the low
+// half (BFDOT multiplies the halves lane by lane): A's rows of k2 pairs, B
+// in panels of kPanel columns, kPanel pairs per p.
+constexpr size_t kPanel = 16;  // Four vectors of four columns.
+constexpr size_t kRows = 4;    // 16 accumulators, 4 of B, 1 of A.
+constexpr size_t kRowBlock = 16 * kRows;
+
+uint32_t Pair(float lo, float hi) {
+  return uint32_t{ToBFloat16(lo).bits} | (uint32_t{ToBFloat16(hi).bits} << 16);
+}
+
+// A row of K floats as ceil(K / 2) pairs (BFCVTN rounds to nearest even).
+SIMDATTN_BFDOT_TARGET void PackRow(const float* row, size_t k, uint32_t* out) {
+  size_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    const bfloat16x8_t v = vcvtq_high_bf16_f32(
+        vcvtq_low_bf16_f32(vld1q_f32(row + i)), vld1q_f32(row + i + 4));
+    vst1q_u32(out + i / 2, vreinterpretq_u32_bf16(v));
+  }
+  for (; i < k; i += 2) out[i / 2] = Pair(row[i], i + 1 < k ? row[i + 1] : 0);
+}
+
+class Packed {
+ public:
+  Packed(ConstMatrix a, ConstMatrix b, size_t n, bool transposed)
+      : k2((a.cols + 1) / 2),
+        panels((n + kPanel - 1) / kPanel),
+        a_(a.rows * k2),
+        b_(panels * k2 * kPanel) {
+    ParallelFor(0, a.rows, 16, [&](size_t first, size_t last) {
+      for (size_t m = first; m < last; ++m) PackRow(a.Row(m), a.cols, Row(m));
+    });
+    ParallelFor(0, panels, 1, [&](size_t first, size_t last) {
+      ScratchBuffer scratch(k2);
+      uint32_t* pairs = reinterpret_cast<uint32_t*>(scratch.data());
+      for (size_t p = first; p < last; ++p) {
+        const size_t n0 = p * kPanel, cols = std::min(kPanel, n - n0);
+        uint32_t* panel = Panel(p);
+        std::fill(panel, panel + k2 * kPanel, 0u);
+        for (size_t j = 0; j < cols; ++j) {
+          if (transposed) {  // Column n0 + j of op(B) is row n0 + j of B.
+            PackRow(b.Row(n0 + j), a.cols, pairs);
+            for (size_t q = 0; q < k2; ++q) panel[q * kPanel + j] = pairs[q];
+            continue;
+          }
+          for (size_t q = 0; q < k2; ++q) {
+            const float hi = 2 * q + 1 < a.cols ? b(2 * q + 1, n0 + j) : 0.0f;
+            panel[q * kPanel + j] = Pair(b(2 * q, n0 + j), hi);
+          }
+        }
+      }
+    });
+  }
+
+  const size_t k2, panels;
+  uint32_t* Row(size_t m) const {
+    return reinterpret_cast<uint32_t*>(a_.data()) + m * k2;
+  }
+  uint32_t* Panel(size_t p) const {
+    return reinterpret_cast<uint32_t*>(b_.data()) + p * k2 * kPanel;
+  }
+
+ private:
+  ScratchBuffer a_, b_;
+};
+
+// C[0..R, 0..cols) = alpha A B + beta C + bias for R rows of A and a panel.
+template <size_t R>
+SIMDATTN_BFDOT_TARGET void MicroKernel(const Packed& packed, size_t m, size_t p,
+                                       float* c, size_t ldc, size_t cols,
+                                       const MatMulOptions& opt,
+                                       const float* bias) {
+  float32x4_t acc[R][4];
+  for (size_t r = 0; r < R; ++r) {
+    for (size_t v = 0; v < 4; ++v) acc[r][v] = vdupq_n_f32(0.0f);
+  }
+  const uint32_t* panel = packed.Panel(p);
+  for (size_t q = 0; q < packed.k2; ++q) {
+    const uint32_t* bq = panel + q * kPanel;
+    const bfloat16x8_t b0 = vreinterpretq_bf16_u32(vld1q_u32(bq));
+    const bfloat16x8_t b1 = vreinterpretq_bf16_u32(vld1q_u32(bq + 4));
+    const bfloat16x8_t b2 = vreinterpretq_bf16_u32(vld1q_u32(bq + 8));
+    const bfloat16x8_t b3 = vreinterpretq_bf16_u32(vld1q_u32(bq + 12));
+    for (size_t r = 0; r < R; ++r) {
+      const bfloat16x8_t a =
+          vreinterpretq_bf16_u32(vdupq_n_u32(packed.Row(m + r)[q]));
+      acc[r][0] = vbfdotq_f32(acc[r][0], a, b0);
+      acc[r][1] = vbfdotq_f32(acc[r][1], a, b1);
+      acc[r][2] = vbfdotq_f32(acc[r][2], a, b2);
+      acc[r][3] = vbfdotq_f32(acc[r][3], a, b3);
+    }
+  }
+  float sums[kPanel];
+  for (size_t r = 0; r < R; ++r) {
+    for (size_t v = 0; v < 4; ++v) vst1q_f32(sums + 4 * v, acc[r][v]);
+    float* out = c + r * ldc;
+    for (size_t j = 0; j < cols; ++j) {
+      float value = opt.alpha * sums[j];
+      if (opt.beta != 0.0f) value += opt.beta * out[j];
+      if (bias != nullptr) value += bias[j];
+      out[j] = value;
+    }
+  }
+}
+
+}  // namespace
+
+bool BfdotUsable() {
+  constexpr unsigned long kHwcap2Bf16 = 1ul << 14;  // Linux's HWCAP2_BF16.
+  return (getauxval(AT_HWCAP2) & kHwcap2Bf16) != 0;
+}
+
+void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
+                 const MatMulOptions& opt) {
+  const Packed packed(a, b, c.cols, opt.transpose_b == Transpose::kYes);
+  const size_t row_blocks = (c.rows + kRowBlock - 1) / kRowBlock;
+  ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
+    for (size_t task = first; task < last; ++task) {
+      const size_t p = task / row_blocks, m0 = task % row_blocks * kRowBlock;
+      const size_t n0 = p * kPanel, cols = std::min(kPanel, c.cols - n0);
+      const float* bias = opt.bias != nullptr ? opt.bias + n0 : nullptr;
+      const size_t m_end = std::min(c.rows, m0 + kRowBlock);
+      for (size_t m = m0; m < m_end; m += kRows) {
+        float* out = c.Row(m) + n0;
+        switch (std::min(kRows, m_end - m)) {
+          case 1:
+            MicroKernel<1>(packed, m, p, out, c.stride, cols, opt, bias);
+            break;
+          case 2:
+            MicroKernel<2>(packed, m, p, out, c.stride, cols, opt, bias);
+            break;
+          case 3:
+            MicroKernel<3>(packed, m, p, out, c.stride, cols, opt, bias);
+            break;
+          default:
+            MicroKernel<4>(packed, m, p, out, c.stride, cols, opt, bias);
+            break;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace internal
+}  // namespace simdattn
+
+#else  // Not aarch64 Linux: no BFDOT kernel.
+
+namespace simdattn {
+namespace internal {
+bool BfdotUsable() { return false; }
+void MatMulBfdot(ConstMatrix, ConstMatrix, Matrix, const MatMulOptions&) {}
+}  // namespace internal
+}  // namespace simdattn
+
+#endif
