@@ -29,6 +29,7 @@
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
 #include "src/ops/amx_tiles.h"
+#include "src/ops/bf16_pairs.h"
 #include "src/ops/kv_store.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -76,10 +77,6 @@ constexpr size_t kTileRows = kAmxTileRows;
 
 inline size_t RoundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
-SIMDATTN_BF16_TARGET inline uint32_t Pair(float lo, float hi) {
-  return uint32_t{ToBFloat16(lo).bits} | (uint32_t{ToBFloat16(hi).bits} << 16);
-}
-
 // A row of K floats as k2 pairs, the padding zero.
 SIMDATTN_BF16_TARGET void PackRow(const float* row, size_t k, size_t k2,
                                   uint32_t* out) {
@@ -92,72 +89,12 @@ SIMDATTN_BF16_TARGET void PackRow(const float* row, size_t k, size_t k2,
     _mm512_storeu_si512(out + i / 2, (__m512i)packed);
   }
   for (; i < k; i += 2) {
-    out[i / 2] = Pair(row[i], i + 1 < k ? row[i + 1] : 0.0f);
+    out[i / 2] = BFloat16Pair(row[i], i + 1 < k ? row[i + 1] : 0.0f);
   }
   std::fill(out + (k + 1) / 2, out + k2, 0u);
 }
 
-// Panel of op(B) columns [n0, n0 + cols): kPanel pairs per k2, zero-padded.
-SIMDATTN_BF16_TARGET void PackPanel(ConstMatrix b, bool transposed, size_t n0,
-                                    size_t cols, size_t k, size_t k2,
-                                    uint32_t* panel, uint32_t* scratch) {
-  std::fill(panel, panel + k2 * kPanel, 0u);
-  if (transposed) {  // Rows of B are columns of op(B): pairs lie in a row.
-    for (size_t n = 0; n < cols; ++n) {
-      PackRow(b.Row(n0 + n), k, k2, scratch);
-      for (size_t p = 0; p < k2; ++p) panel[p * kPanel + n] = scratch[p];
-    }
-    return;
-  }
-  for (size_t p = 0; 2 * p < k; ++p) {
-    const float* lo = b.Row(2 * p) + n0;
-    const float* hi = 2 * p + 1 < k ? b.Row(2 * p + 1) + n0 : nullptr;
-    for (size_t n = 0; n < cols; ++n) {
-      panel[p * kPanel + n] = Pair(lo[n], hi != nullptr ? hi[n] : 0.0f);
-    }
-  }
-}
-
-// Both operands packed once, in parallel, into pooled scratch.
-class PackedOperands {
- public:
-  SIMDATTN_BF16_TARGET PackedOperands(ConstMatrix a, ConstMatrix b, size_t n,
-                                      bool transposed)
-      : k2(RoundUp((a.cols + 1) / 2, kPairBlock)),
-        panels((n + kPanel - 1) / kPanel),
-        a_(RoundUp(a.rows, kTileRows) * k2),
-        b_(panels * k2 * kPanel) {
-    const size_t rows = RoundUp(a.rows, kTileRows);
-    ParallelFor(0, rows, 16, [&](size_t first, size_t last) {
-      for (size_t m = first; m < last; ++m) {
-        if (m < a.rows) {
-          PackRow(a.Row(m), a.cols, k2, Row(m));
-        } else {
-          std::fill(Row(m), Row(m) + k2, 0u);
-        }
-      }
-    });
-    ParallelFor(0, panels, 1, [&](size_t first, size_t last) {
-      ScratchBuffer scratch(k2);
-      for (size_t p = first; p < last; ++p) {
-        PackPanel(b, transposed, p * kPanel, std::min(kPanel, n - p * kPanel),
-                  a.cols, k2, Panel(p),
-                  reinterpret_cast<uint32_t*>(scratch.data()));
-      }
-    });
-  }
-
-  const size_t k2, panels;
-  uint32_t* Row(size_t m) const {
-    return reinterpret_cast<uint32_t*>(a_.data()) + m * k2;
-  }
-  uint32_t* Panel(size_t p) const {
-    return reinterpret_cast<uint32_t*>(b_.data()) + p * k2 * kPanel;
-  }
-
- private:
-  ScratchBuffer a_, b_;
-};
+using PackedOperands = BFloat16Pairs<kPanel>;
 
 // Row of C = alpha acc + beta C + bias over `cols` columns, 16 per vector
 // of acc.
@@ -337,8 +274,12 @@ void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
     return MatMulBfdot(a, b, c, options);
   }
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
+  // K2 rounded up to kPairBlock and A's rows to a tile: AMX reads whole
+  // tiles.
   const PackedOperands packed(a, b, c.cols,
-                              options.transpose_b == Transpose::kYes);
+                              options.transpose_b == Transpose::kYes,
+                              RoundUp((a.cols + 1) / 2, kPairBlock),
+                              RoundUp(a.rows, kTileRows), PackRow);
   if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(packed, c, options);
   DotProducts(packed, c, options);
 #endif

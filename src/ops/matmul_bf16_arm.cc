@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "src/common/parallel.h"
-#include "src/common/scratch.h"
+#include "src/ops/bf16_pairs.h"
 
 namespace simdattn {
 namespace internal {
@@ -24,71 +24,27 @@ namespace {
 
 #define SIMDATTN_BFDOT_TARGET __attribute__((target("arch=armv8.2-a+bf16")))
 
-// Operands as pairs of bf16 along K in one uint32, element 2p in the low
-// half (BFDOT multiplies the halves lane by lane): A's rows of k2 pairs, B
-// in panels of kPanel columns, kPanel pairs per p.
+// Operands as bf16_pairs.h's pairs, B in panels of kPanel columns.
 constexpr size_t kPanel = 16;  // Four vectors of four columns.
 constexpr size_t kRows = 4;    // 16 accumulators, 4 of B, 1 of A.
 constexpr size_t kRowBlock = 16 * kRows;
 
-uint32_t Pair(float lo, float hi) {
-  return uint32_t{ToBFloat16(lo).bits} | (uint32_t{ToBFloat16(hi).bits} << 16);
-}
-
-// A row of K floats as ceil(K / 2) pairs (BFCVTN rounds to nearest even).
-SIMDATTN_BFDOT_TARGET void PackRow(const float* row, size_t k, uint32_t* out) {
+// A row of K floats as k2 = ceil(K / 2) pairs (BFCVTN rounds to nearest
+// even).
+SIMDATTN_BFDOT_TARGET void PackRow(const float* row, size_t k, size_t /* k2 */,
+                                   uint32_t* out) {
   size_t i = 0;
   for (; i + 8 <= k; i += 8) {
     const bfloat16x8_t v = vcvtq_high_bf16_f32(
         vcvtq_low_bf16_f32(vld1q_f32(row + i)), vld1q_f32(row + i + 4));
     vst1q_u32(out + i / 2, vreinterpretq_u32_bf16(v));
   }
-  for (; i < k; i += 2) out[i / 2] = Pair(row[i], i + 1 < k ? row[i + 1] : 0);
+  for (; i < k; i += 2) {
+    out[i / 2] = BFloat16Pair(row[i], i + 1 < k ? row[i + 1] : 0.0f);
+  }
 }
 
-class Packed {
- public:
-  Packed(ConstMatrix a, ConstMatrix b, size_t n, bool transposed)
-      : k2((a.cols + 1) / 2),
-        panels((n + kPanel - 1) / kPanel),
-        a_(a.rows * k2),
-        b_(panels * k2 * kPanel) {
-    ParallelFor(0, a.rows, 16, [&](size_t first, size_t last) {
-      for (size_t m = first; m < last; ++m) PackRow(a.Row(m), a.cols, Row(m));
-    });
-    ParallelFor(0, panels, 1, [&](size_t first, size_t last) {
-      ScratchBuffer scratch(k2);
-      uint32_t* pairs = reinterpret_cast<uint32_t*>(scratch.data());
-      for (size_t p = first; p < last; ++p) {
-        const size_t n0 = p * kPanel, cols = std::min(kPanel, n - n0);
-        uint32_t* panel = Panel(p);
-        std::fill(panel, panel + k2 * kPanel, 0u);
-        for (size_t j = 0; j < cols; ++j) {
-          if (transposed) {  // Column n0 + j of op(B) is row n0 + j of B.
-            PackRow(b.Row(n0 + j), a.cols, pairs);
-            for (size_t q = 0; q < k2; ++q) panel[q * kPanel + j] = pairs[q];
-            continue;
-          }
-          for (size_t q = 0; q < k2; ++q) {
-            const float hi = 2 * q + 1 < a.cols ? b(2 * q + 1, n0 + j) : 0.0f;
-            panel[q * kPanel + j] = Pair(b(2 * q, n0 + j), hi);
-          }
-        }
-      }
-    });
-  }
-
-  const size_t k2, panels;
-  uint32_t* Row(size_t m) const {
-    return reinterpret_cast<uint32_t*>(a_.data()) + m * k2;
-  }
-  uint32_t* Panel(size_t p) const {
-    return reinterpret_cast<uint32_t*>(b_.data()) + p * k2 * kPanel;
-  }
-
- private:
-  ScratchBuffer a_, b_;
-};
+using Packed = BFloat16Pairs<kPanel>;
 
 // C[0..R, 0..cols) = alpha A B + beta C + bias for R rows of A and a panel.
 template <size_t R>
@@ -138,7 +94,8 @@ bool BfdotUsable() {
 
 void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
                  const MatMulOptions& opt) {
-  const Packed packed(a, b, c.cols, opt.transpose_b == Transpose::kYes);
+  const Packed packed(a, b, c.cols, opt.transpose_b == Transpose::kYes,
+                      (a.cols + 1) / 2, a.rows, PackRow);
   const size_t row_blocks = (c.rows + kRowBlock - 1) / kRowBlock;
   ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
     for (size_t task = first; task < last; ++task) {

@@ -1,0 +1,88 @@
+// MatMul's operands for bf16 dot-product kernels (vdpbf16ps, AMX, BFDOT):
+// pairs of bf16 along K in one uint32, element 2p in the low half (the
+// instructions multiply the low halves, then the high ones). Internal.
+#ifndef SIMDATTN_SRC_OPS_BF16_PAIRS_H_
+#define SIMDATTN_SRC_OPS_BF16_PAIRS_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "simdattn/kernels.h"
+#include "src/common/parallel.h"
+#include "src/common/scratch.h"
+
+namespace simdattn {
+namespace internal {
+
+inline uint32_t BFloat16Pair(float lo, float hi) {
+  return uint32_t{ToBFloat16(lo).bits} | (uint32_t{ToBFloat16(hi).bits} << 16);
+}
+
+// A and op(B) packed once, in parallel, into pooled scratch. A: `rows` rows
+// of k2 pairs (rows past a.rows and pairs past K zero). op(B): panels of
+// kPanel columns, each holding for every pair p its columns' pairs (zero
+// past N and K). pack_row(row, K, k2, out) writes a row of K floats as k2
+// pairs, zero-padded: the kernel's vector conversion.
+template <size_t kPanel>
+class BFloat16Pairs {
+ public:
+  template <typename PackRow>
+  BFloat16Pairs(ConstMatrix a, ConstMatrix b, size_t n, bool transposed,
+                size_t k2, size_t rows, const PackRow& pack_row)
+      : k2(k2),
+        panels((n + kPanel - 1) / kPanel),
+        a_(rows * k2),
+        b_(panels * k2 * kPanel) {
+    const size_t k = a.cols;
+    ParallelFor(0, rows, 16, [&](size_t first, size_t last) {
+      for (size_t m = first; m < last; ++m) {
+        if (m < a.rows) {
+          pack_row(a.Row(m), k, k2, Row(m));
+        } else {
+          std::fill(Row(m), Row(m) + k2, 0u);
+        }
+      }
+    });
+    ParallelFor(0, panels, 1, [&](size_t first, size_t last) {
+      ScratchBuffer scratch(k2);
+      uint32_t* pairs = reinterpret_cast<uint32_t*>(scratch.data());
+      for (size_t p = first; p < last; ++p) {
+        const size_t n0 = p * kPanel, cols = std::min(kPanel, n - n0);
+        uint32_t* panel = Panel(p);
+        std::fill(panel, panel + k2 * kPanel, 0u);
+        if (transposed) {  // Column n0 + j of op(B) is row n0 + j of B.
+          for (size_t j = 0; j < cols; ++j) {
+            pack_row(b.Row(n0 + j), k, k2, pairs);
+            for (size_t q = 0; q < k2; ++q) panel[q * kPanel + j] = pairs[q];
+          }
+          continue;
+        }
+        for (size_t q = 0; 2 * q < k; ++q) {  // Rows 2q and 2q + 1 of B.
+          const float* lo = b.Row(2 * q) + n0;
+          const float* hi = 2 * q + 1 < k ? b.Row(2 * q + 1) + n0 : nullptr;
+          for (size_t j = 0; j < cols; ++j) {
+            panel[q * kPanel + j] =
+                BFloat16Pair(lo[j], hi != nullptr ? hi[j] : 0.0f);
+          }
+        }
+      }
+    });
+  }
+
+  const size_t k2, panels;
+  uint32_t* Row(size_t m) const {
+    return reinterpret_cast<uint32_t*>(a_.data()) + m * k2;
+  }
+  uint32_t* Panel(size_t p) const {
+    return reinterpret_cast<uint32_t*>(b_.data()) + p * k2 * kPanel;
+  }
+
+ private:
+  ScratchBuffer a_, b_;
+};
+
+}  // namespace internal
+}  // namespace simdattn
+
+#endif  // SIMDATTN_SRC_OPS_BF16_PAIRS_H_
