@@ -275,6 +275,43 @@ TEST_P(MatMulTest, BFloat16ArithmeticMatchesRoundedOperands) {
   internal::SetBFloat16DotPolicy(BFloat16DotPolicy::kAuto);
 }
 
+// bf16 arithmetic with B stored in bf16 (kept weights): the same products
+// as with B's float values, on every kernel.
+TEST_P(MatMulTest, BFloat16ArithmeticWithBFloat16B) {
+  using internal::BFloat16DotPolicy;
+  for (const BFloat16DotPolicy policy :
+       {BFloat16DotPolicy::kAuto, BFloat16DotPolicy::kNative,
+        BFloat16DotPolicy::kFallback}) {
+    internal::SetBFloat16DotPolicy(policy);
+    for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
+      for (const Case& c : {Case{5, 40, 70, t}, Case{97, 130, 129, t}}) {
+        const bool tb = t == Transpose::kYes;
+        const size_t b_rows = tb ? c.n : c.k, b_cols = tb ? c.k : c.n;
+        const std::vector<float> a = test::RandomVector(c.m * c.k, 7);
+        std::vector<float> b = test::RandomVector(b_rows * b_cols, 8);
+        std::vector<BFloat16> b16(b.size());
+        for (size_t i = 0; i < b.size(); ++i) {
+          b16[i] = ToBFloat16(b[i]);
+          b[i] = ToFloat(b16[i]);
+        }
+        MatMulOptions options;
+        options.transpose_b = t;
+        options.compute = ComputeType::kBFloat16;
+        std::vector<float> from16(c.m * c.n), from32(c.m * c.n);
+        MatMul(ConstMatrix(a.data(), c.m, c.k),
+               MatrixView<const BFloat16>(b16.data(), b_rows, b_cols),
+               Matrix(from16.data(), c.m, c.n), options);
+        MatMul(ConstMatrix(a.data(), c.m, c.k),
+               ConstMatrix(b.data(), b_rows, b_cols),
+               Matrix(from32.data(), c.m, c.n), options);
+        // Same operands, same kernel (rounding bf16-exact B is the identity).
+        ASSERT_EQ(from16, from32) << c.m << "x" << c.k << "x" << c.n;
+      }
+    }
+  }
+  internal::SetBFloat16DotPolicy(BFloat16DotPolicy::kAuto);
+}
+
 TEST_P(MatMulTest, EveryRowCountAroundTheTile) {
   for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
     for (size_t m = 0; m <= 14; ++m) RunCase({m, 19, 37, t}, m);

@@ -112,7 +112,7 @@ void MatMul(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
             const MatMulOptions& options) {
   if (!CheckMatMul(a, b, c, options)) return;
   if (options.compute == ComputeType::kBFloat16) {
-    return internal::MatMulBFloat16(a, Widened(b).view(), c, options);
+    return internal::MatMulBFloat16(a, b, c, options);
   }
   HWY_DYNAMIC_DISPATCH(MatMulBF16Impl)(a, b, c, options);
 }

@@ -43,22 +43,31 @@ namespace {
 
 std::atomic<BFloat16DotPolicy> policy{BFloat16DotPolicy::kAuto};
 
-// The rounded operands through the float32 kernels: B as bf16 storage
-// (widened exactly while packed), A widened back to float. Scratch from the
+// A rounded (widened back to float) times B already in bf16 through the
+// float32 kernel, which widens B exactly while packing. Scratch from the
 // pool: no allocation in steady state.
-void Fallback(ConstMatrix a, ConstMatrix b, Matrix c,
+void RoundedA(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
               const MatMulOptions& options) {
-  const size_t a_size = a.rows * a.cols, b_size = b.rows * b.cols;
-  ScratchBuffer a_rounded(a_size), a16(a_size / 2 + 1), b16(b_size / 2 + 1);
-  const auto bf16 = [](const ScratchBuffer& s) {
-    return reinterpret_cast<BFloat16*>(s.data());
-  };
-  RoundToBFloat16(ConstTensor4(a), bf16(a16), a_rounded.data());
-  RoundToBFloat16(ConstTensor4(b), bf16(b16), nullptr);
+  const size_t a_size = a.rows * a.cols;
+  ScratchBuffer a_rounded(a_size), a16(a_size / 2 + 1);
+  RoundToBFloat16(ConstTensor4(a), reinterpret_cast<BFloat16*>(a16.data()),
+                  a_rounded.data());
   MatMulOptions float32 = options;
   float32.compute = ComputeType::kFloat32;
-  MatMul(ConstMatrix(a_rounded.data(), a.rows, a.cols),
-         MatrixView<const BFloat16>(bf16(b16), b.rows, b.cols), c, float32);
+  MatMul(ConstMatrix(a_rounded.data(), a.rows, a.cols), b, c, float32);
+}
+
+// The rounded operands through the float32 kernel: B rounded into bf16
+// storage, then RoundedA.
+void Fallback(ConstMatrix a, ConstMatrix b, Matrix c,
+              const MatMulOptions& options) {
+  ScratchBuffer b16(b.rows * b.cols / 2 + 1);
+  RoundToBFloat16(ConstTensor4(b), reinterpret_cast<BFloat16*>(b16.data()),
+                  nullptr);
+  RoundedA(a,
+           MatrixView<const BFloat16>(
+               reinterpret_cast<const BFloat16*>(b16.data()), b.rows, b.cols),
+           c, options);
 }
 
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
@@ -259,15 +268,21 @@ BFloat16DotKernelKind ChosenBFloat16DotKernel() {
 #endif
 }
 
+namespace {
+
+// With few rows of A, packing all of op(B) costs more than the native
+// products save over the float32 kernel's (bench/RESULTS.md).
+bool FewRows(Matrix c) {
+  constexpr size_t kMinNativeRows = 64;
+  return c.rows < kMinNativeRows && policy == BFloat16DotPolicy::kAuto;
+}
+
+}  // namespace
+
 void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
                     const MatMulOptions& options) {
   const BFloat16DotKernelKind kernel = ChosenBFloat16DotKernel();
-  // With few rows of A, packing all of op(B) costs more than the native
-  // products save over the float32 kernel's (bench/RESULTS.md).
-  constexpr size_t kMinNativeRows = 64;
-  const bool few_rows =
-      c.rows < kMinNativeRows && policy == BFloat16DotPolicy::kAuto;
-  if (kernel == BFloat16DotKernelKind::kFallback || few_rows) {
+  if (kernel == BFloat16DotKernelKind::kFallback || FewRows(c)) {
     return Fallback(a, b, c, options);
   }
   if (kernel == BFloat16DotKernelKind::kBfdot) {
@@ -283,6 +298,22 @@ void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
   if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(packed, c, options);
   DotProducts(packed, c, options);
 #endif
+}
+
+void MatMulBFloat16(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
+                    const MatMulOptions& options) {
+  if (ChosenBFloat16DotKernel() == BFloat16DotKernelKind::kFallback ||
+      FewRows(c)) {
+    return RoundedA(a, b, c, options);  // B is rounded already.
+  }
+  // The native kernels pack from floats: B widened (exactly).
+  ScratchBuffer wide(b.rows * b.cols + 1);
+  for (size_t r = 0; r < b.rows; ++r) {
+    for (size_t j = 0; j < b.cols; ++j) {
+      wide.data()[r * b.cols + j] = ToFloat(b(r, j));
+    }
+  }
+  MatMulBFloat16(a, ConstMatrix(wide.data(), b.rows, b.cols), c, options);
 }
 
 }  // namespace internal

@@ -12,6 +12,9 @@ namespace internal {
 // their products summed in float32; arguments validated, C not empty.
 void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
                     const MatMulOptions& options);
+// The same with B already in bf16 (kept weights): not rounded again.
+void MatMulBFloat16(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
+                    const MatMulOptions& options);
 
 // Which kernel kBFloat16 products take. kAuto (the default): on x86 AMX
 // where the CPU and OS have it, else vdpbf16ps where it is known to pay; on
