@@ -23,8 +23,10 @@ enum class Transpose : uint8_t { kNo, kYes };
 
 // The arithmetic of a product: float32 (PyTorch's default), or A and op(B)
 // rounded to bfloat16 (nearest even) with products summed in float32, as
-// PyTorch's bf16 autocast and oneDNN compute on CPUs with native bf16 dot
-// products (AVX512_BF16 here: twice the float32 FMA rate).
+// PyTorch's bf16 autocast and oneDNN compute, on the CPU's bf16 instructions
+// where it has them (AMX tiles, AVX512_BF16 on AMD, Arm's BFDOT;
+// BFloat16DotKernel) and at about float32's cost elsewhere. Subnormal bf16
+// operands and products may be flushed to zero by the native kernels.
 enum class ComputeType : uint8_t { kFloat32, kBFloat16 };
 
 struct MatMulOptions {
