@@ -16,6 +16,8 @@ namespace internal {
 #ifdef SIMDATTN_HAVE_AMX_KERNELS
 #define SIMDATTN_AMX_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
+#define SIMDATTN_BF16_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
 namespace {
 
@@ -129,8 +131,8 @@ void AmxProduct(const uint32_t* a, size_t a_stride, const uint32_t* b,
   }
 }
 
-SIMDATTN_AMX_TARGET void AmxPairsOfRow(const float* x, size_t n, size_t pairs,
-                                       uint32_t* out) {
+SIMDATTN_BF16_TARGET void PairsOfRow(const float* x, size_t n, size_t pairs,
+                                     uint32_t* out) {
   for (size_t j = 0; j < pairs; j += 16) {
     // Floats [2j, 2j + 32) of x, zeros past n.
     const size_t i = 2 * j;
@@ -152,7 +154,7 @@ SIMDATTN_AMX_TARGET void AmxPairsOfRow(const float* x, size_t n, size_t pairs,
   }
 }
 
-SIMDATTN_AMX_TARGET void AmxInterleaveRows(const float* lo, const float* hi,
+SIMDATTN_BF16_TARGET void InterleavedPairs(const float* lo, const float* hi,
                                            size_t n, uint32_t* out) {
   for (size_t j = 0; j < n; j += 16) {
     const size_t count = n - j < 16 ? n - j : 16;
@@ -179,8 +181,8 @@ void AmxProduct(const uint32_t*, size_t, const uint32_t*, size_t, size_t,
                 size_t, size_t, float*, size_t) {
   std::abort();
 }
-void AmxPairsOfRow(const float*, size_t, size_t, uint32_t*) { std::abort(); }
-void AmxInterleaveRows(const float*, const float*, size_t, uint32_t*) {
+void PairsOfRow(const float*, size_t, size_t, uint32_t*) { std::abort(); }
+void InterleavedPairs(const float*, const float*, size_t, uint32_t*) {
   std::abort();
 }
 

@@ -2,8 +2,9 @@
 // arithmetic of MatMul and fused attention. Internal.
 //
 // Highway 1.0.3 has no AMX (nor any native bf16 dot product), so these are
-// intrinsics, compiled for AMX with a target attribute and called only where
-// AmxUsable(). AMX treats subnormal bf16 operands and results as zero.
+// intrinsics, compiled with target attributes: the products called only
+// where AmxUsable(), the packing where the CPU has AVX512_BF16. AMX treats
+// subnormal bf16 operands and results as zero.
 //
 // Layouts, in uint32 "pairs" (two bf16 along the reduction dimension, the
 // first in the low half):
@@ -45,14 +46,16 @@ void AmxProduct(const uint32_t* a, size_t a_stride, const uint32_t* b,
                 size_t b_stride, size_t rows, size_t cols, size_t pairs,
                 float* c, size_t ldc);
 
+// The packing, on AVX512_BF16 (which every AMX CPU has; MatMul's vdpbf16ps
+// kernel uses it too):
 // out[j] = (bf16(x[2j]), bf16(x[2j + 1])) for j < pairs, x[i] = 0 past n:
 // a row of floats as A's pairs. Rounds to nearest even.
-void AmxPairsOfRow(const float* x, size_t n, size_t pairs, uint32_t* out);
+void PairsOfRow(const float* x, size_t n, size_t pairs, uint32_t* out);
 
 // out[j] = (bf16(lo[j]), bf16(hi[j])) for j < n, hi null meaning zeros: two
 // rows of floats interleaved as a row of B's pairs. Rounds to nearest even.
-void AmxInterleaveRows(const float* lo, const float* hi, size_t n,
-                       uint32_t* out);
+void InterleavedPairs(const float* lo, const float* hi, size_t n,
+                      uint32_t* out);
 
 }  // namespace internal
 }  // namespace simdattn

@@ -549,7 +549,7 @@ inline void AmxQueryPairs(ConstMatrix q, size_t i0, size_t i1,
                           const AmxWorkspace& aw) {
   const size_t rows = i1 - i0, hp = aw.head_pairs;
   for (size_t r = 0; r < rows; ++r) {
-    internal::AmxPairsOfRow(q.Row(i0 + r), q.cols, hp, aw.q + r * hp);
+    internal::PairsOfRow(q.Row(i0 + r), q.cols, hp, aw.q + r * hp);
   }
   const size_t padded = AmxWorkspace::RoundUp(rows, AmxWorkspace::kTile);
   std::fill(aw.q + rows * hp, aw.q + padded * hp, 0u);
@@ -567,7 +567,7 @@ inline void AmxKeyValuePairs(const Workspace& ws, size_t nr, size_t head_dim,
   for (size_t n0 = 0; n0 < tile_cols; n0 += nr) {
     const float* panel = ws.k_panels + n0 * head_dim;
     for (size_t c = 0; c < head_dim; c += 2) {
-      internal::AmxInterleaveRows(
+      internal::InterleavedPairs(
           panel + c * nr, c + 1 < head_dim ? panel + (c + 1) * nr : nullptr,
           std::min(nr, tile_cols - n0), aw.k + c / 2 * kKeyBlock + n0);
     }
@@ -576,7 +576,7 @@ inline void AmxKeyValuePairs(const Workspace& ws, size_t nr, size_t head_dim,
   for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
     const float* panel = ws.v_panels + n0 * kKeyBlock;
     for (size_t j = 0; j < tile_cols; j += 2) {
-      internal::AmxInterleaveRows(
+      internal::InterleavedPairs(
           panel + j * nr, j + 1 < tile_cols ? panel + (j + 1) * nr : nullptr,
           std::min(nr, value_dim - n0), aw.v + j / 2 * aw.value_cols + n0);
     }
@@ -613,8 +613,8 @@ inline void AmxWeightsTimesValues(const float* weights, size_t rows,
   constexpr size_t kPairs = AmxWorkspace::kKeyPairs;
   for (size_t r = 0; r < tile_rows; ++r) {
     if (r < rows) {
-      internal::AmxPairsOfRow(weights + r * kKeyBlock, cols, keys / 2,
-                              aw.p + r * kPairs);
+      internal::PairsOfRow(weights + r * kKeyBlock, cols, keys / 2,
+                           aw.p + r * kPairs);
     } else {
       std::fill_n(aw.p + r * kPairs, keys / 2, 0u);
     }

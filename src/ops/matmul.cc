@@ -1,7 +1,6 @@
 // MatMul and BatchedMatMul: validation, then one dispatch per call.
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "simdattn/kernels.h"
 #include "src/common/check.h"
@@ -61,26 +60,6 @@ void CheckBias(const char* fn, const float* bias, size_t n, Footprint c) {
   SIMDATTN_REQUIRE(!c.Overlaps(range), fn, "C overlaps bias (", n, " floats)");
 }
 
-// A 16-bit B widened to float (bf16 arithmetic then rounds it again: exact
-// for bf16, to nearest for f16).
-class Widened {
- public:
-  template <typename TB>
-  explicit Widened(MatrixView<const TB> b)
-      : rows_(b.rows), cols_(b.cols), values_(b.rows * b.cols) {
-    for (size_t r = 0; r < rows_; ++r) {
-      for (size_t k = 0; k < cols_; ++k) {
-        values_[r * cols_ + k] = ToFloat(b.Row(r)[k]);
-      }
-    }
-  }
-  ConstMatrix view() const { return {values_.data(), rows_, cols_}; }
-
- private:
-  size_t rows_, cols_;
-  std::vector<float> values_;
-};
-
 // Validates MatMul's arguments; false: nothing to compute.
 template <typename TB>
 bool CheckMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
@@ -121,7 +100,7 @@ void MatMul(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
             const MatMulOptions& options) {
   if (!CheckMatMul(a, b, c, options)) return;
   if (options.compute == ComputeType::kBFloat16) {
-    return internal::MatMulBFloat16(a, Widened(b).view(), c, options);
+    return internal::MatMulBFloat16(a, b, c, options);
   }
   HWY_DYNAMIC_DISPATCH(MatMulF16Impl)(a, b, c, options);
 }

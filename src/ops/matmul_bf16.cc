@@ -86,23 +86,6 @@ constexpr size_t kTileRows = kAmxTileRows;
 
 inline size_t RoundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
-// A row of K floats as k2 pairs, the padding zero.
-SIMDATTN_BF16_TARGET void PackRow(const float* row, size_t k, size_t k2,
-                                  uint32_t* out) {
-  size_t i = 0;
-  // cvtne2ps_pbh(hi, lo): bf16 of lo in the low half, hi in the upper, so
-  // consecutive floats stay consecutive: pairs (2j, 2j + 1) as they lie.
-  for (; i + 32 <= k; i += 32) {
-    const __m512bh packed = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + i + 16),
-                                                _mm512_loadu_ps(row + i));
-    _mm512_storeu_si512(out + i / 2, (__m512i)packed);
-  }
-  for (; i < k; i += 2) {
-    out[i / 2] = BFloat16Pair(row[i], i + 1 < k ? row[i + 1] : 0.0f);
-  }
-  std::fill(out + (k + 1) / 2, out + k2, 0u);
-}
-
 using PackedOperands = BFloat16Pairs<kPanel>;
 
 // Row of C = alpha acc + beta C + bias over `cols` columns, 16 per vector
@@ -270,6 +253,15 @@ BFloat16DotKernelKind ChosenBFloat16DotKernel() {
 
 namespace {
 
+// b widened (exactly) into `out`, dense.
+template <typename T>
+ConstMatrix Widen(MatrixView<const T> b, float* out) {
+  for (size_t r = 0; r < b.rows; ++r) {
+    for (size_t j = 0; j < b.cols; ++j) out[r * b.cols + j] = ToFloat(b(r, j));
+  }
+  return ConstMatrix(out, b.rows, b.cols);
+}
+
 // With few rows of A, packing all of op(B) costs more than the native
 // products save over the float32 kernel's (bench/RESULTS.md).
 bool FewRows(Matrix c) {
@@ -294,7 +286,7 @@ void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
   const PackedOperands packed(a, b, c.cols,
                               options.transpose_b == Transpose::kYes,
                               RoundUp((a.cols + 1) / 2, kPairBlock),
-                              RoundUp(a.rows, kTileRows), PackRow);
+                              RoundUp(a.rows, kTileRows), PairsOfRow);
   if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(packed, c, options);
   DotProducts(packed, c, options);
 #endif
@@ -306,14 +298,14 @@ void MatMulBFloat16(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
       FewRows(c)) {
     return RoundedA(a, b, c, options);  // B is rounded already.
   }
-  // The native kernels pack from floats: B widened (exactly).
-  ScratchBuffer wide(b.rows * b.cols + 1);
-  for (size_t r = 0; r < b.rows; ++r) {
-    for (size_t j = 0; j < b.cols; ++j) {
-      wide.data()[r * b.cols + j] = ToFloat(b(r, j));
-    }
-  }
-  MatMulBFloat16(a, ConstMatrix(wide.data(), b.rows, b.cols), c, options);
+  const ScratchBuffer wide(b.rows * b.cols + 1);  // Native kernels pack floats.
+  MatMulBFloat16(a, Widen(b, wide.data()), c, options);
+}
+
+void MatMulBFloat16(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
+                    const MatMulOptions& options) {
+  const ScratchBuffer wide(b.rows * b.cols + 1);
+  MatMulBFloat16(a, Widen(b, wide.data()), c, options);
 }
 
 }  // namespace internal

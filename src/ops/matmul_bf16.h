@@ -12,8 +12,11 @@ namespace internal {
 // their products summed in float32; arguments validated, C not empty.
 void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
                     const MatMulOptions& options);
-// The same with B already in bf16 (kept weights): not rounded again.
+// The same with B stored in 16 bits (kept weights), widened exactly; bf16
+// B is not rounded again.
 void MatMulBFloat16(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
+                    const MatMulOptions& options);
+void MatMulBFloat16(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
                     const MatMulOptions& options);
 
 // Which kernel kBFloat16 products take. kAuto (the default): on x86 AMX
