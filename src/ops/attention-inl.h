@@ -886,22 +886,25 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
     *h = task / row_blocks % heads;
     *b = task / row_blocks / heads;
   };
-  const size_t amx_floats =
-      pr.amx ? AmxWorkspace::Floats(q.dims[3], value_dim) : 0;
+  // bf16 arithmetic's part of a task's scratch: AMX's pairs, or the rows of
+  // Q rounded for the float32 kernel.
+  const bool round_q = pr.round_inputs && !pr.amx;
+  const size_t bf16_floats = pr.amx ? AmxWorkspace::Floats(q.dims[3], value_dim)
+                             : round_q ? kTaskRows * q.dims[3]
+                                       : 0;
   internal::ParallelFor(0, tasks * splits, 1, [&](size_t first, size_t last) {
-    internal::ScratchBuffer scratch(workspace_floats + 3 * kTaskRows);
+    internal::ScratchBuffer scratch(workspace_floats + 3 * kTaskRows +
+                                    bf16_floats);
     Workspace ws(scratch.data(), nr, q.dims[3], value_dim);
-    internal::ScratchBuffer amx_scratch(amx_floats + 1);
+    float* bf16_part = scratch.data() + workspace_floats + 3 * kTaskRows;
     std::optional<AmxWorkspace> amx_ws;
     std::optional<internal::AmxScope> tiles;  // Per task: tiles are per thread.
     if (pr.amx) {
-      amx_ws.emplace(amx_scratch.data(), q.dims[3], value_dim);
+      amx_ws.emplace(bf16_part, q.dims[3], value_dim);
       tiles.emplace();
     }
     const AmxWorkspace* aw = amx_ws ? &*amx_ws : nullptr;
-    const bool round_q = pr.round_inputs && !pr.amx;
-    internal::ScratchBuffer q_scratch(round_q ? kTaskRows * q.dims[3] : 1);
-    float* rounded_q = round_q ? q_scratch.data() : nullptr;
+    float* rounded_q = round_q ? bf16_part : nullptr;
     float* own = scratch.data() + workspace_floats;
     const RowStates own_states{own, own + kTaskRows, own + 2 * kTaskRows};
     for (size_t index = first; index != last; ++index) {
