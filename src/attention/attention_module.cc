@@ -24,6 +24,7 @@ namespace simdattn {
 
 namespace {
 
+using internal::AlignedVector;
 using internal::CheckedMul;
 using internal::Footprint;
 using internal::ModuleWeights;
@@ -171,7 +172,7 @@ class AttentionEngine {
   // came from that type).
   void Widen() {
     ModuleWeights& w = weights_;
-    const auto widen = [](const auto& from, std::vector<float>& to) {
+    const auto widen = [](const auto& from, AlignedVector<float>& to) {
       to.resize(from.size());
       for (size_t i = 0; i < from.size(); ++i) to[i] = ToFloat(from[i]);
     };
@@ -190,7 +191,7 @@ class AttentionEngine {
   }
   void Narrow(DType type) {
     ModuleWeights& w = weights_;
-    const auto narrow = [](std::vector<float>& from, auto& to, auto convert) {
+    const auto narrow = [](AlignedVector<float>& from, auto& to, auto convert) {
       to.resize(from.size());
       for (size_t i = 0; i < from.size(); ++i) to[i] = convert(from[i]);
       from = {};
@@ -208,9 +209,9 @@ class AttentionEngine {
   // Calls multiply(w) with a (rows, cols) view of a weight matrix held as
   // `f32`, `bf16` or `f16` per the weights' dtype.
   template <typename Multiply>
-  void WithMatrix(const std::vector<float>& f32,
-                  const std::vector<BFloat16>& bf16,
-                  const std::vector<Float16>& f16, size_t rows, size_t cols,
+  void WithMatrix(const AlignedVector<float>& f32,
+                  const AlignedVector<BFloat16>& bf16,
+                  const AlignedVector<Float16>& f16, size_t rows, size_t cols,
                   const Multiply& multiply) const {
     switch (weights_.dtype) {
       case DType::kBF16:

@@ -59,7 +59,7 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
                                  const AttentionConfig& c,
                                  ModuleWeights* weights) {
   // Where a tensor goes: `offset` floats into one of the weights' vectors.
-  const auto at = [weights](std::vector<float> ModuleWeights::*member,
+  const auto at = [weights](auto ModuleWeights::*member,
                             size_t offset) -> float* {
     return weights == nullptr ? nullptr : (weights->*member).data() + offset;
   };

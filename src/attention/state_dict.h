@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "simdattn/attention.h"
+#include "src/common/aligned_vector.h"
 
 namespace simdattn {
 namespace internal {
@@ -26,12 +27,13 @@ enum class StateDictLayout : int {
 // the output projection (d_out, d_out); the sink logits (num_heads). Biases
 // and sinks are empty when absent.
 struct ModuleWeights {
-  std::vector<float> w_qkv, b_qkv, w_out, b_out, sinks;
+  AlignedVector<float> w_qkv, w_out;  // Read in place by MatMul: aligned.
+  std::vector<float> b_qkv, b_out, sinks;
   // LoadOptions::keep_dtype: w_qkv and w_out held in 16 bits instead (the
   // float vectors then empty), in the vectors of `dtype`.
   DType dtype = DType::kF32;
-  std::vector<BFloat16> w_qkv_bf16, w_out_bf16;
-  std::vector<Float16> w_qkv_f16, w_out_f16;
+  AlignedVector<BFloat16> w_qkv_bf16, w_out_bf16;
+  AlignedVector<Float16> w_qkv_f16, w_out_f16;
 };
 
 // One tensor of the state_dict and where its values live in the weights.

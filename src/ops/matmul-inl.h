@@ -25,6 +25,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
 #include "src/common/parallel.h"
@@ -132,6 +133,16 @@ HWY_INLINE hn::Vec<D> LoadRow(D d, const B& b, size_t k, size_t n) {
     return hn::Mul(v, hn::Set(d, b.Scale(k)));
   } else {
     return v;
+  }
+}
+
+// Prefetches the cache lines of p[0, count) into L1.
+template <typename T>
+HWY_INLINE void PrefetchLines(const T* p, size_t count) {
+  constexpr size_t kLine = 64;  // x86 and most Arm cores.
+  const char* bytes = reinterpret_cast<const char*>(p);
+  for (size_t i = 0; i < count * sizeof(T); i += kLine) {
+    hwy::Prefetch(bytes + i);
   }
 }
 
@@ -526,7 +537,12 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
         auto s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00;
         auto s20 = s00, s21 = s00, s30 = s00, s31 = s00;
         size_t k = 0;
+        const bool prefetch = n + 8 <= n_end;
         for (; k + 2 * N <= K; k += 2 * N) {
+          if (prefetch) {
+            for (size_t j = 4; j < 8; ++j)
+              PrefetchLines(b.Row(n + j) + k, 2 * N);
+          }
           const auto a0 = hn::LoadU(d, a_row + k);
           const auto a1 = hn::LoadU(d, a_row + k + N);
           s00 = hn::MulAdd(a0, LoadB(d, r0 + k), s00);
@@ -626,109 +642,156 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
 }
 
 // Dot-product tiles for op(B) = B^T with few rows of A (decode's
-// projections: nn.Linear weights are B^T): each loaded vector of A serves
-// kDotCols rows of B and each of B kDotRows rows of A, and B is read where
-// it lies, once per kDotRows rows of A, without packing.
-constexpr size_t kDotRows = 4;
+// projections: nn.Linear weights are B^T): each loaded vector of B serves
+// kDotRows rows of A and each of A kDotCols rows of B. B is read where it
+// lies, without packing, once per kDotRows rows of A, and the next tile's rows
+// of B are prefetched (B streams from memory in a model's decode step).
 #if HWY_TARGET == HWY_SCALAR || \
     !(HWY_ARCH_ARM_A64 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL)
-constexpr size_t kDotCols = 2;  // 16 vector registers (or one lane).
+constexpr size_t kDotRows = 4;  // 16 vector registers (or one lane).
 #else
-constexpr size_t kDotCols = 4;
+constexpr size_t kDotRows = 8;
 #endif
+constexpr size_t kDotCols = 2;
+
+// v, held in a register: GCC otherwise folds a load of A into each of the
+// multiply-adds that use it, doubling the tile's loads.
+template <class V>
+HWY_INLINE V InRegister(V v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  asm("" : "+v"(v.raw));
+#endif
+  return v;
+}
+
+// out[0, count) = the sums of the lanes of v0.. v(count - 1), count <= 4.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void SumsOfLanes(D d, V v0, V v1, V v2, V v3, size_t count,
+                            float* HWY_RESTRICT out) {
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+  HWY_ALIGN float sums[4];
+  SumOfLanes4(d, v0, v1, v2, v3, sums);
+  std::copy(sums, sums + count, out);
+#else
+  out[0] = hn::GetLane(hn::SumOfLanes(d, v0));
+  if (count > 1) out[1] = hn::GetLane(hn::SumOfLanes(d, v1));
+  if (count > 2) out[2] = hn::GetLane(hn::SumOfLanes(d, v2));
+  if (count > 3) out[3] = hn::GetLane(hn::SumOfLanes(d, v3));
+#endif
+}
 
 // C[0, R) x [n0, n0 + C) of the dot products of rows a (lda apart) and rows
-// b (ldb apart) over K; R <= kDotRows, C <= kDotCols. Each sum is a
-// vector's lanes, then the last K % Lanes elements, in a fixed order.
+// b (ldb apart) over K, prefetching C rows at `next`; R <= kDotRows,
+// C <= kDotCols. Each sum is a vector's lanes, then the last K % Lanes
+// elements, in a fixed order. Named accumulators: SVE vectors cannot form
+// arrays.
 template <size_t R, size_t C, class D, typename TB>
 HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
-                          const TB* HWY_RESTRICT b, size_t ldb, size_t K,
-                          float* HWY_RESTRICT c, size_t ldc, size_t n0,
-                          const MatMulOptions& opt) {
-  static_assert(R >= 1 && R <= 4 && C >= 1 && C <= kDotCols, "tile too large");
+                          const TB* HWY_RESTRICT b, const TB* next, size_t ldb,
+                          size_t K, float* HWY_RESTRICT c, size_t ldc,
+                          size_t n0, const MatMulOptions& opt) {
+  static_assert(R >= 1 && R <= kDotRows && C >= 1 && C <= kDotCols,
+                "tile too large");
   using Vec = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
-  Vec s00 = hn::Zero(d), s01 = s00, s02 = s00, s03 = s00;
-  Vec s10 = s00, s11 = s00, s12 = s00, s13 = s00;
-  Vec s20 = s00, s21 = s00, s22 = s00, s23 = s00;
-  Vec s30 = s00, s31 = s00, s32 = s00, s33 = s00;
+  Vec s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00, s20 = s00;
+  Vec s21 = s00, s30 = s00, s31 = s00, s40 = s00, s41 = s00, s50 = s00;
+  Vec s51 = s00, s60 = s00, s61 = s00, s70 = s00, s71 = s00;
   size_t k = 0;
   for (; k + N <= K; k += N) {
+    PrefetchLines(next + k, N);
+    if (C > 1) PrefetchLines(next + ldb + k, N);
     const Vec b0 = LoadB(d, b + k);
     const Vec b1 = C > 1 ? LoadB(d, b + ldb + k) : b0;
-    const Vec b2 = C > 2 ? LoadB(d, b + 2 * ldb + k) : b0;
-    const Vec b3 = C > 3 ? LoadB(d, b + 3 * ldb + k) : b0;
-#define SIMDATTN_DOT_ROW(r)                           \
-  if (R > r) {                                        \
-    const Vec ar = hn::LoadU(d, a + r * lda + k);     \
-    s##r##0 = hn::MulAdd(ar, b0, s##r##0);            \
-    if (C > 1) s##r##1 = hn::MulAdd(ar, b1, s##r##1); \
-    if (C > 2) s##r##2 = hn::MulAdd(ar, b2, s##r##2); \
-    if (C > 3) s##r##3 = hn::MulAdd(ar, b3, s##r##3); \
+#define SIMDATTN_DOT_ROW(r)                                   \
+  if (R > r) {                                                \
+    const Vec ar = InRegister(hn::LoadU(d, a + r * lda + k)); \
+    s##r##0 = hn::MulAdd(ar, b0, s##r##0);                    \
+    if (C > 1) s##r##1 = hn::MulAdd(ar, b1, s##r##1);         \
   }
     SIMDATTN_DOT_ROW(0)
     SIMDATTN_DOT_ROW(1)
     SIMDATTN_DOT_ROW(2)
     SIMDATTN_DOT_ROW(3)
+    SIMDATTN_DOT_ROW(4)
+    SIMDATTN_DOT_ROW(5)
+    SIMDATTN_DOT_ROW(6)
+    SIMDATTN_DOT_ROW(7)
 #undef SIMDATTN_DOT_ROW
   }
-  const hn::CappedTag<float, 1> d1;
-  const auto finish = [&](size_t r, size_t j, Vec sum) {
-    auto dot = hn::Set(d1, hn::GetLane(hn::SumOfLanes(d, sum)));
-    for (size_t kk = k; kk < K; ++kk) {
-      dot = hn::MulAdd(hn::Set(d1, a[r * lda + kk]),
-                       LoadB(d1, b + j * ldb + kk), dot);
+  // sums[r * C + j], four reductions at a time.
+  float sums[R * C];
+  if constexpr (C == 1) {
+    SumsOfLanes(d, s00, s10, s20, s30, std::min<size_t>(R, 4), sums);
+    if constexpr (R > 4) SumsOfLanes(d, s40, s50, s60, s70, R - 4, sums + 4);
+  } else {
+    SumsOfLanes(d, s00, s01, s10, s11, std::min<size_t>(2 * R, 4), sums);
+    if constexpr (R > 2) {
+      SumsOfLanes(d, s20, s21, s30, s31, std::min<size_t>(2 * R - 4, 4),
+                  sums + 4);
     }
-    ScalarEpilogue(hn::GetLane(dot), c + r * ldc + n0 + j, n0 + j, opt);
-  };
-#define SIMDATTN_DOT_FINISH(r)        \
-  if (R > r) {                        \
-    finish(r, 0, s##r##0);            \
-    if (C > 1) finish(r, 1, s##r##1); \
-    if (C > 2) finish(r, 2, s##r##2); \
-    if (C > 3) finish(r, 3, s##r##3); \
+    if constexpr (R > 4) {
+      SumsOfLanes(d, s40, s41, s50, s51, std::min<size_t>(2 * R - 8, 4),
+                  sums + 8);
+    }
+    if constexpr (R > 6) {
+      SumsOfLanes(d, s60, s61, s70, s71, 2 * R - 12, sums + 12);
+    }
   }
-  SIMDATTN_DOT_FINISH(0)
-  SIMDATTN_DOT_FINISH(1)
-  SIMDATTN_DOT_FINISH(2)
-  SIMDATTN_DOT_FINISH(3)
-#undef SIMDATTN_DOT_FINISH
+  const hn::CappedTag<float, 1> d1;
+  for (size_t r = 0; r < R; ++r) {
+    for (size_t j = 0; j < C; ++j) {
+      auto dot = hn::Set(d1, sums[r * C + j]);
+      for (size_t kk = k; kk < K; ++kk) {
+        dot = hn::MulAdd(hn::Set(d1, a[r * lda + kk]),
+                         LoadB(d1, b + j * ldb + kk), dot);
+      }
+      ScalarEpilogue(hn::GetLane(dot), c + r * ldc + n0 + j, n0 + j, opt);
+    }
+  }
 }
 
 template <size_t C, class D, typename TB>
 HWY_INLINE void DotTileRows(D d, size_t rows, const float* a, size_t lda,
-                            const TB* b, size_t ldb, size_t K, float* c,
-                            size_t ldc, size_t n0, const MatMulOptions& opt) {
+                            const TB* b, const TB* next, size_t ldb, size_t K,
+                            float* c, size_t ldc, size_t n0,
+                            const MatMulOptions& opt) {
+  if (rows == kDotRows) {
+    return DotTile<kDotRows, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
+  }
   switch (rows) {
     case 4:
-      return DotTile<4, C>(d, a, lda, b, ldb, K, c, ldc, n0, opt);
+      return DotTile<4, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
     case 3:
-      return DotTile<3, C>(d, a, lda, b, ldb, K, c, ldc, n0, opt);
+      return DotTile<3, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
     case 2:
-      return DotTile<2, C>(d, a, lda, b, ldb, K, c, ldc, n0, opt);
+      return DotTile<2, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
     default:
-      return DotTile<1, C>(d, a, lda, b, ldb, K, c, ldc, n0, opt);
+      return DotTile<1, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
   }
 }
 
 // Columns [n_begin, n_end) of C = A B^T by dot-product tiles: for each
-// kDotCols rows of B, every kDotRows rows of A.
+// kDotCols rows of B, every kDotRows rows of A (then at most 4 at a time).
 template <typename TB>
 inline void DotColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
                        const MatMulOptions& opt, size_t n_begin, size_t n_end) {
   const hn::ScalableTag<float> d;
-  size_t n = n_begin;
-  for (; n < n_end; n += kDotCols) {
+  for (size_t n = n_begin; n < n_end; n += kDotCols) {
     const size_t cols = std::min(kDotCols, n_end - n);
-    for (size_t m = 0; m < c.rows; m += kDotRows) {
-      const size_t rows = std::min(kDotRows, c.rows - m);
+    for (size_t m = 0, rows = 0; m < c.rows; m += rows) {
+      rows =
+          c.rows - m >= kDotRows ? kDotRows : std::min<size_t>(4, c.rows - m);
       if (cols == kDotCols) {
-        DotTileRows<kDotCols>(d, rows, a.Row(m), a.stride, b.Row(n), b.stride,
-                              a.cols, c.Row(m), c.stride, n, opt);
+        // The next tile's rows; the last tile's own.
+        const TB* next = b.Row(std::min(n + kDotCols, n_end - kDotCols));
+        DotTileRows<kDotCols>(d, rows, a.Row(m), a.stride, b.Row(n), next,
+                              b.stride, a.cols, c.Row(m), c.stride, n, opt);
       } else {
         for (size_t j = 0; j < cols; ++j) {
-          DotTileRows<1>(d, rows, a.Row(m), a.stride, b.Row(n + j), b.stride,
-                         a.cols, c.Row(m), c.stride, n + j, opt);
+          DotTileRows<1>(d, rows, a.Row(m), a.stride, b.Row(n + j),
+                         b.Row(n + j), b.stride, a.cols, c.Row(m), c.stride,
+                         n + j, opt);
         }
       }
     }

@@ -13,6 +13,7 @@
 
 #include "simdattn/attention.h"
 #include "simdattn/kernels.h"
+#include "src/common/aligned_vector.h"
 #include "tools/measure/shapes.h"
 
 namespace simdattn {
@@ -56,9 +57,10 @@ class StoredB {
  private:
   size_t rows_, cols_;
   MatMulShape::Storage storage_;
-  std::vector<float> widened_;
-  std::vector<BFloat16> bf16_;
-  std::vector<Float16> f16_;
+  // Aligned as frameworks and simdattn's modules hold weights.
+  internal::AlignedVector<float> widened_;
+  internal::AlignedVector<BFloat16> bf16_;
+  internal::AlignedVector<Float16> f16_;
 };
 
 class Workload {
