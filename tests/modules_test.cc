@@ -3,6 +3,7 @@
 // and argument errors.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -11,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "simdattn/attention.h"
+#include "src/common/aligned_vector.h"
 #include "tests/test_util.h"
 #include "tools/io/module_spec.h"
 #include "tools/io/npy.h"
@@ -256,6 +258,20 @@ TEST(ModulesErrors, NameTheArgumentAndValues) {
   causal.LoadStateDict(sd);
   mask[1] = 0.0f;
   ExpectInvalid([&] { causal.LoadStateDict(sd); }, "is not the causal mask");
+}
+
+// Module weights live in AlignedVector: every size, and after growing, starts
+// on a cache line (large std::vector blocks start 16 bytes past one).
+TEST(AlignedVector, StartsOnACacheLine) {
+  for (const size_t size :
+       {size_t{1}, size_t{3}, size_t{1000}, size_t{1} << 20}) {
+    internal::AlignedVector<float> floats(size);
+    internal::AlignedVector<BFloat16> halves(size);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(floats.data()) % 64, 0u) << size;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(halves.data()) % 64, 0u) << size;
+    floats.resize(3 * size + 1);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(floats.data()) % 64, 0u) << size;
+  }
 }
 
 }  // namespace
