@@ -422,6 +422,13 @@ inline void TiledMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
   const size_t panels = hwy::DivCeil(N, nr);
   const bool transposed = opt.transpose_b == Transpose::kYes;
   const size_t kc_max = std::min(K, kDepthBlock);
+  // Tasks go by groups of `group` row blocks, panel by panel. A panel reads
+  // its rows of A where they lie (from L3 at projection sizes): without
+  // groups, all of A once per panel. Narrow panels (nr < 64: 16-register
+  // targets, NEON) would read A 4x as often as wide ones, so two row blocks
+  // share each panel and their A stays in L2; wide panels gain nothing from
+  // it (bench/RESULTS.md).
+  const size_t group = nr >= 64 ? 1 : 2;
   // With one row block, each panel is packed once anyway.
   std::optional<PackedB> packed_b;
   if (row_blocks > 1) packed_b.emplace(b, transposed, nr);
@@ -432,10 +439,13 @@ inline void TiledMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
         internal::ScratchBuffer scratch((kc_max + 1) * nr);
         float* bias = scratch.data() + kc_max * nr;
         for (size_t task = first_task; task != last_task; ++task) {
-          // Consecutive tasks share a panel column, so neighbouring threads
-          // read the same B from the shared cache.
-          const size_t n0 = (task / row_blocks) * nr;
-          const size_t m0 = (task % row_blocks) * kRowBlock;
+          // Group g's panels in turn, each down the group's row blocks (the
+          // last group may have fewer).
+          const size_t g = task / (group * panels);
+          const size_t rows_in_g = std::min(group, row_blocks - g * group);
+          const size_t in_g = task - g * group * panels;
+          const size_t n0 = in_g / rows_in_g * nr;
+          const size_t m0 = (g * group + in_g % rows_in_g) * kRowBlock;
           const size_t cols = std::min(nr, N - n0);
           const size_t m_end = std::min(M, m0 + kRowBlock);
           if (opt.bias) {
