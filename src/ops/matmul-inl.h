@@ -64,6 +64,8 @@ constexpr size_t kSkinnyRows = 4;
 // one row streams B faster one dot at a time (bench/RESULTS.md).
 constexpr size_t kDotMinRows = 2;
 constexpr size_t kDotMaxRows = 16;
+// 16-bit rows of B^T this long or longer are prefetched by the skinny path.
+constexpr size_t kPrefetchMinDepth = 256;
 // Skinny products are split over threads only above this many multiply-adds.
 constexpr size_t kParallelSkinnyWork = size_t{1} << 20;
 
@@ -517,8 +519,12 @@ HWY_INLINE void SumOfLanes4(D d, V v0, V v1, V v2, V v3,
 
 // Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
 // rows of A times B (B rows contiguous), or dot products with rows of B when
-// it is transposed (Q K^T in decode).
-template <class B>
+// it is transposed (Q K^T in decode). kPrefetch: B^T's rows are long
+// (decode's 16-bit weights), and four at a time are streams too short for the
+// hardware prefetchers: the next four rows go to L1 a step ahead. Float rows
+// gain nothing from it, and a KV cache's short keys are together one
+// sequential run the hardware follows (its check alone slowed decode).
+template <bool kPrefetch = false, class B>
 inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
                           const MatMulOptions& opt, size_t n_begin,
                           size_t n_end) {
@@ -547,11 +553,14 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
         auto s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00;
         auto s20 = s00, s21 = s00, s30 = s00, s31 = s00;
         size_t k = 0;
-        const bool prefetch = n + 8 <= n_end;
+        [[maybe_unused]] const bool prefetch = kPrefetch && n + 8 <= n_end;
         for (; k + 2 * N <= K; k += 2 * N) {
-          if (prefetch) {
-            for (size_t j = 4; j < 8; ++j)
-              PrefetchLines(b.Row(n + j) + k, 2 * N);
+          if constexpr (kPrefetch) {
+            if (prefetch) {
+              for (size_t j = 4; j < 8; ++j) {
+                PrefetchLines(b.Row(n + j) + k, 2 * N);
+              }
+            }
           }
           const auto a0 = hn::LoadU(d, a_row + k);
           const auto a1 = hn::LoadU(d, a_row + k + N);
@@ -659,10 +668,11 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
 #if HWY_TARGET == HWY_SCALAR || \
     !(HWY_ARCH_ARM_A64 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL)
 constexpr size_t kDotRows = 4;  // 16 vector registers (or one lane).
+constexpr size_t kDotCols = 2;
 #else
 constexpr size_t kDotRows = 8;
+constexpr size_t kDotCols = 3;
 #endif
-constexpr size_t kDotCols = 2;
 
 // v, held in a register: GCC otherwise folds a load of A into each of the
 // multiply-adds that use it, doubling the tile's loads.
@@ -704,20 +714,23 @@ HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
                 "tile too large");
   using Vec = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
-  Vec s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00, s20 = s00;
-  Vec s21 = s00, s30 = s00, s31 = s00, s40 = s00, s41 = s00, s50 = s00;
-  Vec s51 = s00, s60 = s00, s61 = s00, s70 = s00, s71 = s00;
+  const Vec zero = hn::Zero(d);
+  Vec s00 = zero, s01 = zero, s02 = zero, s10 = zero, s11 = zero, s12 = zero;
+  Vec s20 = zero, s21 = zero, s22 = zero, s30 = zero, s31 = zero, s32 = zero;
+  Vec s40 = zero, s41 = zero, s42 = zero, s50 = zero, s51 = zero, s52 = zero;
+  Vec s60 = zero, s61 = zero, s62 = zero, s70 = zero, s71 = zero, s72 = zero;
   size_t k = 0;
   for (; k + N <= K; k += N) {
-    PrefetchLines(next + k, N);
-    if (C > 1) PrefetchLines(next + ldb + k, N);
+    for (size_t j = 0; j < C; ++j) PrefetchLines(next + j * ldb + k, N);
     const Vec b0 = LoadB(d, b + k);
     const Vec b1 = C > 1 ? LoadB(d, b + ldb + k) : b0;
+    const Vec b2 = C > 2 ? LoadB(d, b + 2 * ldb + k) : b0;
 #define SIMDATTN_DOT_ROW(r)                                   \
   if (R > r) {                                                \
     const Vec ar = InRegister(hn::LoadU(d, a + r * lda + k)); \
     s##r##0 = hn::MulAdd(ar, b0, s##r##0);                    \
     if (C > 1) s##r##1 = hn::MulAdd(ar, b1, s##r##1);         \
+    if (C > 2) s##r##2 = hn::MulAdd(ar, b2, s##r##2);         \
   }
     SIMDATTN_DOT_ROW(0)
     SIMDATTN_DOT_ROW(1)
@@ -729,24 +742,24 @@ HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
     SIMDATTN_DOT_ROW(7)
 #undef SIMDATTN_DOT_ROW
   }
-  // sums[r * C + j], four reductions at a time.
+  // sums[r * C + j], up to four reductions at a time: a row's C <= 4 sums,
+  // or the sums of four rows when C = 1.
   float sums[R * C];
   if constexpr (C == 1) {
     SumsOfLanes(d, s00, s10, s20, s30, std::min<size_t>(R, 4), sums);
     if constexpr (R > 4) SumsOfLanes(d, s40, s50, s60, s70, R - 4, sums + 4);
   } else {
-    SumsOfLanes(d, s00, s01, s10, s11, std::min<size_t>(2 * R, 4), sums);
-    if constexpr (R > 2) {
-      SumsOfLanes(d, s20, s21, s30, s31, std::min<size_t>(2 * R - 4, 4),
-                  sums + 4);
-    }
-    if constexpr (R > 4) {
-      SumsOfLanes(d, s40, s41, s50, s51, std::min<size_t>(2 * R - 8, 4),
-                  sums + 8);
-    }
-    if constexpr (R > 6) {
-      SumsOfLanes(d, s60, s61, s70, s71, 2 * R - 12, sums + 12);
-    }
+#define SIMDATTN_DOT_SUMS(r) \
+  if (R > r) SumsOfLanes(d, s##r##0, s##r##1, s##r##2, zero, C, sums + r * C);
+    SIMDATTN_DOT_SUMS(0)
+    SIMDATTN_DOT_SUMS(1)
+    SIMDATTN_DOT_SUMS(2)
+    SIMDATTN_DOT_SUMS(3)
+    SIMDATTN_DOT_SUMS(4)
+    SIMDATTN_DOT_SUMS(5)
+    SIMDATTN_DOT_SUMS(6)
+    SIMDATTN_DOT_SUMS(7)
+#undef SIMDATTN_DOT_SUMS
   }
   const hn::CappedTag<float, 1> d1;
   for (size_t r = 0; r < R; ++r) {
@@ -808,6 +821,19 @@ inline void DotColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
   }
 }
 
+// DirectColumns, prefetching long 16-bit rows of B^T.
+template <typename TB>
+inline void SkinnyColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
+                          const MatMulOptions& opt, size_t n_begin,
+                          size_t n_end) {
+  if constexpr (sizeof(TB) == 2) {
+    if (opt.transpose_b == Transpose::kYes && a.cols >= kPrefetchMinDepth) {
+      return DirectColumns<true>(a, b, c, opt, n_begin, n_end);
+    }
+  }
+  DirectColumns(a, b, c, opt, n_begin, n_end);
+}
+
 }  // namespace matmul_detail
 
 // Same-target entry point; arguments were validated by the caller.
@@ -840,10 +866,10 @@ inline void MatMulOf(ConstMatrix a, MatrixView<const TB> b, Matrix c,
     const size_t grain =
         std::max<size_t>(64, kParallelSkinnyWork / (M * K + 1));
     internal::ParallelFor(0, N, grain, [&](size_t first, size_t last) {
-      DirectColumns(a, b, c, opt, first, last);
+      SkinnyColumns(a, b, c, opt, first, last);
     });
   } else {
-    DirectColumns(a, b, c, opt, 0, N);
+    SkinnyColumns(a, b, c, opt, 0, N);
   }
 }
 
