@@ -684,19 +684,20 @@ HWY_INLINE V InRegister(V v) {
   return v;
 }
 
-// out[0, count) = the sums of the lanes of v0.. v(count - 1), count <= 4.
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE void SumsOfLanes(D d, V v0, V v1, V v2, V v3, size_t count,
+// out[0, kCount) = the sums of the lanes of v0, ..., kCount <= 4.
+template <size_t kCount, class D, class V = hn::Vec<D>>
+HWY_INLINE void SumsOfLanes(D d, V v0, V v1, V v2, V v3,
                             float* HWY_RESTRICT out) {
+  static_assert(kCount >= 1 && kCount <= 4, "one to four sums");
 #if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
   HWY_ALIGN float sums[4];
   SumOfLanes4(d, v0, v1, v2, v3, sums);
-  std::copy(sums, sums + count, out);
+  std::copy(sums, sums + kCount, out);
 #else
   out[0] = hn::GetLane(hn::SumOfLanes(d, v0));
-  if (count > 1) out[1] = hn::GetLane(hn::SumOfLanes(d, v1));
-  if (count > 2) out[2] = hn::GetLane(hn::SumOfLanes(d, v2));
-  if (count > 3) out[3] = hn::GetLane(hn::SumOfLanes(d, v3));
+  if constexpr (kCount > 1) out[1] = hn::GetLane(hn::SumOfLanes(d, v1));
+  if constexpr (kCount > 2) out[2] = hn::GetLane(hn::SumOfLanes(d, v2));
+  if constexpr (kCount > 3) out[3] = hn::GetLane(hn::SumOfLanes(d, v3));
 #endif
 }
 
@@ -746,11 +747,13 @@ HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
   // or the sums of four rows when C = 1.
   float sums[R * C];
   if constexpr (C == 1) {
-    SumsOfLanes(d, s00, s10, s20, s30, std::min<size_t>(R, 4), sums);
-    if constexpr (R > 4) SumsOfLanes(d, s40, s50, s60, s70, R - 4, sums + 4);
+    SumsOfLanes<std::min<size_t>(R, 4)>(d, s00, s10, s20, s30, sums);
+    if constexpr (R > 4) SumsOfLanes<R - 4>(d, s40, s50, s60, s70, sums + 4);
   } else {
-#define SIMDATTN_DOT_SUMS(r) \
-  if (R > r) SumsOfLanes(d, s##r##0, s##r##1, s##r##2, zero, C, sums + r * C);
+#define SIMDATTN_DOT_SUMS(r)                                          \
+  if constexpr (R > r) {                                              \
+    SumsOfLanes<C>(d, s##r##0, s##r##1, s##r##2, zero, sums + r * C); \
+  }
     SIMDATTN_DOT_SUMS(0)
     SIMDATTN_DOT_SUMS(1)
     SIMDATTN_DOT_SUMS(2)
