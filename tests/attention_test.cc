@@ -170,39 +170,39 @@ std::vector<double> OneTileBFloat16Reference(const Operands& r, double scale) {
 // tiles where the CPU has them (the default) and on the float32 kernels.
 TEST_P(AttentionTest, BFloat16ArithmeticRoundsOperandsAndWeights) {
   using internal::BFloat16DotPolicy;
-  for (const BFloat16DotPolicy policy :
-       {BFloat16DotPolicy::kAuto, BFloat16DotPolicy::kFallback}) {
-    internal::SetBFloat16DotPolicy(policy);
-    uint64_t seed = 300;
-    for (const Shape& s : kShapes) {
-      for (const bool causal : {false, true}) {
-        Operands o(s, seed++);
-        AttentionOptions options;
-        options.compute = ComputeType::kBFloat16;
-        options.scale = 2.0f;  // Peaked weights: P's rounding shows.
-        options.mask.causal = causal;
-        options.mask.causal_offset =
-            s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0;
-        if (!causal && s.q_tokens > 40) {  // A window and a softcap instead.
-          options.mask.causal = true;
-          options.mask.window = 37;
-          options.mask.softcap = 5.0f;
+  test::ForEachBFloat16DotPolicy(
+      {BFloat16DotPolicy::kAuto, BFloat16DotPolicy::kFallback},
+      [&](BFloat16DotPolicy policy) {
+        uint64_t seed = 300;
+        for (const Shape& s : kShapes) {
+          for (const bool causal : {false, true}) {
+            Operands o(s, seed++);
+            AttentionOptions options;
+            options.compute = ComputeType::kBFloat16;
+            options.scale = 2.0f;  // Peaked weights: P's rounding shows.
+            options.mask.causal = causal;
+            options.mask.causal_offset =
+                s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0;
+            if (!causal &&
+                s.q_tokens > 40) {  // A window and a softcap instead.
+              options.mask.causal = true;
+              options.mask.window = 37;
+              options.mask.softcap = 5.0f;
+            }
+            ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+            const Operands r = Rounded(o);
+            const std::string what = Describe(s) + (causal ? " causal" : "") +
+                                     " policy " +
+                                     std::to_string(static_cast<int>(policy));
+            ExpectNear(o.out, Reference(r, 2.0, options.mask), 1.0 / 256 + 2e-6,
+                       what);
+            if (causal && s.k_tokens <= 256 && s.k_tokens >= s.q_tokens) {
+              // Unrounded P misses by ~1e-3 here; a flipped weight by ~3e-5.
+              ExpectNear(o.out, OneTileBFloat16Reference(r, 2.0), 1e-4, what);
+            }
+          }
         }
-        ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
-        const Operands r = Rounded(o);
-        const std::string what = Describe(s) + (causal ? " causal" : "") +
-                                 " policy " +
-                                 std::to_string(static_cast<int>(policy));
-        ExpectNear(o.out, Reference(r, 2.0, options.mask), 1.0 / 256 + 2e-6,
-                   what);
-        if (causal && s.k_tokens <= 256 && s.k_tokens >= s.q_tokens) {
-          // Unrounded P misses by ~1e-3 here; a flipped weight by ~3e-5.
-          ExpectNear(o.out, OneTileBFloat16Reference(r, 2.0), 1e-4, what);
-        }
-      }
-    }
-  }
-  internal::SetBFloat16DotPolicy(BFloat16DotPolicy::kAuto);
+      });
 }
 
 // The variants of current models (kernels.h's AttentionMask), alone and

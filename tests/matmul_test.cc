@@ -243,73 +243,73 @@ TEST_P(MatMulTest, HalfPrecisionBEqualsWidenedB) {
 // accumulation's bound of the float64 product of the rounded operands.
 TEST_P(MatMulTest, BFloat16ArithmeticMatchesRoundedOperands) {
   using internal::BFloat16DotPolicy;
-  for (const BFloat16DotPolicy policy :
-       {BFloat16DotPolicy::kNative, BFloat16DotPolicy::kDotProduct,
-        BFloat16DotPolicy::kFallback}) {
-    internal::SetBFloat16DotPolicy(policy);
-    if (policy == BFloat16DotPolicy::kFallback) {
-      EXPECT_FALSE(NativeBFloat16Dot());
-    }
-    // Where the CPU has a native kernel, it is the one in use.
-    const std::string target = ActiveTarget();
-    if (target.rfind("AVX3", 0) == 0 && internal::AmxUsable() &&
-        policy == BFloat16DotPolicy::kNative) {
-      EXPECT_STREQ(BFloat16DotKernel(), "AMX");
-    }
-    if ((target.rfind("NEON", 0) == 0 || target.rfind("SVE", 0) == 0) &&
-        internal::BfdotUsable() && policy != BFloat16DotPolicy::kFallback) {
-      EXPECT_STREQ(BFloat16DotKernel(), "BFDOT");
-    }
-    uint64_t seed = 40;
-    for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
-      for (const Case& c :
-           {Case{1, 1, 1, t}, Case{5, 3, 7, t},
-            Case{7, 33, 70, t, 0.5f, 0.25f, true}, Case{97, 130, 129, t},
-            Case{13, 768, 64, t, 1.0f, 1.0f, true, 3, 1}, Case{6, 64, 16, t},
-            Case{12, 31, 65, t, -2.0f}, Case{33, 40, 97, t, 1.0f, 0.5f, true},
-            Case{100, 300, 70, t}}) {
-        RunCase(c, seed += 4, ComputeType::kBFloat16);
-      }
-    }
-  }
-  internal::SetBFloat16DotPolicy(BFloat16DotPolicy::kAuto);
+  test::ForEachBFloat16DotPolicy(
+      {BFloat16DotPolicy::kNative, BFloat16DotPolicy::kDotProduct,
+       BFloat16DotPolicy::kFallback},
+      [&](BFloat16DotPolicy policy) {
+        if (policy == BFloat16DotPolicy::kFallback) {
+          EXPECT_FALSE(NativeBFloat16Dot());
+        }
+        // Where the CPU has a native kernel, it is the one in use.
+        const std::string target = ActiveTarget();
+        if (target.rfind("AVX3", 0) == 0 && internal::AmxUsable() &&
+            policy == BFloat16DotPolicy::kNative) {
+          EXPECT_STREQ(BFloat16DotKernel(), "AMX");
+        }
+        if ((target.rfind("NEON", 0) == 0 || target.rfind("SVE", 0) == 0) &&
+            internal::BfdotUsable() && policy != BFloat16DotPolicy::kFallback) {
+          EXPECT_STREQ(BFloat16DotKernel(), "BFDOT");
+        }
+        uint64_t seed = 40;
+        for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
+          for (const Case& c :
+               {Case{1, 1, 1, t}, Case{5, 3, 7, t},
+                Case{7, 33, 70, t, 0.5f, 0.25f, true}, Case{97, 130, 129, t},
+                Case{13, 768, 64, t, 1.0f, 1.0f, true, 3, 1},
+                Case{6, 64, 16, t}, Case{12, 31, 65, t, -2.0f},
+                Case{33, 40, 97, t, 1.0f, 0.5f, true}, Case{100, 300, 70, t}}) {
+            RunCase(c, seed += 4, ComputeType::kBFloat16);
+          }
+        }
+      });
 }
 
 // bf16 arithmetic with B stored in bf16 (kept weights): the same products
 // as with B's float values, on every kernel.
 TEST_P(MatMulTest, BFloat16ArithmeticWithBFloat16B) {
   using internal::BFloat16DotPolicy;
-  for (const BFloat16DotPolicy policy :
-       {BFloat16DotPolicy::kAuto, BFloat16DotPolicy::kNative,
-        BFloat16DotPolicy::kFallback}) {
-    internal::SetBFloat16DotPolicy(policy);
-    for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
-      for (const Case& c : {Case{5, 40, 70, t}, Case{97, 130, 129, t}}) {
-        const bool tb = t == Transpose::kYes;
-        const size_t b_rows = tb ? c.n : c.k, b_cols = tb ? c.k : c.n;
-        const std::vector<float> a = test::RandomVector(c.m * c.k, 7);
-        std::vector<float> b = test::RandomVector(b_rows * b_cols, 8);
-        std::vector<BFloat16> b16(b.size());
-        for (size_t i = 0; i < b.size(); ++i) {
-          b16[i] = ToBFloat16(b[i]);
-          b[i] = ToFloat(b16[i]);
+  test::ForEachBFloat16DotPolicy(
+      {BFloat16DotPolicy::kAuto, BFloat16DotPolicy::kNative,
+       BFloat16DotPolicy::kFallback},
+      [&](BFloat16DotPolicy policy) {
+        for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
+          for (const Case& c : {Case{5, 40, 70, t}, Case{97, 130, 129, t}}) {
+            const bool tb = t == Transpose::kYes;
+            const size_t b_rows = tb ? c.n : c.k, b_cols = tb ? c.k : c.n;
+            const std::vector<float> a = test::RandomVector(c.m * c.k, 7);
+            std::vector<float> b = test::RandomVector(b_rows * b_cols, 8);
+            std::vector<BFloat16> b16(b.size());
+            for (size_t i = 0; i < b.size(); ++i) {
+              b16[i] = ToBFloat16(b[i]);
+              b[i] = ToFloat(b16[i]);
+            }
+            MatMulOptions options;
+            options.transpose_b = t;
+            options.compute = ComputeType::kBFloat16;
+            std::vector<float> from16(c.m * c.n), from32(c.m * c.n);
+            MatMul(ConstMatrix(a.data(), c.m, c.k),
+                   MatrixView<const BFloat16>(b16.data(), b_rows, b_cols),
+                   Matrix(from16.data(), c.m, c.n), options);
+            MatMul(ConstMatrix(a.data(), c.m, c.k),
+                   ConstMatrix(b.data(), b_rows, b_cols),
+                   Matrix(from32.data(), c.m, c.n), options);
+            // Same operands, same kernel (rounding bf16-exact B is the
+            // identity).
+            ASSERT_EQ(from16, from32) << c.m << "x" << c.k << "x" << c.n
+                                      << " policy " << static_cast<int>(policy);
+          }
         }
-        MatMulOptions options;
-        options.transpose_b = t;
-        options.compute = ComputeType::kBFloat16;
-        std::vector<float> from16(c.m * c.n), from32(c.m * c.n);
-        MatMul(ConstMatrix(a.data(), c.m, c.k),
-               MatrixView<const BFloat16>(b16.data(), b_rows, b_cols),
-               Matrix(from16.data(), c.m, c.n), options);
-        MatMul(ConstMatrix(a.data(), c.m, c.k),
-               ConstMatrix(b.data(), b_rows, b_cols),
-               Matrix(from32.data(), c.m, c.n), options);
-        // Same operands, same kernel (rounding bf16-exact B is the identity).
-        ASSERT_EQ(from16, from32) << c.m << "x" << c.k << "x" << c.n;
-      }
-    }
-  }
-  internal::SetBFloat16DotPolicy(BFloat16DotPolicy::kAuto);
+      });
 }
 
 TEST_P(MatMulTest, EveryRowCountAroundTheTile) {

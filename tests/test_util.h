@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "hwy/tests/hwy_gtest.h"
 #include "simdattn/tensor.h"
+#include "src/ops/matmul_bf16.h"
 #include "tbb/task_arena.h"
 
 namespace simdattn {
@@ -98,6 +100,23 @@ void ExpectSameBitsForAnyThreadCount(const Compute& compute,
         std::memcmp(out.data(), reference.data(), out.size() * sizeof(float)),
         0)
         << what << ": " << threads << " threads";
+  }
+}
+
+// body(policy) with each bf16 dot-product kernel policy forced in turn, then
+// kAuto again, also when the body fails an ASSERT.
+template <class Body>
+void ForEachBFloat16DotPolicy(
+    std::initializer_list<internal::BFloat16DotPolicy> policies,
+    const Body& body) {
+  struct RestoreAuto {
+    ~RestoreAuto() {
+      internal::SetBFloat16DotPolicy(internal::BFloat16DotPolicy::kAuto);
+    }
+  } restore;
+  for (const internal::BFloat16DotPolicy policy : policies) {
+    internal::SetBFloat16DotPolicy(policy);
+    body(policy);
   }
 }
 
