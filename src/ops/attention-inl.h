@@ -429,12 +429,8 @@ HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
   // Float rows fill a block's run with 16 x head_dim x 4 bytes: long enough
   // for the hardware (prefetching them measured slower).
   if (std::is_same_v<T, float> || rows.table == internal::kSingleBlock) return;
-  const size_t row_bytes = rows.cols * sizeof(T);
   for (size_t j = j_begin; j < j_end; ++j) {
-    const char* row = reinterpret_cast<const char*>(rows.Row(j));
-    for (size_t byte = 0; byte < row_bytes; byte += 64) {
-      hwy::Prefetch(row + byte);
-    }
+    matmul_detail::PrefetchLines(rows.Row(j), rows.cols);
     if constexpr (std::is_same_v<T, int8_t>) {
       if (j % 16 == 0) hwy::Prefetch(rows.ScaleAt(j));  // 16 to a line.
     }
