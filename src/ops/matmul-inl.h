@@ -2,14 +2,14 @@
 // Included once per SIMD target by matmul.cc (and by other kernels that call
 // it from the same target without another dispatch).
 //
-// Design (Goto/BLIS): the output is cut into tasks of kRowBlock rows x one
-// panel of NR = kVectors * Lanes columns. op(B) is packed into contiguous,
-// zero-padded KC x NR panels (so the transpose costs nothing in the inner
-// loop): once per call by all threads when several row blocks share them,
-// else by the task itself. A task then runs an MR x NR register-tiled
-// micro-kernel over each MR rows of A, which it reads in place. K is blocked by
-// KC but never split across threads: each output is reduced in a fixed order,
-// so results do not depend on the thread count.
+// Design (Goto/BLIS): the output is cut into tasks of kRowBlock rows (fewer
+// when C is narrow) x one panel of NR = kVectors * Lanes columns. op(B) is
+// packed into contiguous, zero-padded KC x NR panels (so the transpose costs
+// nothing in the inner loop): once per call by all threads when several row
+// blocks share them, else by the task itself. A task then runs an MR x NR
+// register-tiled micro-kernel over each MR rows of A, which it reads in place.
+// K is blocked by KC but never split across threads: each output is reduced in
+// a fixed order, so results do not depend on the thread count.
 
 #if defined(SIMDATTN_SRC_OPS_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SIMDATTN_SRC_OPS_MATMUL_INL_H_
@@ -54,6 +54,11 @@ constexpr size_t kVectors = 2;
 // Rows of A per task: enough micro-kernel calls to amortise packing the B
 // panel (1/kRowBlock of the FLOPs), few enough to leave tasks for 2+ threads.
 constexpr size_t kRowBlock = 16 * kRows;
+// Narrow C (few panels) gets shorter row blocks, so that there are this many
+// tasks to balance over the threads, each of at least this many
+// multiply-adds (well above a task's scheduling cost).
+constexpr size_t kMinTasks = 32;
+constexpr size_t kMinTaskWork = size_t{1} << 18;
 // K per packed panel: KC x NR floats stay in L2 (64 KiB for AVX-512).
 constexpr size_t kDepthBlock = 256;
 // Below this many multiply-adds, or with at most kSkinnyRows rows, packing
@@ -420,8 +425,13 @@ inline void TiledMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
   const hn::ScalableTag<float> d;
   const size_t nr = kVectors * hn::Lanes(d);
   const size_t M = c.rows, N = c.cols, K = a.cols;
-  const size_t row_blocks = hwy::DivCeil(M, kRowBlock);
   const size_t panels = hwy::DivCeil(N, nr);
+  // Micro-tiles of kRows rows per row block.
+  size_t tiles = hwy::DivCeil(M, kRows) / hwy::DivCeil(kMinTasks, panels);
+  tiles = std::max(tiles, hwy::DivCeil(kMinTaskWork, kRows * nr * K));
+  tiles = std::min(tiles, kRowBlock / kRows);
+  const size_t row_block = tiles * kRows;
+  const size_t row_blocks = hwy::DivCeil(M, row_block);
   const bool transposed = opt.transpose_b == Transpose::kYes;
   const size_t kc_max = std::min(K, kDepthBlock);
   // Tasks go by groups of `group` row blocks, panel by panel. A panel reads
@@ -447,9 +457,9 @@ inline void TiledMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
           const size_t rows_in_g = std::min(group, row_blocks - g * group);
           const size_t in_g = task - g * group * panels;
           const size_t n0 = in_g / rows_in_g * nr;
-          const size_t m0 = (g * group + in_g % rows_in_g) * kRowBlock;
+          const size_t m0 = (g * group + in_g % rows_in_g) * row_block;
           const size_t cols = std::min(nr, N - n0);
-          const size_t m_end = std::min(M, m0 + kRowBlock);
+          const size_t m_end = std::min(M, m0 + row_block);
           if (opt.bias) {
             std::memcpy(bias, opt.bias + n0, cols * sizeof(float));
             std::fill(bias + cols, bias + nr, 0.0f);
