@@ -205,6 +205,9 @@ HWY_NOINLINE void MicroKernel(D d, const float* HWY_RESTRICT a, size_t lda,
   Vec c30 = c00, c31 = c00, c32 = c00, c33 = c00;
   Vec c40 = c00, c41 = c00, c42 = c00, c43 = c00;
   Vec c50 = c00, c51 = c00, c52 = c00, c53 = c00;
+  // Two k-steps per iteration: the loop's own ops and branch, halved, cost
+  // a measurable share of the FMA pipe's time (bench/RESULTS.md).
+#pragma GCC unroll 2
   for (size_t k = 0; k < kc; ++k, panel += nr) {
     const Vec b0 = hn::Load(d, panel);
     const Vec b1 = V > 1 ? hn::Load(d, panel + 1 * N) : b0;
