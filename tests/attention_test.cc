@@ -183,8 +183,8 @@ TEST_P(AttentionTest, BFloat16ArithmeticRoundsOperandsAndWeights) {
             options.mask.causal = causal;
             options.mask.causal_offset =
                 s.k_tokens >= s.q_tokens ? s.k_tokens - s.q_tokens : 0;
-            if (!causal &&
-                s.q_tokens > 40) {  // A window and a softcap instead.
+            // Long non-causal shapes take a window and a softcap instead.
+            if (!causal && s.q_tokens > 40) {
               options.mask.causal = true;
               options.mask.window = 37;
               options.mask.softcap = 5.0f;

@@ -715,10 +715,10 @@ HWY_INLINE void SumsOfLanes(D d, V v0, V v1, V v2, V v3,
 }
 
 // C[0, R) x [n0, n0 + C) of the dot products of rows a (lda apart) and rows
-// b (ldb apart) over K, prefetching C rows at `next`; R <= kDotRows,
-// C <= kDotCols. Each sum is a vector's lanes, then the last K % Lanes
-// elements, in a fixed order. Named accumulators: SVE vectors cannot form
-// arrays.
+// b (ldb apart) over K, prefetching the next tile's C rows of b, at `next`;
+// R <= kDotRows, C <= kDotCols. Each sum is a vector's lanes, then the
+// last K % Lanes elements, in a fixed order. Named accumulators: SVE vectors
+// cannot form arrays.
 template <size_t R, size_t C, class D, typename TB>
 HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
                           const TB* HWY_RESTRICT b, const TB* next, size_t ldb,
