@@ -38,9 +38,13 @@ void ExpectStepsMatchFullForward(size_t num_heads, size_t num_kv_heads,
                                  size_t tokens, size_t prefill, size_t step,
                                  const AttentionVariants& variants = {}) {
   const size_t batch = 2, d_in = 24, d_out = 32;
-  MultiHeadAttention mha(d_in, d_out, /*context_length=*/tokens,
-                         /*dropout=*/0.1f, num_heads, /*qkv_bias=*/true,
-                         /*seed=*/5, num_kv_heads, variants);
+  MultiHeadAttentionConfig config =
+      test::MhaConfig(d_in, d_out, /*context_length=*/tokens, num_heads,
+                      /*qkv_bias=*/true, /*seed=*/5);
+  config.dropout = 0.1f;
+  config.num_kv_heads = num_kv_heads;
+  config.variants = variants;
+  MultiHeadAttention mha(config);
   if (variants.sinks) {
     const std::vector<float> sinks = test::RandomVector(num_heads, 9, -2, 2);
     StateDict state_dict;
@@ -100,8 +104,9 @@ void ExpectStepsMatchFullForward(size_t num_heads, size_t num_kv_heads,
     // Softcap and ALiBi change the result (same weights without them), by
     // ten times what the paths above may differ.
     if (variants.softcap != 0.0f || variants.alibi) {
-      const MultiHeadAttention plain(d_in, d_out, tokens, 0.1f, num_heads, true,
-                                     5, num_kv_heads);
+      MultiHeadAttentionConfig plain_config = config;
+      plain_config.variants = {};
+      const MultiHeadAttention plain(plain_config);
       std::vector<float> without(full.size());
       plain.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
                     Tensor3(without.data(), batch, tokens, d_out));
@@ -170,12 +175,16 @@ TEST_P(DecodeTest, VariantsStepsMatchFullForward) {
 TEST(DecodeErrors, VariantsAreChecked) {
   ExpectInvalid(
       [] {
-        MultiHeadAttention(8, 8, 16, 0.0f, 2, false, 0, 0, {0, -1.0f});
+        MultiHeadAttentionConfig config = test::MhaConfig(8, 8, 16, 2);
+        config.variants.softcap = -1.0f;
+        MultiHeadAttention{config};
       },
       "variants.softcap (-1)");
   AttentionVariants sinks;
   sinks.sinks = true;
-  const MultiHeadAttention mha(8, 8, 16, 0.0f, 2, false, 0, 0, sinks);
+  MultiHeadAttentionConfig sinks_config = test::MhaConfig(8, 8, 16, 2);
+  sinks_config.variants = sinks;
+  const MultiHeadAttention mha(sinks_config);
   EXPECT_EQ(mha.StateDictShapes().at("sinks"), std::vector<size_t>{2});
 }
 
@@ -241,8 +250,11 @@ TEST_P(DecodeTest, SixteenBitWeightsGiveTheWidenedWeightsResults) {
   const size_t batch = 2, tokens = 9, d_in = 24, d_out = 32;
   const std::vector<float> x = test::RandomVector(batch * tokens * d_in, 1);
   for (const DType dtype : {DType::kBF16, DType::kF16}) {
-    MultiHeadAttention wide(d_in, d_out, tokens, 0.0f, 4, true, 0, 2);
-    MultiHeadAttention kept(d_in, d_out, tokens, 0.0f, 4, true, 0, 2);
+    MultiHeadAttentionConfig config =
+        test::MhaConfig(d_in, d_out, tokens, 4, true);
+    config.num_kv_heads = 2;
+    MultiHeadAttention wide(config);
+    MultiHeadAttention kept(config);
     StateDict narrow_dict, wide_dict;
     std::vector<std::vector<uint16_t>> bits;
     std::vector<std::vector<float>> widened;
@@ -292,8 +304,7 @@ TEST_P(DecodeTest, SixteenBitWeightsGiveTheWidenedWeightsResults) {
       ASSERT_EQ(y_wide, y_kept) << "step " << t;
     }
     // Without keep_dtype the same tensors are widened.
-    MultiHeadAttention widened_on_load(d_in, d_out, tokens, 0.0f, 4, true, 0,
-                                       2);
+    MultiHeadAttention widened_on_load(config);
     widened_on_load.LoadStateDict(narrow_dict);
     EXPECT_EQ(widened_on_load.weight_dtype(), DType::kF32);
     widened_on_load.Forward(ConstTensor3(x.data(), batch, tokens, d_in),

@@ -331,6 +331,49 @@ TEST_P(KVCacheTest, AppendConvertsAsTheScalarConversions) {
 // Narrow caches against the float one: each output within the bound the
 // perturbations give. Scores move by at most D = scale |q|_1 max |dk|, so
 // the weights' L1 distance is at most e^(2D) - 1, and
+
+// int8 stores q = round(x / scale), float32 quotient, ties to even, on every
+// target and in the vector tail: exact ties (scale 1), the row whose product
+// with 127 / max rounded the other way (x / scale = 120.5000119 gives 121),
+// and random rows, each element checked exactly as scale * q.
+TEST_P(KVCacheTest, Int8RoundsTheQuotientToNearestEven) {
+  const std::vector<std::vector<float>> rows = {
+      {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 126.5f, -125.5f, 3.49f, 127.0f,
+       -126.5f, 64.5f, 0.25f, 1.0f, 2.0f, 3.5f, 4.5f, 5.5f, -6.5f, 7.5f},
+      {2.030925750732422f, 2.1404776573181152f},
+      RandomVector(37, 11, -3, 3)};
+  for (const std::vector<float>& row : rows) {
+    const size_t dim = row.size();
+    KVCacheConfig config;
+    config.type = KVType::kInt8;
+    KVCache cache(1, 1, 1, dim, config);
+    cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, dim),
+                 ConstTensor4::Dense(row.data(), 1, 1, 1, dim));
+    std::vector<float> keys(dim), values(dim);
+    cache.Read(0, Tensor3(keys.data(), 1, 1, dim),
+               Tensor3(values.data(), 1, 1, dim));
+    float max_abs = 0.0f;
+    for (const float x : row) max_abs = std::max(max_abs, std::abs(x));
+    const float scale = max_abs / 127.0f;
+    for (size_t c = 0; c < dim; ++c) {
+      const float q = std::nearbyint(row[c] / scale);  // Ties to even.
+      EXPECT_EQ(keys[c], scale * q) << "x " << row[c] << " dim " << dim;
+    }
+  }
+  // The ties themselves, spelled out (scale 1): 0.5 -> 0, 1.5 -> 2, 2.5 -> 2.
+  KVCacheConfig config;
+  config.type = KVType::kInt8;
+  KVCache cache(1, 1, 1, 4, config);
+  const float row[4] = {0.5f, 1.5f, 2.5f, 127.0f};
+  cache.Append(ConstTensor4::Dense(row, 1, 1, 1, 4),
+               ConstTensor4::Dense(row, 1, 1, 1, 4));
+  float keys[4], values[4];
+  cache.Read(0, Tensor3(keys, 1, 1, 4), Tensor3(values, 1, 1, 4));
+  EXPECT_EQ(keys[0], 0.0f);
+  EXPECT_EQ(keys[1], 2.0f);
+  EXPECT_EQ(keys[2], 2.0f);
+  EXPECT_EQ(keys[3], 127.0f);
+}
 // |o' - o| <= (e^(2D) - 1) max |v'| + max |dv|.
 TEST_P(KVCacheTest, NarrowTypesWithinTheirBoundOfFloat) {
   KVCache reference = MakeCache({KVType::kF32, 0});
@@ -786,7 +829,10 @@ TEST(KVCacheErrors, BadArgumentsNameThemselves) {
 // bit, and narrow types stay near the float cache.
 TEST_P(KVCacheTest, ForwardStepWithEveryCache) {
   const size_t d_in = 24, d_out = 32, heads = 4, tokens = 40;
-  MultiHeadAttention mha(d_in, d_out, tokens, 0.0f, heads, true, 3, 2);
+  MultiHeadAttentionConfig config =
+      test::MhaConfig(d_in, d_out, tokens, heads, true, /*seed=*/3);
+  config.num_kv_heads = 2;
+  MultiHeadAttention mha(config);
   const std::vector<float> x = RandomVector(2 * tokens * d_in, 4);
   std::vector<std::vector<float>> outputs;
   for (const Kind& kind : kKinds) {
@@ -818,7 +864,8 @@ TEST_P(KVCacheTest, ForwardStepWithEveryCache) {
 // must hold bf16, and attention weights are float32-only.
 TEST_P(KVCacheTest, BFloat16ComputeStepsMatchForward) {
   const size_t d_in = 48, d_out = 64, heads = 4, tokens = 80;
-  MultiHeadAttention mha(d_in, d_out, tokens, 0.0f, heads, true, 5);
+  MultiHeadAttention mha(
+      test::MhaConfig(d_in, d_out, tokens, heads, true, /*seed=*/5));
   const std::vector<float> x = RandomVector(tokens * d_in, 6);
   ForwardOptions bf16;
   bf16.compute = ComputeType::kBFloat16;

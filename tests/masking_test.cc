@@ -273,8 +273,8 @@ TEST_P(MaskingTest, SoftmaxIgnoresMaskedScores) {
 // do not see it under the causal mask, are bit-equal to a zero there.
 TEST_P(MaskingTest, ModuleRowsBeforeAPoisonedTokenAreUnchanged) {
   const size_t batch = 2, tokens = 40, d = 32, heads = 4, poisoned = 23;
-  const MultiHeadAttention mha(d, d, tokens, 0.0f, heads, /*qkv_bias=*/true,
-                               /*seed=*/5);
+  const MultiHeadAttention mha(
+      test::MhaConfig(d, d, tokens, heads, /*qkv_bias=*/true, /*seed=*/5));
   std::vector<float> x = test::RandomVector(batch * tokens * d, 6);
   std::vector<float> x_zero = x;
   for (size_t b = 0; b < batch; ++b) {

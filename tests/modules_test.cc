@@ -177,7 +177,10 @@ TEST(ModulesSeeds, SelfAttentionV1PrintsTheSeedsNumbers) {
 TEST(ModulesDropout, TrainingDropsEvalKeeps) {
   const size_t batch = 2, tokens = 64, d_in = 16, d_out = 32, heads = 4;
   const float p = 0.5f;
-  MultiHeadAttention mha(d_in, d_out, tokens, p, heads, false, 7);
+  MultiHeadAttentionConfig config =
+      test::MhaConfig(d_in, d_out, tokens, heads, false, /*seed=*/7);
+  config.dropout = p;
+  MultiHeadAttention mha(config);
   const std::vector<float> x = test::RandomVector(batch * tokens * d_in, 3);
   std::vector<float> eval(batch * heads * tokens * tokens);
   std::vector<float> train(eval.size()), train_again(eval.size());
@@ -258,6 +261,28 @@ TEST(ModulesErrors, NameTheArgumentAndValues) {
   causal.LoadStateDict(sd);
   mask[1] = 0.0f;
   ExpectInvalid([&] { causal.LoadStateDict(sd); }, "is not the causal mask");
+}
+
+// context_length 0 (AttentionConfig's "unbounded") is accepted: any number of
+// tokens, no "mask" buffer, and the outputs of a bounded module with the same
+// weights.
+TEST(ModulesConfig, ContextLengthZeroIsUnbounded) {
+  const size_t tokens = 70, d = 16, heads = 4;
+  MultiHeadAttention unbounded(test::MhaConfig(d, d, 0, heads, true, 3));
+  const MultiHeadAttention bounded(test::MhaConfig(d, d, tokens, heads, true, 3));
+  EXPECT_EQ(unbounded.StateDictShapes().count("mask"), 0u);
+  EXPECT_EQ(bounded.StateDictShapes().count("mask"), 1u);
+  EXPECT_EQ(CausalAttention(d, d, 0, 0.0f).StateDictShapes().count("mask"), 0u);
+  const std::vector<float> x = test::RandomVector(tokens * d, 4);
+  std::vector<float> y0(tokens * d), y1(tokens * d);
+  unbounded.Forward(ConstMatrix(x.data(), tokens, d), Matrix(y0.data(), tokens, d));
+  bounded.Forward(ConstMatrix(x.data(), tokens, d), Matrix(y1.data(), tokens, d));
+  EXPECT_EQ(y0, y1);
+  // The seed's positional constructor builds the same module as its config.
+  MultiHeadAttention positional(d, d, tokens, 0.0f, heads, true);
+  positional.InitializeWeights(3);
+  positional.Forward(ConstMatrix(x.data(), tokens, d), Matrix(y0.data(), tokens, d));
+  EXPECT_EQ(y0, y1);
 }
 
 // Module weights live in AlignedVector: every size, and after growing, starts

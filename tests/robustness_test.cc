@@ -117,9 +117,11 @@ constexpr size_t kBatch = 2, kTokens = 48, kDIn = 32, kDOut = 64, kHeads = 4;
 
 MultiHeadAttention MakeMha() {
   // Dropout is set so that eval mode demonstrably ignores it.
-  return MultiHeadAttention(kDIn, kDOut, /*context_length=*/64,
-                            /*dropout=*/0.25f, kHeads, /*qkv_bias=*/true,
-                            /*seed=*/11);
+  MultiHeadAttentionConfig config = test::MhaConfig(
+      kDIn, kDOut, /*context_length=*/64, kHeads, /*qkv_bias=*/true,
+      /*seed=*/11);
+  config.dropout = 0.25f;
+  return MultiHeadAttention(config);
 }
 
 // Heap allocations (operator new) and scratch-pool growth during a call.

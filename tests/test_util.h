@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "hwy/tests/hwy_gtest.h"
+#include "simdattn/attention.h"
 #include "simdattn/tensor.h"
 #include "src/ops/matmul_bf16.h"
 #include "tbb/task_arena.h"
@@ -26,6 +27,22 @@ namespace test {
 // Parameterised over every compiled target the CPU supports; the test body
 // calls the public, dispatched API, which then runs that target's code.
 using PerTarget = hwy::TestWithParamTarget;
+
+// A MultiHeadAttention's config: eval-only (dropout 0) unless set after.
+inline MultiHeadAttentionConfig MhaConfig(size_t d_in, size_t d_out,
+                                          size_t context_length,
+                                          size_t num_heads,
+                                          bool qkv_bias = false,
+                                          uint64_t seed = 0) {
+  MultiHeadAttentionConfig config;
+  config.d_in = d_in;
+  config.d_out = d_out;
+  config.context_length = context_length;
+  config.num_heads = num_heads;
+  config.qkv_bias = qkv_bias;
+  config.seed = seed;
+  return config;
+}
 
 inline std::vector<float> RandomVector(size_t n, uint64_t seed,
                                        float lo = -1.0f, float hi = 1.0f) {

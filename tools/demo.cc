@@ -113,7 +113,12 @@ void Benchmark() {
       "\n== MultiHeadAttention, GPT-2 small: 1 x %zu tokens, d = %zu, %zu "
       "heads, causal, eval\n",
       tokens, d_model, heads);
-  MultiHeadAttention mha(d_model, d_model, tokens, 0.0f, heads, false, 1);
+  MultiHeadAttentionConfig config;
+  config.d_in = config.d_out = d_model;
+  config.context_length = tokens;
+  config.num_heads = heads;
+  config.seed = 1;
+  MultiHeadAttention mha(config);
   std::vector<float> x(tokens * d_model, 0.5f), y(tokens * d_model);
   const ConstTensor3 xv(x.data(), 1, tokens, d_model);
   const Tensor3 yv(y.data(), 1, tokens, d_model);

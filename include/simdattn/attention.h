@@ -257,7 +257,9 @@ class SIMDATTN_API SelfAttentionV2 : public AttentionModule {
                   uint64_t seed = 0);
 };
 
-// CausalAttention: batched, causal, dropout on the attention weights.
+// CausalAttention: batched, causal, dropout on the attention weights. Here
+// and in the modules below, context_length 0 accepts any number of tokens
+// and has no causal "mask" buffer in the state_dict.
 class SIMDATTN_API CausalAttention : public AttentionModule {
  public:
   CausalAttention(size_t d_in, size_t d_out, size_t context_length,
@@ -273,17 +275,37 @@ class SIMDATTN_API MultiHeadAttentionWrapper : public AttentionModule {
                             bool qkv_bias = false, uint64_t seed = 0);
 };
 
+// What a MultiHeadAttention is: the seed's constructor arguments, then what
+// current models add. Fields are only ever appended.
+struct MultiHeadAttentionConfig {
+  size_t d_in = 0;
+  size_t d_out = 0;  // num_heads heads of d_out / num_heads.
+  // Longest sequence accepted; 0: unbounded (and no causal "mask" buffer in
+  // the state_dict).
+  size_t context_length = 0;
+  float dropout = 0.0f;  // On the attention weights, in training.
+  size_t num_heads = 1;
+  bool qkv_bias = false;
+  // < num_heads shares each key/value head among num_heads / num_kv_heads
+  // query heads (GQA/MQA); W_key and W_value are then (num_kv_heads *
+  // head_dim, d_in). 0: num_heads.
+  size_t num_kv_heads = 0;
+  // Sliding windows, softcapping, ALiBi and sinks, in Forward and
+  // ForwardStep.
+  AttentionVariants variants;
+  // Initial weights drawn from PyTorch's distributions with this seed.
+  uint64_t seed = 0;
+};
+
 // MultiHeadAttention: d_out split into num_heads heads of d_out / num_heads,
-// then out_proj. num_kv_heads (default num_heads) < num_heads shares each
-// key/value head among num_heads / num_kv_heads query heads (GQA/MQA); then
-// W_key and W_value are (num_kv_heads * head_dim, d_in). `variants` adds
-// sliding windows, softcapping, ALiBi and sinks, in Forward and ForwardStep.
+// then out_proj (MultiHeadAttentionConfig says the rest).
 class SIMDATTN_API MultiHeadAttention : public AttentionModule {
  public:
+  explicit MultiHeadAttention(const MultiHeadAttentionConfig& config);
+  // The seed's constructor: MultiHeadAttention(d_in, d_out, context_length,
+  // dropout, num_heads, qkv_bias).
   MultiHeadAttention(size_t d_in, size_t d_out, size_t context_length,
-                     float dropout, size_t num_heads, bool qkv_bias = false,
-                     uint64_t seed = 0, size_t num_kv_heads = 0,
-                     const AttentionVariants& variants = {});
+                     float dropout, size_t num_heads, bool qkv_bias = false);
 };
 
 }  // namespace simdattn

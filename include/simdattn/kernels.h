@@ -230,9 +230,12 @@ SIMDATTN_API void ScaledDotProductAttention(
     const AttentionOptions& options = {});
 
 // How a KV cache stores keys and values. Attention widens bf16 and f16
-// exactly; int8 holds round(x / scale), |x - scale q| <= scale / 2 with
-// scale = max |x| / 127 over the token's head (one scale per token and head;
-// a head whose max |x| is below 2^-100 is stored as zeros).
+// exactly; int8 holds q = round(x / scale), the float32 quotient rounded to
+// nearest with ties to even, scale = max |x| / 127 in float32 over the
+// token's head (one scale per token and head), so |x - scale q| <= scale / 2
+// up to float32 rounding (relative 2^-24); a head whose max |x| is below
+// 2^-100 is stored as zeros with scale 0, one with a NaN or infinity as
+// zeros with scale NaN.
 enum class KVType : uint8_t { kF32, kBF16, kF16, kInt8 };
 
 // Size in bytes of one element of a type.

@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "hwy/base.h"
 #include "simdattn/attention.h"
 #include "src/common/check.h"
 #include "src/common/parallel.h"
@@ -63,8 +64,8 @@ class CacheMemory {
     constexpr size_t kHugePage = size_t{2} << 20;
     const size_t align = bytes >= kHugePage ? kHugePage : 64;
     if (bytes > SIZE_MAX - align) throw std::bad_alloc();
-    const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align *
-                           align;  // aligned_alloc takes whole alignments.
+    // aligned_alloc takes whole alignments.
+    const size_t rounded = hwy::RoundUpTo(std::max<size_t>(bytes, 1), align);
     void* memory = std::aligned_alloc(align, rounded);
     if (memory == nullptr) throw std::bad_alloc();
 #ifdef __linux__
@@ -128,7 +129,7 @@ struct KVCache::Storage {
            t % block_size;
   }
   size_t BlocksFor(size_t tokens) const {
-    return (tokens + block_size - 1) / block_size;
+    return hwy::DivCeil(tokens, block_size);
   }
 
   // Paged: drops sequence b's hold on its blocks from `from` on.

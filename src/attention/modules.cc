@@ -15,9 +15,10 @@ AttentionConfig SingleHead(size_t d_in, size_t d_out) {
   return c;
 }
 
+// context_length 0: any number of tokens, and no causal mask buffer in the
+// state_dict.
 AttentionConfig Causal(size_t d_in, size_t d_out, size_t context_length,
-                       float dropout, bool qkv_bias, const char* name) {
-  SIMDATTN_REQUIRE(context_length > 0, name, "context_length must be positive");
+                       float dropout, bool qkv_bias) {
   AttentionConfig c = SingleHead(d_in, d_out);
   c.context_length = context_length;
   c.dropout = dropout;
@@ -38,26 +39,36 @@ AttentionConfig Wrapper(size_t d_in, size_t d_out, size_t context_length,
   constexpr const char* kName = "MultiHeadAttentionWrapper";
   SIMDATTN_REQUIRE(num_heads > 0, kName, "num_heads must be positive");
   AttentionConfig c =
-      Causal(d_in, d_out, context_length, dropout, qkv_bias, kName);
+      Causal(d_in, d_out, context_length, dropout, qkv_bias);
   c.num_heads = c.num_kv_heads = num_heads;
   return c;
 }
 
-AttentionConfig MultiHead(size_t d_in, size_t d_out, size_t context_length,
-                          float dropout, size_t num_heads, bool qkv_bias,
-                          size_t num_kv_heads,
-                          const AttentionVariants& variants) {
+AttentionConfig MultiHead(const MultiHeadAttentionConfig& m) {
   constexpr const char* kName = "MultiHeadAttention";
-  SIMDATTN_REQUIRE(num_heads > 0, kName, "num_heads must be positive");
-  SIMDATTN_REQUIRE(d_out % num_heads == 0, kName, "d_out (", d_out,
-                   ") is not divisible by num_heads (", num_heads, ")");
-  AttentionConfig c =
-      Causal(d_in, d_out / num_heads, context_length, dropout, qkv_bias, kName);
-  c.num_heads = num_heads;
-  c.num_kv_heads = num_kv_heads == 0 ? num_heads : num_kv_heads;
+  SIMDATTN_REQUIRE(m.num_heads > 0, kName, "num_heads must be positive");
+  SIMDATTN_REQUIRE(m.d_out % m.num_heads == 0, kName, "d_out (", m.d_out,
+                   ") is not divisible by num_heads (", m.num_heads, ")");
+  AttentionConfig c = Causal(m.d_in, m.d_out / m.num_heads, m.context_length,
+                             m.dropout, m.qkv_bias);
+  c.num_heads = m.num_heads;
+  c.num_kv_heads = m.num_kv_heads == 0 ? m.num_heads : m.num_kv_heads;
   c.out_proj = true;
-  c.variants = variants;
+  c.variants = m.variants;
   return c;
+}
+
+MultiHeadAttentionConfig SeedConfig(size_t d_in, size_t d_out,
+                                    size_t context_length, float dropout,
+                                    size_t num_heads, bool qkv_bias) {
+  MultiHeadAttentionConfig m;
+  m.d_in = d_in;
+  m.d_out = d_out;
+  m.context_length = context_length;
+  m.dropout = dropout;
+  m.num_heads = num_heads;
+  m.qkv_bias = qkv_bias;
+  return m;
 }
 
 }  // namespace
@@ -85,8 +96,7 @@ CausalAttention::CausalAttention(size_t d_in, size_t d_out,
                                  size_t context_length, float dropout,
                                  bool qkv_bias, uint64_t seed)
     : AttentionModule("CausalAttention",
-                      Causal(d_in, d_out, context_length, dropout, qkv_bias,
-                             "CausalAttention"),
+                      Causal(d_in, d_out, context_length, dropout, qkv_bias),
                       StateDictLayout::kLinear, seed) {}
 
 MultiHeadAttentionWrapper::MultiHeadAttentionWrapper(
@@ -97,14 +107,14 @@ MultiHeadAttentionWrapper::MultiHeadAttentionWrapper(
           Wrapper(d_in, d_out, context_length, dropout, num_heads, qkv_bias),
           StateDictLayout::kHeads, seed) {}
 
+MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionConfig& config)
+    : AttentionModule("MultiHeadAttention", MultiHead(config),
+                      StateDictLayout::kLinear, config.seed) {}
+
 MultiHeadAttention::MultiHeadAttention(size_t d_in, size_t d_out,
                                        size_t context_length, float dropout,
-                                       size_t num_heads, bool qkv_bias,
-                                       uint64_t seed, size_t num_kv_heads,
-                                       const AttentionVariants& variants)
-    : AttentionModule("MultiHeadAttention",
-                      MultiHead(d_in, d_out, context_length, dropout, num_heads,
-                                qkv_bias, num_kv_heads, variants),
-                      StateDictLayout::kLinear, seed) {}
+                                       size_t num_heads, bool qkv_bias)
+    : MultiHeadAttention(SeedConfig(d_in, d_out, context_length, dropout,
+                                    num_heads, qkv_bias)) {}
 
 }  // namespace simdattn

@@ -125,7 +125,7 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
                          0.0f,
                          0.0f});
       }
-      if (c.causal) {
+      if (c.causal && c.context_length != 0) {
         slots.push_back(
             {"mask", Slot::Kind::kCausalMask, mask_shape, nullptr, 0.0f, 0.0f});
       }
@@ -153,8 +153,10 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
                              linear});
           }
         }
-        slots.push_back({prefix + "mask", Slot::Kind::kCausalMask, mask_shape,
-                         nullptr, 0.0f, 0.0f});
+        if (c.context_length != 0) {
+          slots.push_back({prefix + "mask", Slot::Kind::kCausalMask,
+                           mask_shape, nullptr, 0.0f, 0.0f});
+        }
       }
       break;
   }

@@ -252,9 +252,17 @@ AttentionModule MakeModule(const simdattn_module_config& c) {
       variants.softcap = c.softcap;
       variants.alibi = Flag(c.alibi, kFn, "config->alibi");
       variants.sinks = Flag(c.sinks, kFn, "config->sinks");
-      return MultiHeadAttention(c.d_in, c.d_out, c.context_length, c.dropout,
-                                c.num_heads, bias, c.seed, c.num_kv_heads,
-                                variants);
+      MultiHeadAttentionConfig m;
+      m.d_in = c.d_in;
+      m.d_out = c.d_out;
+      m.context_length = c.context_length;
+      m.dropout = c.dropout;
+      m.num_heads = c.num_heads;
+      m.qkv_bias = bias;
+      m.num_kv_heads = c.num_kv_heads;
+      m.variants = variants;
+      m.seed = c.seed;
+      return MultiHeadAttention(m);
     }
   }
   internal::ThrowInvalidArgument(kFn, "config->kind (", c.kind,

@@ -147,20 +147,20 @@ class SharedElementSearch {
   int nodes_ = 0;
 };
 
-bool SameLayout(const Footprint& a, const Footprint& b) {
-  if (a.element_size != b.element_size) return false;
+}  // namespace
+
+bool Footprint::SameLayout(const Footprint& other) const {
+  if (element_size != other.element_size) return false;
   for (int k = 0; k < 3; ++k) {
-    const bool spanned = a.dims[k] > 1 || b.dims[k] > 1;
-    if (spanned && a.strides[k] != b.strides[k]) return false;
+    const bool spanned = dims[k] > 1 || other.dims[k] > 1;
+    if (spanned && strides[k] != other.strides[k]) return false;
   }
   return true;
 }
 
-}  // namespace
-
 bool Footprint::Overlaps(const Footprint& other) const {
   if (!(begin < other.end && other.begin < end)) return false;
-  if (!SameLayout(*this, other)) return true;
+  if (!SameLayout(other)) return true;
   // Elements e (bytes [e s, e s + s)) of this view and e' of the other share
   // a byte iff e - e' is within one element of the byte distance over s.
   const __int128 s = static_cast<__int128>(element_size);

@@ -47,6 +47,10 @@ struct Footprint {
   // V and O as column blocks of one (batch, tokens, 4 d) buffer share none);
   // otherwise whether their byte ranges meet.
   bool Overlaps(const Footprint& other) const;
+  // The same element size, and the same stride along every dimension either
+  // spans (more than one index): element (i, j, k, l) sits at the same
+  // offset from data in both.
+  bool SameLayout(const Footprint& other) const;
 };
 
 // The footprint of `count` contiguous elements.

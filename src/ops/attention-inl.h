@@ -50,6 +50,7 @@
 #include "src/ops/dropout-inl.h"
 #include "src/ops/exp-inl.h"
 #include "src/ops/kv_rows.h"
+#include "src/ops/lanes-inl.h"
 #include "src/ops/mask-inl.h"
 #include "src/ops/mask.h"
 #include "src/ops/matmul-inl.h"
@@ -80,8 +81,6 @@ static_assert(kKeyBlock % kDropoutGroup == 0, "tiles must align to groups");
 // keys, in chunks of at least kMinSplitKeys, so every thread gets work.
 constexpr size_t kMinTasks = 16;
 constexpr size_t kMinSplitKeys = kKeyBlock;
-// Largest vector, for tail copies.
-constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 // AMX tiles (bf16 arithmetic) serve the AVX-512 targets: the query blocks
 // are whole tiles of rows there.
 constexpr bool kAmxTarget = HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL;
@@ -234,19 +233,16 @@ struct AmxWorkspace {
   uint32_t* p;  // kQueryBlock x kKeyPairs.
   float* pv;    // kQueryBlock x value_cols.
 
-  static size_t RoundUp(size_t x, size_t to) {
-    return hwy::DivCeil(x, to) * to;
-  }
   static size_t HeadPairs(size_t head_dim) {
-    return RoundUp(hwy::DivCeil(head_dim, 2), internal::kAmxTilePairs);
+    return hwy::RoundUpTo(hwy::DivCeil(head_dim, 2), internal::kAmxTilePairs);
   }
   static size_t Floats(size_t head_dim, size_t value_dim) {
-    const size_t hp = HeadPairs(head_dim), vc = RoundUp(value_dim, kTile);
+    const size_t hp = HeadPairs(head_dim), vc = hwy::RoundUpTo(value_dim, kTile);
     return kTaskRows * hp + hp * kKeyBlock + kKeyPairs * vc +
            kQueryBlock * kKeyPairs + kQueryBlock * vc;
   }
   AmxWorkspace(float* base, size_t head_dim, size_t value_dim)
-      : head_pairs(HeadPairs(head_dim)), value_cols(RoundUp(value_dim, kTile)) {
+      : head_pairs(HeadPairs(head_dim)), value_cols(hwy::RoundUpTo(value_dim, kTile)) {
     q = reinterpret_cast<uint32_t*>(base);
     k = q + kTaskRows * head_pairs;
     v = k + head_pairs * kKeyBlock;
@@ -547,7 +543,7 @@ inline void AmxQueryPairs(ConstMatrix q, size_t i0, size_t i1,
   for (size_t r = 0; r < rows; ++r) {
     internal::PairsOfRow(q.Row(i0 + r), q.cols, hp, aw.q + r * hp);
   }
-  const size_t padded = AmxWorkspace::RoundUp(rows, AmxWorkspace::kTile);
+  const size_t padded = hwy::RoundUpTo(rows, AmxWorkspace::kTile);
   std::fill(aw.q + rows * hp, aw.q + padded * hp, 0u);
 }
 
@@ -556,7 +552,7 @@ inline void AmxQueryPairs(ConstMatrix q, size_t i0, size_t i1,
 inline void AmxKeyValuePairs(const Workspace& ws, size_t nr, size_t head_dim,
                              size_t value_dim, size_t tile_cols,
                              const AmxWorkspace& aw) {
-  const size_t keys = AmxWorkspace::RoundUp(tile_cols, 2 * 16);
+  const size_t keys = hwy::RoundUpTo(tile_cols, 2 * 16);
   for (size_t p = 0; p < aw.head_pairs; ++p) {
     std::fill_n(aw.k + p * kKeyBlock, keys, 0u);
   }
@@ -585,9 +581,9 @@ inline void AmxKeyValuePairs(const Workspace& ws, size_t nr, size_t head_dim,
 inline void AmxScores(const Problem& pr, size_t row, size_t rows, size_t cols,
                       const AmxWorkspace& aw, float* scores) {
   const hn::ScalableTag<float> d;
-  const size_t tile_rows = AmxWorkspace::RoundUp(rows, AmxWorkspace::kTile);
+  const size_t tile_rows = hwy::RoundUpTo(rows, AmxWorkspace::kTile);
   internal::AmxProduct(aw.q + row * aw.head_pairs, aw.head_pairs, aw.k,
-                       kKeyBlock, tile_rows, AmxWorkspace::RoundUp(cols, 32),
+                       kKeyBlock, tile_rows, hwy::RoundUpTo(cols, 32),
                        aw.head_pairs, scores, kKeyBlock);
   const auto scale = hn::Set(d, pr.scale);
   for (size_t r = 0; r < rows; ++r) {
@@ -604,8 +600,8 @@ inline void AmxWeightsTimesValues(const float* weights, size_t rows,
                                   size_t cols, size_t value_dim, bool first,
                                   const AmxWorkspace& aw, float* acc,
                                   size_t acc_stride) {
-  const size_t keys = AmxWorkspace::RoundUp(cols, 32);
-  const size_t tile_rows = AmxWorkspace::RoundUp(rows, AmxWorkspace::kTile);
+  const size_t keys = hwy::RoundUpTo(cols, 32);
+  const size_t tile_rows = hwy::RoundUpTo(rows, AmxWorkspace::kTile);
   constexpr size_t kPairs = AmxWorkspace::kKeyPairs;
   for (size_t r = 0; r < tile_rows; ++r) {
     if (r < rows) {

@@ -279,9 +279,8 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
   if (paged) {
     source.block_table = kv.block_table;
     source.blocks_per_sequence = kv.blocks_per_sequence;
-    while ((size_t{1} << source.block_shift) < kv.block_size) {
-      ++source.block_shift;
-    }
+    source.block_shift = static_cast<unsigned>(
+        hwy::Num0BitsBelowLS1Bit_Nonzero64(kv.block_size));
   }
   for (internal::KVMemory* m : {&source.keys, &source.values}) {
     const bool keys = m == &source.keys;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hwy/base.h"
 #include "simdattn/kernels.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
@@ -31,7 +32,7 @@ class BFloat16Pairs {
   BFloat16Pairs(ConstMatrix a, ConstMatrix b, size_t n, bool transposed,
                 size_t k2, size_t rows, const PackRow& pack_row)
       : k2(k2),
-        panels((n + kPanel - 1) / kPanel),
+        panels(hwy::DivCeil(n, kPanel)),
         a_(rows * k2),
         b_(panels * k2 * kPanel) {
     const size_t k = a.cols;

@@ -20,6 +20,7 @@
 #include "simdattn/kernels.h"
 #include "src/ops/bf16-inl.h"
 #include "src/ops/kv_store.h"
+#include "src/ops/lanes-inl.h"
 #include "src/ops/rope-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -56,19 +57,20 @@ HWY_INLINE void StoreF16(D d, hn::Vec<D> v, Float16* out) {
     hn::StoreU(hn::DemoteTo(d16, v), d16,
                reinterpret_cast<hwy::float16_t*>(out));
   } else {
-    HWY_ALIGN float lanes[HWY_MAX_BYTES / sizeof(float)];
+    HWY_ALIGN float lanes[kMaxLanes];
     hn::Store(v, d, lanes);
     for (size_t i = 0; i < hn::Lanes(d); ++i) out[i] = ToFloat16(lanes[i]);
   }
 }
 
-// Stores round(v * inverse), within [-127, 127], as int8.
+// Stores round(v / scale) (float32 division, ties to even), within
+// [-127, 127], as int8: KVType's rule, exactly.
 template <class D>
-HWY_INLINE void StoreInt8(D d, hn::Vec<D> v, float inverse, int8_t* out) {
+HWY_INLINE void StoreInt8(D d, hn::Vec<D> v, float scale, int8_t* out) {
   const hn::RebindToSigned<D> di;
   const hn::Rebind<int8_t, D> d8;
   const auto q = hn::Min(
-      hn::Max(hn::Round(hn::Mul(v, hn::Set(d, inverse))), hn::Set(d, -127.0f)),
+      hn::Max(hn::Round(hn::Div(v, hn::Set(d, scale))), hn::Set(d, -127.0f)),
       hn::Set(d, 127.0f));
   hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, q)), d8, out);
 }
@@ -101,7 +103,7 @@ inline void StoreRow(KVType type, const float* row, size_t n, void* dst,
   const hn::ScalableTag<float> d;
   const hn::CappedTag<float, 1> d1;
   const size_t N = hn::Lanes(d);
-  float inverse = 0.0f;
+  float int8_scale = 0.0f;
   if (type == KVType::kInt8) {
     const float max_abs = MaxAbs(d, row, n);
     // Rows below 2^-100 (127 / max |x| would overflow near 2^-126) and
@@ -111,8 +113,8 @@ inline void StoreRow(KVType type, const float* row, size_t n, void* dst,
       std::memset(dst, 0, n);
       return;
     }
-    *scale = max_abs / 127.0f;
-    inverse = 127.0f / max_abs;
+    int8_scale = max_abs / 127.0f;
+    *scale = int8_scale;
   }
   // Whole vectors, then one lane at a time.
   const auto store = [&](auto dv, size_t c) {
@@ -125,7 +127,7 @@ inline void StoreRow(KVType type, const float* row, size_t n, void* dst,
       case KVType::kF16:
         return StoreF16(dv, v, static_cast<Float16*>(dst) + c);
       case KVType::kInt8:
-        return StoreInt8(dv, v, inverse, static_cast<int8_t*>(dst) + c);
+        return StoreInt8(dv, v, int8_scale, static_cast<int8_t*>(dst) + c);
     }
   };
   size_t c = 0;

@@ -15,6 +15,7 @@
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "src/ops/lanes-inl.h"
 #include "src/ops/mask.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -104,7 +105,6 @@ HWY_INLINE void WriteScoresOf(D d, const Softcap& softcap, float scale,
                               const float* x, internal::RowMasks m,
                               size_t limit, float* y) {
   const size_t N = hn::Lanes(d);
-  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
   const auto scores = [&](const float* from, const internal::RowMasks& masks,
                           size_t j) {
     return ScoresWithTerms<kAdditive, kBoolean>(

@@ -30,6 +30,7 @@
 #include "simdattn/kernels.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
+#include "src/ops/lanes-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace simdattn {
@@ -179,7 +180,7 @@ HWY_INLINE void StoreTile(D d, V acc, float* HWY_RESTRICT c,
     return;
   }
   if (valid == 0) return;
-  HWY_ALIGN float old_c[HWY_MAX_BYTES / sizeof(float)] = {};
+  HWY_ALIGN float old_c[kMaxLanes] = {};
   std::memcpy(old_c, c, valid * sizeof(float));
   hn::Store(Combine(d, acc, old_c, bias, e), d, old_c);
   std::memcpy(c, old_c, valid * sizeof(float));
@@ -630,7 +631,7 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
       }
       continue;
     }
-    HWY_ALIGN float lanes[HWY_MAX_BYTES / sizeof(float)];
+    HWY_ALIGN float lanes[kMaxLanes];
     const auto finish = [&](decltype(hn::Zero(d)) sum, size_t n0) {
       hn::Store(sum, d, lanes);
       for (size_t i = 0; i < N; ++i) {

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <string>
 
+#include "hwy/base.h"
 #include "simdattn/targets.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
@@ -84,7 +85,6 @@ constexpr size_t kPanel = 64;  // Columns per panel of packed B.
 constexpr size_t kPairBlock = kAmxTilePairs;
 constexpr size_t kTileRows = kAmxTileRows;
 
-inline size_t RoundUp(size_t x, size_t to) { return (x + to - 1) / to * to; }
 
 using PackedOperands = BFloat16Pairs<kPanel>;
 
@@ -151,7 +151,7 @@ SIMDATTN_BF16_TARGET void MicroKernel(const uint32_t* a, size_t a_stride,
 SIMDATTN_BF16_TARGET void DotProducts(const PackedOperands& packed, Matrix c,
                                       const MatMulOptions& opt) {
   const size_t M = c.rows, N = c.cols, k2 = packed.k2;
-  const size_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
+  const size_t row_blocks = hwy::DivCeil(M, kRowBlock);
   ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
     for (size_t task = first; task < last; ++task) {
       const size_t p = task / row_blocks, m0 = task % row_blocks * kRowBlock;
@@ -189,7 +189,7 @@ SIMDATTN_BF16_TARGET void TileTasks(const PackedOperands& packed, Matrix c,
                                     const MatMulOptions& opt, size_t first,
                                     size_t last) {
   const size_t M = c.rows, N = c.cols, k2 = packed.k2;
-  const size_t row_blocks = (M + kAmxRowBlock - 1) / kAmxRowBlock;
+  const size_t row_blocks = hwy::DivCeil(M, kAmxRowBlock);
   const AmxScope tiles;  // Per task: TBB may run the tasks on any thread.
   alignas(64) float block[kTileRows][kPanel];
   for (size_t task = first; task < last; ++task) {
@@ -213,7 +213,7 @@ SIMDATTN_BF16_TARGET void TileTasks(const PackedOperands& packed, Matrix c,
 }
 
 void Tiles(const PackedOperands& packed, Matrix c, const MatMulOptions& opt) {
-  const size_t row_blocks = (c.rows + kAmxRowBlock - 1) / kAmxRowBlock;
+  const size_t row_blocks = hwy::DivCeil(c.rows, kAmxRowBlock);
   ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
     TileTasks(packed, c, opt, first, last);
   });
@@ -285,8 +285,8 @@ void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
   // tiles.
   const PackedOperands packed(a, b, c.cols,
                               options.transpose_b == Transpose::kYes,
-                              RoundUp((a.cols + 1) / 2, kPairBlock),
-                              RoundUp(a.rows, kTileRows), PairsOfRow);
+                              hwy::RoundUpTo(hwy::DivCeil(a.cols, 2), kPairBlock),
+                              hwy::RoundUpTo(a.rows, kTileRows), PairsOfRow);
   if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(packed, c, options);
   DotProducts(packed, c, options);
 #endif

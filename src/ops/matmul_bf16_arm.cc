@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hwy/base.h"
 #include "src/common/parallel.h"
 #include "src/ops/bf16_pairs.h"
 
@@ -95,8 +96,8 @@ bool BfdotUsable() {
 void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
                  const MatMulOptions& opt) {
   const Packed packed(a, b, c.cols, opt.transpose_b == Transpose::kYes,
-                      (a.cols + 1) / 2, a.rows, PackRow);
-  const size_t row_blocks = (c.rows + kRowBlock - 1) / kRowBlock;
+                      hwy::DivCeil(a.cols, 2), a.rows, PackRow);
+  const size_t row_blocks = hwy::DivCeil(c.rows, kRowBlock);
   ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
     for (size_t task = first; task < last; ++task) {
       const size_t p = task / row_blocks, m0 = task % row_blocks * kRowBlock;

@@ -56,6 +56,7 @@
 #include "simdattn/kernels.h"
 #include "src/common/parallel.h"
 #include "src/ops/exp-inl.h"
+#include "src/ops/lanes-inl.h"
 #include "src/ops/mask-inl.h"
 #include "src/ops/softmax.h"
 
@@ -70,7 +71,6 @@ using internal::SoftmaxPlan;
 using internal::SoftmaxRow;
 using mask_detail::MaskedScores;
 
-constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 

@@ -18,23 +18,10 @@
 namespace simdattn {
 HWY_EXPORT(SoftmaxImpl);
 
-namespace {
-
 using internal::CheckDistinctElements;
 using internal::Footprint;
 using internal::SameDims;
 using internal::ShapeString;
-
-// Strides matter only along dimensions with more than one index.
-template <typename T, typename U>
-bool SameLayout(Tensor4View<T> a, Tensor4View<U> b) {
-  for (int k = 0; k < 3; ++k) {
-    if (a.dims[k] > 1 && a.strides[k] != b.strides[k]) return false;
-  }
-  return SameDims(a.dims, b.dims);
-}
-
-}  // namespace
 
 void Softmax(ConstTensor4 x, Tensor4 y, float scale,
              const AttentionMask& mask) {
@@ -47,7 +34,7 @@ void Softmax(ConstTensor4 x, Tensor4 y, float scale,
   const Footprint rx = internal::CheckTensor4(kFn, "x", x);
   const Footprint ry = internal::CheckTensor4(kFn, "y", y);
   CheckDistinctElements(kFn, "y", y.dims, y.strides);
-  const bool in_place = x.data == y.data && SameLayout(x, y);
+  const bool in_place = x.data == y.data && rx.SameLayout(ry);
   SIMDATTN_REQUIRE(in_place || !ry.Overlaps(rx), kFn,
                    "y overlaps x but is not the same view (in place needs "
                    "y.data == x.data and equal strides)");

@@ -35,8 +35,17 @@ AttentionModule MakeModule(const ModuleSpec& s) {
       return MultiHeadAttentionWrapper(s.d_in, s.d_out, s.context_length,
                                        s.dropout, s.num_heads, s.qkv_bias);
     case ModuleKind::kMha:
-      return MultiHeadAttention(s.d_in, s.d_out, s.context_length, s.dropout,
-                                s.num_heads, s.qkv_bias, 0, s.num_kv_heads);
+    {
+      MultiHeadAttentionConfig config;
+      config.d_in = s.d_in;
+      config.d_out = s.d_out;
+      config.context_length = s.context_length;
+      config.dropout = s.dropout;
+      config.num_heads = s.num_heads;
+      config.qkv_bias = s.qkv_bias;
+      config.num_kv_heads = s.num_kv_heads;
+      return MultiHeadAttention(config);
+    }
   }
   throw std::logic_error("MakeModule: unhandled ModuleKind");
 }

@@ -148,7 +148,15 @@ class SimdattnDropout : public Workload {
 class SimdattnMha : public Workload {
  public:
   explicit SimdattnMha(const MhaShape& s)
-      : mha_(s.d_in, s.d_out, s.tokens, 0.0f, s.heads, false, 1),
+      : mha_([&] {
+          MultiHeadAttentionConfig config;
+          config.d_in = s.d_in;
+          config.d_out = s.d_out;
+          config.context_length = s.tokens;
+          config.num_heads = s.heads;
+          config.seed = 1;
+          return config;
+        }()),
         x_(s.batch * s.tokens * s.d_in, 0.25f),
         y_(s.batch * s.tokens * s.d_out),
         xv_(x_.data(), s.batch, s.tokens, s.d_in),
