@@ -303,6 +303,51 @@ TEST(Robustness, SteadyStateAllocatesNothing) {
   });
 }
 
+// Generation steps allocate nothing once warm, whatever the cache's type and
+// layout: the module's ForwardStep, and Append + attention over the cache as
+// an engine calls them, over 40 steps crossing paged blocks.
+TEST(Robustness, GenerationStepsAllocateNothing) {
+  const MultiHeadAttention mha = MakeMha();
+  constexpr size_t kSteps = 40, kCapacity = 64, kHeadDim = kDOut / kHeads;
+  const std::vector<float> x = test::RandomVector(kBatch * kDIn, 5);
+  const std::vector<float> kv = test::RandomVector(kBatch * kHeads * kHeadDim, 6);
+  const std::vector<float> q = test::RandomVector(kBatch * kHeads * kHeadDim, 7);
+  std::vector<float> y(kBatch * kDOut), out(kBatch * kHeads * kHeadDim);
+  const ConstTensor4 kv_view =
+      ConstTensor4::Dense(kv.data(), kBatch, kHeads, 1, kHeadDim);
+  tbb::task_arena arena(1);
+  arena.execute([&] {
+    for (const KVType type : {KVType::kF32, KVType::kBF16, KVType::kInt8}) {
+      for (const size_t block_size : {size_t{0}, size_t{16}}) {
+        SCOPED_TRACE(testing::Message() << "type " << static_cast<int>(type)
+                                        << " block_size " << block_size);
+        KVCacheConfig config;
+        config.type = type;
+        config.block_size = block_size;
+        KVCache module_cache(kBatch, kHeads, kCapacity, kHeadDim, config);
+        KVCache engine_cache(kBatch, kHeads, kCapacity, kHeadDim, config);
+        const auto step = [&] {
+          mha.ForwardStep(ConstTensor3(x.data(), kBatch, 1, kDIn), module_cache,
+                          Tensor3(y.data(), kBatch, 1, kDOut));
+          engine_cache.Append(kv_view, kv_view);
+          AttentionOptions options;
+          options.mask.causal = true;
+          ScaledDotProductAttention(
+              ConstTensor4::Dense(q.data(), kBatch, kHeads, 1, kHeadDim),
+              engine_cache.View(),
+              Tensor4::Dense(out.data(), kBatch, kHeads, 1, kHeadDim), options);
+        };
+        step();  // The first step at this shape may allocate.
+        const Allocations a = Count([&] {
+          for (size_t s = 1; s < kSteps; ++s) step();
+        });
+        EXPECT_EQ(a.news, 0u);
+        EXPECT_EQ(a.scratch_bytes, 0u);
+      }
+    }
+  });
+}
+
 // With every thread, how many buffers are in flight at once depends on the
 // scheduling, so the pool may still grow while more threads join in (by a
 // small per-task workspace each); but it does not grow per call, and nothing

@@ -179,6 +179,10 @@ class SIMDATTN_API KVCache {
   // (count, kv_heads, n, head_dim) views.
   void CheckTokens(const char* function, ConstTensor4 keys, ConstTensor4 values,
                    size_t count) const;
+  // Both Appends: keys[i] to sequences[i], or to sequence i when sequences
+  // is null (count = batch).
+  void AppendTo(ConstTensor4 keys, ConstTensor4 values,
+                const size_t* sequences, size_t count);
 
   size_t batch_ = 0, kv_heads_ = 0, capacity_ = 0, head_dim_ = 0;
   KVCacheConfig config_;

@@ -114,6 +114,12 @@ struct KVCache::Storage {
   std::vector<int32_t> free_blocks;
   std::vector<size_t> lengths;
   std::optional<internal::RopeTables> rope;  // Keys rotated on append.
+  // Append's bookkeeping, kept so that steady-state appends allocate
+  // nothing: sequence b was listed in the append numbered appended[b], and
+  // the partly filled blocks an append writes into.
+  std::vector<uint64_t> appended;
+  uint64_t appends = 0;
+  std::vector<int32_t> written;
 
   size_t Block(size_t b, size_t t) const {
     return paged ? static_cast<size_t>(
@@ -151,11 +157,13 @@ struct KVCache::Storage {
   // ones, and copies of shared, partly filled blocks written into. Reserve
   // copies a shared block for each appending holder but the last when all
   // its holders append (that one then writes in place).
-  size_t BlocksNeeded(const std::vector<size_t>& sequences, size_t n) const {
+  // sequences[i] (i < count), or i itself when sequences is null.
+  size_t BlocksNeeded(const size_t* sequences, size_t count, size_t n) {
     if (n == 0) return 0;
     size_t needed = 0;
-    std::vector<int32_t> written;  // Partly filled blocks appended to.
-    for (const size_t b : sequences) {
+    written.clear();
+    for (size_t i = 0; i < count; ++i) {
+      const size_t b = sequences == nullptr ? i : sequences[i];
       const size_t length = lengths[b];
       needed += BlocksFor(length + n) - BlocksFor(length);
       if (length % block_size != 0) {
@@ -370,31 +378,38 @@ void KVCache::CheckTokens(const char* function, ConstTensor4 keys,
 }
 
 void KVCache::Append(ConstTensor4 keys, ConstTensor4 values) {
-  std::vector<size_t> all(batch_);
-  for (size_t b = 0; b < batch_; ++b) all[b] = b;
-  Append(keys, values, all);
+  AppendTo(keys, values, nullptr, batch_);
 }
 
 void KVCache::Append(ConstTensor4 keys, ConstTensor4 values,
                      const std::vector<size_t>& sequences) {
+  AppendTo(keys, values, sequences.data(), sequences.size());
+}
+
+void KVCache::AppendTo(ConstTensor4 keys, ConstTensor4 values,
+                       const size_t* list, size_t count) {
   constexpr const char* kFn = "KVCache::Append";
   Storage& s = *storage_;
-  const size_t count = sequences.size(), n = keys.dims[2];
+  const size_t n = keys.dims[2];
   CheckTokens(kFn, keys, values, count);
-  std::vector<bool> seen(batch_, false);
+  if (s.appended.size() != batch_) s.appended.assign(batch_, 0);
+  s.written.reserve(batch_);
+  const uint64_t append = ++s.appends;
+  const auto sequence = [list](size_t i) { return list ? list[i] : i; };
   size_t blocks_needed = 0;
   for (size_t i = 0; i < count; ++i) {
-    const size_t b = sequences[i];
+    const size_t b = sequence(i);
     SIMDATTN_REQUIRE(b < batch_, kFn, "sequences[", i, "] (", b,
                      ") is not below the batch (", batch_, ")");
-    SIMDATTN_REQUIRE(!seen[b], kFn, "sequence ", b, " is listed twice");
-    seen[b] = true;
+    SIMDATTN_REQUIRE(s.appended[b] != append, kFn, "sequence ", b,
+                     " is listed twice");
+    s.appended[b] = append;
     // Compared as a difference: length + n could wrap.
     SIMDATTN_REQUIRE(n <= capacity_ - s.lengths[b], kFn, "appending ", n,
                      " tokens to sequence ", b, "'s ", s.lengths[b],
                      " exceeds the capacity (", capacity_, ")");
   }
-  if (s.paged) blocks_needed = s.BlocksNeeded(sequences, n);
+  if (s.paged) blocks_needed = s.BlocksNeeded(list, count, n);
   SIMDATTN_REQUIRE(blocks_needed <= s.free_blocks.size(), kFn, "appending ", n,
                    " tokens needs ", blocks_needed, " blocks, but only ",
                    s.free_blocks.size(), " of the pool's ", s.num_blocks,
@@ -403,12 +418,12 @@ void KVCache::Append(ConstTensor4 keys, ConstTensor4 values,
   // Blocks for every token, even of zero bytes: the table stays complete.
   size_t longest = 0;
   for (size_t i = 0; i < count; ++i) {
-    const size_t b = sequences[i];
+    const size_t b = sequence(i);
     if (s.paged) s.Reserve(b, n);
     longest = std::max(longest, s.lengths[b] + n);
   }
   if (kv_heads_ == 0 || head_dim_ == 0) {
-    for (size_t i = 0; i < count; ++i) s.lengths[sequences[i]] += n;
+    for (size_t i = 0; i < count; ++i) s.lengths[sequence(i)] += n;
     return;
   }
   if (s.rope) s.rope->Reserve(longest);
@@ -421,7 +436,7 @@ void KVCache::Append(ConstTensor4 keys, ConstTensor4 values,
       0, count * kv_heads_, grain, [&](size_t first, size_t last) {
         for (size_t task = first; task != last; ++task) {
           const size_t i = task / kv_heads_, h = task % kv_heads_;
-          const size_t b = sequences[i], start = s.lengths[b];
+          const size_t b = sequence(i), start = s.lengths[b];
           for (size_t t = 0; t < n;) {
             const size_t position = start + t;
             const size_t run =
@@ -443,7 +458,7 @@ void KVCache::Append(ConstTensor4 keys, ConstTensor4 values,
           }
         }
       });
-  for (size_t i = 0; i < count; ++i) s.lengths[sequences[i]] += n;
+  for (size_t i = 0; i < count; ++i) s.lengths[sequence(i)] += n;
 }
 
 void KVCache::Truncate(size_t sequence, size_t length) {

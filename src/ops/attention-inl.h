@@ -423,7 +423,7 @@ template <typename T>
 HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
                                   size_t j_begin, size_t j_end) {
   // Float rows fill a block's run with 16 x head_dim x 4 bytes: long enough
-  // for the hardware (prefetching them measured slower).
+  // for the hardware prefetchers (RESULTS.md, "KV caches": prefetch).
   if (std::is_same_v<T, float> || rows.table == internal::kSingleBlock) return;
   for (size_t j = j_begin; j < j_end; ++j) {
     matmul_detail::PrefetchLines(rows.Row(j), rows.cols);

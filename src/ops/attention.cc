@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -298,11 +299,14 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
   // The queries are the last q_tokens of each sequence.
   AttentionMask mask = user_mask;
   mask.key_lengths = kv.lengths;
-  std::vector<size_t> offsets;
+  // From the scratch pool (untyped memory, used as size_t only): a decode
+  // step allocates nothing.
+  std::optional<internal::ScratchBuffer> offsets_buffer;
   if (mask.causal || mask.window != 0 || mask.alibi_slopes != nullptr) {
-    offsets.resize(batch);
+    offsets_buffer.emplace(hwy::DivCeil(batch * sizeof(size_t), sizeof(float)));
+    size_t* offsets = reinterpret_cast<size_t*>(offsets_buffer->data());
     for (size_t b = 0; b < batch; ++b) offsets[b] = kv.lengths[b] - q_tokens;
-    mask.causal_offsets = offsets.data();
+    mask.causal_offsets = offsets;
   }
   Attend(kFn, q, source, capacity,
          {{rk, "kv.keys"},

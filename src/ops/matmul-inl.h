@@ -67,7 +67,8 @@ constexpr size_t kDepthBlock = 256;
 constexpr size_t kSmallWork = size_t{1} << 15;
 constexpr size_t kSkinnyRows = 4;
 // With op(B) = B^T, 2 to 16 rows of A go by dot-product tiles (DotColumns);
-// one row streams B faster one dot at a time (bench/RESULTS.md).
+// one row streams B one dot at a time: with a single row there is no reuse
+// of B for a tile to exploit.
 constexpr size_t kDotMinRows = 2;
 constexpr size_t kDotMaxRows = 16;
 // 16-bit rows of B^T this long or longer are prefetched by the skinny path.
@@ -312,8 +313,8 @@ HWY_INLINE void StoreBlocks(D d, hn::Vec<D> v, float* HWY_RESTRICT dst,
 // k]. Four rows of B at a time are transposed in registers, 4 x 4 within
 // each 128-bit block (two rounds of interleaves), and each block goes to
 // the panel as 4 contiguous floats: ~0.75 ops per element on AVX-512
-// against 2 for scalar copies (a load and a store); gathers are slower
-// still. Scalable (SVE) and one-lane targets, the last rows
+// against 2 for scalar copies (a load and a store) and a gather per
+// element. Scalable (SVE) and one-lane targets, the last rows
 // and the last columns of K copy scalars.
 template <class B>
 inline void PackTransposedPanel(const B& b, size_t k0, size_t kc, size_t n0,
@@ -536,8 +537,8 @@ HWY_INLINE void SumOfLanes4(D d, V v0, V v1, V v2, V v3,
 // it is transposed (Q K^T in decode). kPrefetch: B^T's rows are long
 // (decode's 16-bit weights), and four at a time are streams too short for the
 // hardware prefetchers: the next four rows go to L1 a step ahead. Float rows
-// gain nothing from it, and a KV cache's short keys are together one
-// sequential run the hardware follows (its check alone slowed decode).
+// need none, and a KV cache's short keys are together one sequential run the
+// hardware follows; its own instantiation keeps the test out of their loop.
 template <bool kPrefetch = false, class B>
 inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
                           const MatMulOptions& opt, size_t n_begin,

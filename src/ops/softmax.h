@@ -116,7 +116,8 @@ class SoftmaxRowWalk {
 };
 
 // Loads a row's columns [from, min(limit, kPrefetchFloats)) ahead of use, a
-// line at a time, into L1 (prefetcht0; prefetchnta was slower on Intel).
+// line at a time, into L1 (prefetcht0: the row is read at once; RESULTS.md
+// has prefetchnta against it).
 // Rows cut short by causality or length are read in pieces the hardware
 // prefetcher does not follow; beyond kPrefetchFloats it takes over, and more
 // would evict the current row. HWY_INLINE: GCC deletes calls to a plain
