@@ -78,7 +78,7 @@ TEST(CApiGuard, MessagesArePerThread) {
   std::string theirs_before, theirs_after;
   std::thread other([&] {
     theirs_before = simdattn_last_error();
-    simdattn_matmul_options options = simdattn_matmul_default_options();
+    simdattn_matmul_options options = SIMDATTN_MATMUL_OPTIONS_INIT;
     options.transpose_b = 7;
     simdattn_matmul({}, {}, {}, &options);
     theirs_after = simdattn_last_error();
@@ -93,7 +93,7 @@ TEST(CApiGuard, MessagesArePerThread) {
 // An exception thrown deep inside a module's forward (the token count is
 // checked in the engine, below the C layer) arrives as a status code.
 TEST(CApiGuard, ForwardPastTheContextLengthIsAStatus) {
-  simdattn_module_config config = {};
+  simdattn_module_config config = SIMDATTN_MODULE_CONFIG_INIT;
   config.kind = SIMDATTN_MULTI_HEAD_ATTENTION;
   config.d_in = 4;
   config.d_out = 4;
@@ -120,7 +120,7 @@ TEST(CApiGuard, ForwardPastTheContextLengthIsAStatus) {
 // anything is written. The failure arrives as OUT_OF_MEMORY. Not under the
 // sanitizers, whose allocators abort on such a request by default.
 TEST(CApiGuard, ImpossibleScratchIsOutOfMemory) {
-  simdattn_module_config config = {};
+  simdattn_module_config config = SIMDATTN_MODULE_CONFIG_INIT;
   config.kind = SIMDATTN_SELF_ATTENTION_V2;
   config.d_in = 1;
   config.d_out = 1;

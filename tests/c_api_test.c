@@ -61,6 +61,16 @@ static int g_failures = 0;
     }                                                                          \
   } while (0)
 
+/* After a CHECK_ERROR: its message also contains `fragment`. */
+#define CHECK_MESSAGE(fragment)                                         \
+  do {                                                                  \
+    if (strstr(simdattn_last_error(), (fragment)) == NULL) {            \
+      fprintf(stderr, "%s:%d: message \"%s\" lacks \"%s\"\n", __FILE__, \
+              __LINE__, simdattn_last_error(), fragment);               \
+      ++g_failures;                                                     \
+    }                                                                   \
+  } while (0)
+
 #define INVALID SIMDATTN_STATUS_INVALID_ARGUMENT
 
 static simdattn_const_matrix ConstMatrix(const float* data, size_t rows,
@@ -174,7 +184,8 @@ static void TestRuntime(void) {
  * 3 x 4 in rows of stride 5, B is 4 x 2 (or 2 x 4 transposed). */
 static void TestMatMul(void) {
   float a[3 * 5], b[4 * 2], bt[2 * 4], c[3 * 2], c_old[3 * 2], bias[2];
-  simdattn_matmul_options options = simdattn_matmul_default_options();
+  simdattn_matmul_options options = SIMDATTN_MATMUL_OPTIONS_INIT;
+  const simdattn_matmul_options defaults = SIMDATTN_MATMUL_OPTIONS_INIT;
   size_t r, col, k;
   int transpose;
   Fill(a, 15, 1);
@@ -183,8 +194,10 @@ static void TestMatMul(void) {
   for (r = 0; r < 4; ++r) {
     for (col = 0; col < 2; ++col) bt[col * 4 + r] = b[r * 2 + col];
   }
+  CHECK(options.struct_size == sizeof(simdattn_matmul_options));
   CHECK(options.transpose_b == 0 && options.use_alpha == 0 &&
-        options.alpha == 0.0f && options.beta == 0.0f && options.bias == NULL);
+        options.alpha == 0.0f && options.beta == 0.0f && options.bias == NULL &&
+        options.compute == SIMDATTN_COMPUTE_FP32);
 
   for (transpose = 0; transpose < 2; ++transpose) {
     Fill(c_old, 6, 4);
@@ -216,9 +229,10 @@ static void TestMatMul(void) {
     for (k = 0; k < 4; ++k) sum += (double)a[r * 5 + k] * b[k * 2 + 1];
     CHECK_NEAR(c[r * 2 + 1], sum, 1e-5);
   }
-  /* A zeroed struct means the defaults too; use_alpha = 1 makes alpha 0 real
-   * (C = bias). */
-  memset(&options, 0, sizeof(options));
+  /* SIMDATTN_MATMUL_OPTIONS_INIT (every other field zero) means the defaults
+   * too; use_alpha = 1 makes alpha 0 real (C = bias). A zeroed struct is an
+   * error now: TestStructSizeZero. */
+  options = defaults;
   for (k = 0; k < 6; ++k) c[k] = NAN;
   CHECK_OK(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 4, 2, 2),
                            Matrix(c, 3, 2, 2), &options));
@@ -260,7 +274,7 @@ static void TestMatMul(void) {
   CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 4, 2, 2),
                               Matrix(a + 8, 3, 2, 2), NULL),
               INVALID, "MatMul: C overlaps A");
-  options = simdattn_matmul_default_options();
+  options = defaults;
   options.bias = c + 1;
   CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 5), ConstMatrix(b, 4, 2, 2),
                               Matrix(c, 3, 2, 2), &options),
@@ -285,14 +299,15 @@ static float RoundBF16(float x) {
 /* bf16 arithmetic: the float32 sum of the rounded operands' products. */
 static void TestBFloat16Compute(void) {
   float a[3 * 4], b[4 * 2], c[3 * 2];
+  simdattn_matmul_options options = SIMDATTN_MATMUL_OPTIONS_INIT;
   size_t r, col, k;
   const char* kernel = simdattn_bf16_dot_kernel();
   CHECK(kernel != NULL && kernel[0] != '\0');
   Fill(a, 12, 11);
   Fill(b, 8, 12);
-  CHECK_OK(simdattn_matmul_compute(ConstMatrix(a, 3, 4, 4),
-                                   ConstMatrix(b, 4, 2, 2), Matrix(c, 3, 2, 2),
-                                   NULL, SIMDATTN_COMPUTE_BF16));
+  options.compute = SIMDATTN_COMPUTE_BF16;
+  CHECK_OK(simdattn_matmul(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                           Matrix(c, 3, 2, 2), &options));
   for (r = 0; r < 3; ++r) {
     for (col = 0; col < 2; ++col) {
       double sum = 0.0;
@@ -302,16 +317,16 @@ static void TestBFloat16Compute(void) {
       CHECK_NEAR(c[r * 2 + col], sum, 1e-6);
     }
   }
-  CHECK_ERROR(
-      simdattn_matmul_compute(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
-                              Matrix(c, 3, 2, 2), NULL, 2),
-      INVALID, "compute (2) is neither SIMDATTN_COMPUTE_FP32");
+  options.compute = 2;
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                              Matrix(c, 3, 2, 2), &options),
+              INVALID, "compute (2) is neither SIMDATTN_COMPUTE_FP32");
 }
 
 /* Two batch items, two query heads sharing one key head (grouped query). */
 static void TestBatchedMatMul(void) {
   float a[2 * 2 * 3 * 4], b[2 * 1 * 5 * 4], c[2 * 2 * 3 * 5];
-  simdattn_matmul_options options = simdattn_matmul_default_options();
+  simdattn_matmul_options options = SIMDATTN_MATMUL_OPTIONS_INIT;
   size_t i0, i1, r, col, k;
   Fill(a, sizeof(a) / sizeof(float), 5);
   Fill(b, sizeof(b) / sizeof(float), 6);
@@ -356,14 +371,13 @@ static void TestSoftmax(void) {
   float x[kSize], y[kSize], additive[kRows * kCols];
   uint8_t boolean[kCols];
   size_t key_lengths[kBatch] = {4, 0};
-  simdattn_mask mask;
+  simdattn_mask mask = SIMDATTN_MASK_INIT;
   size_t b, i, j;
   Fill(x, kSize, 7);
   Fill(additive, kRows * kCols, 8);
   additive[1 * kCols + 0] = -INFINITY;
   for (j = 0; j < kCols; ++j) boolean[j] = (uint8_t)(j == 2);
 
-  memset(&mask, 0, sizeof(mask));
   mask.causal = 1;
   mask.causal_offset = 1;
   /* One row of the boolean mask shared by every row, head and item. */
@@ -461,8 +475,7 @@ static void TestDropout(void) {
 
 static simdattn_module_config Config(int32_t kind, size_t d_in, size_t d_out,
                                      size_t context_length, size_t num_heads) {
-  simdattn_module_config c;
-  memset(&c, 0, sizeof(c));
+  simdattn_module_config c = SIMDATTN_MODULE_CONFIG_INIT;
   c.kind = kind;
   c.d_in = d_in;
   c.d_out = d_out;
@@ -494,9 +507,10 @@ static size_t LoadRandomWeights(simdattn_module* module,
     if (n > kMaxValues) continue;
     Fill(g_values[loaded], n, (uint32_t)(100 + i));
     t->data = g_values[loaded];
+    t->dtype = SIMDATTN_F32;
     ++loaded;
   }
-  CHECK_OK(simdattn_module_load_weights(module, tensors, loaded));
+  CHECK_OK(simdattn_module_load_weights(module, tensors, loaded, NULL));
   return loaded;
 }
 
@@ -512,7 +526,7 @@ static void TestCausalAgainstReference(void) {
   const float* w[3] = {NULL, NULL, NULL}; /* query, key, value weights */
   const float* bias[3] = {NULL, NULL, NULL};
   float x[kB * kT * kIn], y[kB * kT * kOut], weights[kB * kT * kT];
-  simdattn_forward_options options;
+  simdattn_forward_options options = SIMDATTN_FORWARD_OPTIONS_INIT;
   size_t loaded, i, p, b, t, s, o;
   config.qkv_bias = 1;
   CHECK_OK(simdattn_module_create(&config, &module));
@@ -538,7 +552,6 @@ static void TestCausalAgainstReference(void) {
   }
 
   Fill(x, sizeof(x) / sizeof(float), 9);
-  memset(&options, 0, sizeof(options));
   options.attention_weights = Dense4(weights, kB, 1, kT, kT);
   CHECK_OK(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
                                    Dense3(y, kB, kT, kOut), &options));
@@ -609,7 +622,7 @@ static void TestEveryModule(void) {
     simdattn_module_config config = Config(kind, kIn, d_out, 8, heads);
     simdattn_module* module = NULL;
     simdattn_named_tensor tensors[kMaxTensors];
-    simdattn_forward_options options;
+    simdattn_forward_options options = SIMDATTN_FORWARD_OPTIONS_INIT;
     size_t d_in = 0, out = 0, num_heads = 0, count = 0, i;
     config.dropout = 0.5f;
     CHECK_OK(simdattn_module_create(&config, &module));
@@ -624,7 +637,6 @@ static void TestEveryModule(void) {
         INVALID, "index (");
     LoadRandomWeights(module, tensors);
 
-    memset(&options, 0, sizeof(options));
     options.attention_weights = Dense4(w1, kB, heads, kT, kT);
     CHECK_OK(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
                                      Dense3(y, kB, kT, out), &options));
@@ -713,25 +725,26 @@ static void TestModuleErrors(void) {
   tensors[0].data = w;
   tensors[0].shape = shape;
   tensors[0].rank = 2;
+  tensors[0].dtype = SIMDATTN_F32;
   tensors[1] = tensors[0];
-  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 1), INVALID,
+  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 1, NULL), INVALID,
               "CausalAttention: missing tensor 'W_key.weight' of shape [2, 3]");
-  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2), INVALID,
+  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2, NULL), INVALID,
               "tensors[1] ('W_query.weight') repeats the name");
   tensors[1].name = NULL;
-  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2), INVALID,
+  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2, NULL), INVALID,
               "tensors[1].name is null");
   tensors[1].name = "W_key.weight";
   tensors[1].shape = NULL;
-  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2), INVALID,
+  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2, NULL), INVALID,
               "tensors[1] ('W_key.weight') has rank 2 but a null shape");
   tensors[1].shape = shape;
   tensors[1].rank = 1;
-  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2), INVALID,
+  CHECK_ERROR(simdattn_module_load_weights(module, tensors, 2, NULL), INVALID,
               "tensor 'W_key.weight' has shape [2], expected [2, 3]");
-  CHECK_ERROR(simdattn_module_load_weights(module, NULL, 2), INVALID,
+  CHECK_ERROR(simdattn_module_load_weights(module, NULL, 2, NULL), INVALID,
               "tensors is null but count is 2");
-  CHECK_ERROR(simdattn_module_load_weights(NULL, tensors, 2), INVALID,
+  CHECK_ERROR(simdattn_module_load_weights(NULL, tensors, 2, NULL), INVALID,
               "simdattn_module_load_weights: module is null");
   CHECK_ERROR(simdattn_module_forward(NULL, Const3(Dense3(x, 1, 2, 3)),
                                       Dense3(y, 1, 2, 2), NULL),
@@ -767,14 +780,13 @@ static void TestOverflowingWeights(void) {
   simdattn_module* module = NULL;
   simdattn_const_tensor3 x;
   simdattn_tensor3 y;
-  simdattn_forward_options options;
+  simdattn_forward_options options = SIMDATTN_FORWARD_OPTIONS_INIT;
   const size_t batch = (size_t)1 << 30;
   CHECK_OK(simdattn_module_create(&config, &module));
   if (module == NULL) return;
   x = Const3(Dense3(buffer, batch, kTokens, 1));
   x.batch_stride = 0;
   y = Dense3(buffer + kTokens, batch, kTokens, 1);
-  memset(&options, 0, sizeof(options));
   options.attention_weights =
       Dense4(buffer + 2 * kTokens, batch, 1, kTokens, kTokens);
   if (sizeof(size_t) == 8) {
@@ -805,17 +817,23 @@ static void TestAttention(void) {
   float q[kQHeads * kQ * kD], k[kK * kD], v[kK * kDv];
   float out[kQHeads * kQ * kDv], before[kQHeads * kQ * kDv];
   const float scale = 0.7f;
-  simdattn_attention_options options = simdattn_attention_default_options();
+  simdattn_attention_options options = SIMDATTN_ATTENTION_OPTIONS_INIT;
+  simdattn_mask mask = SIMDATTN_MASK_INIT;
   size_t h, i, j, d;
+  CHECK(options.struct_size == sizeof(simdattn_attention_options) &&
+        mask.struct_size == sizeof(simdattn_mask));
   CHECK(options.has_scale == 0 && options.dropout == 0.0f &&
-        options.mask.causal == 0 && options.mask.key_lengths == NULL);
+        options.mask == NULL && options.log_sum_exp == NULL &&
+        options.compute == SIMDATTN_COMPUTE_FP32);
+  CHECK(mask.causal == 0 && mask.key_lengths == NULL);
   Fill(q, sizeof(q) / sizeof(float), 21);
   Fill(k, sizeof(k) / sizeof(float), 22);
   Fill(v, sizeof(v) / sizeof(float), 23);
   options.has_scale = 1;
   options.scale = scale;
-  options.mask.causal = 1;
-  options.mask.causal_offset = kK - kQ; /* The queries are the last 3 keys. */
+  options.mask = &mask;
+  mask.causal = 1;
+  mask.causal_offset = kK - kQ; /* The queries are the last 3 keys. */
   CHECK_OK(Attend(q, k, kD, v, out, &options));
   for (h = 0; h < kQHeads; ++h) {
     for (i = 0; i < kQ; ++i) {
@@ -871,7 +889,7 @@ enum { kVB = 2, kVH = 4, kVG = 2, kVQ = 5, kVK = 9, kVD = 4, kVDv = 3 };
 static double VariantRow(const float* q, const float* k, const float* v,
                          const simdattn_attention_options* o, size_t b,
                          size_t h, size_t i, double* out) {
-  const simdattn_mask* m = &o->mask;
+  const simdattn_mask* m = o->mask;
   const long p = (long)(i + m->causal_offsets[b]);
   const size_t g = h / (kVH / kVG);
   double s[kVK], max = m->sinks != NULL ? m->sinks[h] : -INFINITY, sum;
@@ -924,27 +942,29 @@ static void TestAttentionVariants(void) {
   const size_t offsets[kVB] = {4, 2}, key_lengths[kVB] = {9, 2};
   float slopes[kVH] = {0.5f, 0.25f, 0.125f, 0.0625f};
   float sinks[kVH] = {0.3f, -1.0f, 2.0f, 0.0f};
-  simdattn_attention_options options = simdattn_attention_default_options();
+  simdattn_attention_options options = SIMDATTN_ATTENTION_OPTIONS_INIT;
+  simdattn_mask mask = SIMDATTN_MASK_INIT;
   size_t b, h, i, d, pass;
-  CHECK(options.mask.causal_offsets == NULL && options.mask.window == 0 &&
-        options.mask.softcap == 0.0f && options.mask.alibi_slopes == NULL &&
-        options.mask.sinks == NULL && options.log_sum_exp == NULL);
+  CHECK(mask.causal_offsets == NULL && mask.window == 0 &&
+        mask.softcap == 0.0f && mask.alibi_slopes == NULL &&
+        mask.sinks == NULL && options.log_sum_exp == NULL);
   Fill(q, sizeof(q) / sizeof(float), 51);
   Fill(k, sizeof(k) / sizeof(float), 52);
   Fill(v, sizeof(v) / sizeof(float), 53);
   options.has_scale = 1;
   options.scale = 2.0f;
-  options.mask.causal_offsets = offsets;
-  options.mask.key_lengths = key_lengths;
-  options.mask.window = 3;
-  options.mask.softcap = 1.5f;
-  options.mask.alibi_slopes = slopes;
-  options.mask.sinks = sinks;
+  options.mask = &mask;
+  mask.causal_offsets = offsets;
+  mask.key_lengths = key_lengths;
+  mask.window = 3;
+  mask.softcap = 1.5f;
+  mask.alibi_slopes = slopes;
+  mask.sinks = sinks;
   options.log_sum_exp = lse;
   /* With sinks, then without: rows that see nothing get zeros, and a
    * log-sum-exp of their sink or -inf. */
   for (pass = 0; pass < 2; ++pass) {
-    if (pass == 1) options.mask.sinks = NULL;
+    if (pass == 1) mask.sinks = NULL;
     memset(out, 0xff, sizeof(out)); /* NaN: every output must be written. */
     memset(lse, 0xff, sizeof(lse));
     CHECK_OK(AttendVariant(q, k, v, out, &options));
@@ -972,23 +992,23 @@ static void TestAttentionVariants(void) {
   /* Errors name the field; out and log_sum_exp are left as they were. */
   memcpy(before, out, sizeof(out));
   memcpy(lse_before, lse, sizeof(lse));
-  options.mask.softcap = -1.0f;
+  mask.softcap = -1.0f;
   CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,
               "ScaledDotProductAttention: mask.softcap (-1) is not finite");
-  options.mask.softcap = 1.5f;
+  mask.softcap = 1.5f;
   slopes[1] = NAN;
   CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,
               "mask.alibi_slopes[1] (nan) is not finite");
   slopes[1] = 0.25f;
   /* Offsets place rows for causality, windows and ALiBi: with none, an
    * error. */
-  options.mask.window = 0;
-  options.mask.alibi_slopes = NULL;
+  mask.window = 0;
+  mask.alibi_slopes = NULL;
   CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,
               "mask.causal_offsets is given but neither mask.causal nor "
               "mask.window (nor mask.alibi_slopes) is set");
-  options.mask.alibi_slopes = slopes;
-  options.mask.window = 3;
+  mask.alibi_slopes = slopes;
+  mask.window = 3;
   options.log_sum_exp = out;
   CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,
               "log_sum_exp overlaps q, k, v or out");
@@ -1008,8 +1028,9 @@ static void TestTypedWeights(void) {
   uint16_t bits[3][kOut * kIn];
   float widened[3][kOut * kIn], x[kT * kIn], y_kept[kT * kOut],
       y_wide[kT * kOut];
-  simdattn_typed_tensor typed[3];
+  simdattn_named_tensor typed[3];
   simdattn_named_tensor wide[3];
+  simdattn_load_options keep = SIMDATTN_LOAD_OPTIONS_INIT;
   simdattn_module_config config =
       Config(SIMDATTN_SELF_ATTENTION_V2, kIn, kOut, 0, 1);
   simdattn_module* kept = NULL;
@@ -1029,12 +1050,16 @@ static void TestTypedWeights(void) {
     typed[p].data = bits[p];
     typed[p].shape = shape;
     typed[p].rank = 2;
-    typed[p].dtype = SIMDATTN_DTYPE_BF16;
+    typed[p].dtype = SIMDATTN_BF16;
     wide[p].name = kNames[p];
     wide[p].data = widened[p];
     wide[p].shape = shape;
     wide[p].rank = 2;
+    wide[p].dtype = SIMDATTN_F32;
   }
+  CHECK(keep.struct_size == sizeof(simdattn_load_options) &&
+        keep.keep_dtype == 0);
+  keep.keep_dtype = 1;
   CHECK_OK(simdattn_module_create(&config, &kept));
   CHECK_OK(simdattn_module_create(&config, &plain));
   if (kept == NULL || plain == NULL) {
@@ -1042,20 +1067,21 @@ static void TestTypedWeights(void) {
     simdattn_module_destroy(plain);
     return;
   }
-  CHECK_OK(simdattn_module_load_typed_weights(kept, typed, 3, 1));
-  CHECK_OK(simdattn_module_load_weights(plain, wide, 3));
+  CHECK_OK(simdattn_module_load_weights(kept, typed, 3, &keep));
+  CHECK_OK(simdattn_module_load_weights(plain, wide, 3, NULL));
   CHECK_OK(simdattn_module_forward(kept, Const3(Dense3(x, 1, kT, kIn)),
                                    Dense3(y_kept, 1, kT, kOut), NULL));
   CHECK_OK(simdattn_module_forward(plain, Const3(Dense3(x, 1, kT, kIn)),
                                    Dense3(y_wide, 1, kT, kOut), NULL));
   for (i = 0; i < kT * kOut; ++i) CHECK(y_kept[i] == y_wide[i]);
   typed[1].dtype = 5;
-  CHECK_ERROR(simdattn_module_load_typed_weights(kept, typed, 3, 1), INVALID,
-              "tensors[1] ('W_key.weight') has dtype 5, not a simdattn_dtype");
-  typed[1].dtype = SIMDATTN_DTYPE_F16;
-  CHECK_ERROR(simdattn_module_load_typed_weights(kept, typed, 3, 1), INVALID,
+  CHECK_ERROR(simdattn_module_load_weights(kept, typed, 3, &keep), INVALID,
+              "tensors[1] ('W_key.weight') has dtype 5, not a simdattn_element_type");
+  typed[1].dtype = SIMDATTN_F16;
+  CHECK_ERROR(simdattn_module_load_weights(kept, typed, 3, &keep), INVALID,
               "keep_dtype: tensor 'W_key.weight' is of another 16-bit type");
-  CHECK_ERROR(simdattn_module_load_typed_weights(kept, typed, 3, 2), INVALID,
+  keep.keep_dtype = 2;
+  CHECK_ERROR(simdattn_module_load_weights(kept, typed, 3, &keep), INVALID,
               "keep_dtype (2) is neither 0 nor 1");
   simdattn_module_destroy(kept);
   simdattn_module_destroy(plain);
@@ -1068,39 +1094,42 @@ static void TestKVCacheTypes(void) {
   enum { kB = 2, kHeads = 2, kCap = 40, kD = 8, kN = 20 };
   float k[kB * kHeads * kN * kD], v[kB * kHeads * kN * kD];
   float q[kB * kHeads * kD], out[kB * kHeads * kD], ref[kB * kHeads * kD];
-  simdattn_kv_cache_config config;
+  simdattn_kv_cache_config config = SIMDATTN_KV_CACHE_CONFIG_INIT;
   simdattn_kv_cache* narrow = NULL;
   simdattn_kv_cache* wide = NULL;
-  simdattn_attention_options options = simdattn_attention_default_options();
+  simdattn_attention_options options = SIMDATTN_ATTENTION_OPTIONS_INIT;
+  simdattn_mask mask = SIMDATTN_MASK_INIT;
   const size_t both[2] = {0, 1}, second[1] = {1}, order[2] = {1, 1};
   size_t length = 0, i;
   Fill(k, sizeof(k) / sizeof(float), 41);
   Fill(v, sizeof(v) / sizeof(float), 42);
   Fill(q, sizeof(q) / sizeof(float), 43);
-  memset(&config, 0, sizeof(config));
-  config.type = SIMDATTN_KV_BF16;
+  CHECK(config.struct_size == sizeof(simdattn_kv_cache_config) &&
+        config.type == SIMDATTN_F32 && config.block_size == 0 &&
+        config.num_blocks == 0 && config.rope == NULL);
+  config.type = SIMDATTN_BF16;
   config.block_size = 16;
-  CHECK_OK(
-      simdattn_kv_cache_create_with(kB, kHeads, kCap, kD, &config, &narrow));
-  CHECK_OK(simdattn_kv_cache_create_with(kB, kHeads, kCap, kD, NULL, &wide));
+  CHECK_OK(simdattn_kv_cache_create(kB, kHeads, kCap, kD, &config, &narrow));
+  CHECK_OK(simdattn_kv_cache_create(kB, kHeads, kCap, kD, NULL, &wide));
   if (narrow == NULL || wide == NULL) {
     simdattn_kv_cache_destroy(narrow);
     simdattn_kv_cache_destroy(wide);
     return;
   }
   CHECK_OK(
-      simdattn_kv_cache_append_to(narrow, Const4(Dense4(k, 2, kHeads, kN, kD)),
-                                  Const4(Dense4(v, 2, kHeads, kN, kD)), both));
-  CHECK_OK(
-      simdattn_kv_cache_append_to(wide, Const4(Dense4(k, 2, kHeads, kN, kD)),
-                                  Const4(Dense4(v, 2, kHeads, kN, kD)), both));
-  CHECK_OK(
-      simdattn_kv_cache_append_to(narrow, Const4(Dense4(k, 1, kHeads, 3, kD)),
-                                  Const4(Dense4(v, 1, kHeads, 3, kD)), second));
+      simdattn_kv_cache_append(narrow, Const4(Dense4(k, 2, kHeads, kN, kD)),
+                               Const4(Dense4(v, 2, kHeads, kN, kD)), both));
+  CHECK_OK(simdattn_kv_cache_append(wide, Const4(Dense4(k, 2, kHeads, kN, kD)),
+                                    Const4(Dense4(v, 2, kHeads, kN, kD)),
+                                    both));
+  CHECK_OK(simdattn_kv_cache_append(narrow, Const4(Dense4(k, 1, kHeads, 3, kD)),
+                                    Const4(Dense4(v, 1, kHeads, 3, kD)),
+                                    second));
   CHECK_OK(simdattn_kv_cache_length(narrow, 1, &length));
   CHECK(length == kN + 3);
   CHECK_OK(simdattn_kv_cache_truncate(narrow, 1, kN));
-  options.mask.causal = 1;
+  options.mask = &mask;
+  mask.causal = 1;
   CHECK_OK(simdattn_kv_cache_attention(Const4(Dense4(q, kB, kHeads, 1, kD)),
                                        narrow, Dense4(out, kB, kHeads, 1, kD),
                                        &options));
@@ -1113,10 +1142,9 @@ static void TestKVCacheTypes(void) {
   CHECK_OK(simdattn_kv_cache_length(narrow, 0, &length));
   CHECK(length == kN);
   config.type = 7;
-  CHECK_ERROR(
-      simdattn_kv_cache_create_with(kB, kHeads, kCap, kD, &config, &wide),
-      INVALID, "config->type (7) is not a simdattn_kv_type");
-  options.mask.causal_offset = 1;
+  CHECK_ERROR(simdattn_kv_cache_create(kB, kHeads, kCap, kD, &config, &wide),
+              INVALID, "config->type (7) is not a simdattn_element_type");
+  mask.causal_offset = 1;
   CHECK_ERROR(
       simdattn_kv_cache_attention(Const4(Dense4(q, kB, kHeads, 1, kD)), narrow,
                                   Dense4(out, kB, kHeads, 1, kD), &options),
@@ -1139,7 +1167,7 @@ static void TestKVCache(void) {
   size_t size = 99, capacity = 0, h, t, d;
   Fill(new_k, sizeof(new_k) / sizeof(float), 31);
   Fill(new_v, sizeof(new_v) / sizeof(float), 32);
-  CHECK_OK(simdattn_kv_cache_create(1, kHeads, kCap, kD, &owned));
+  CHECK_OK(simdattn_kv_cache_create(1, kHeads, kCap, kD, NULL, &owned));
   CHECK_OK(simdattn_kv_cache_create_in(Dense4(keys, 1, kHeads, kCap, kD),
                                        Dense4(values, 1, kHeads, kCap, kD),
                                        &borrowed));
@@ -1150,12 +1178,12 @@ static void TestKVCache(void) {
   }
   CHECK_OK(simdattn_kv_cache_size(owned, &size, &capacity));
   CHECK(size == 0 && capacity == kCap);
-  CHECK_OK(simdattn_kv_cache_append(owned,
-                                    Const4(Dense4(new_k, 1, kHeads, 3, kD)),
-                                    Const4(Dense4(new_v, 1, kHeads, 3, kD))));
-  CHECK_OK(simdattn_kv_cache_append(borrowed,
-                                    Const4(Dense4(new_k, 1, kHeads, 3, kD)),
-                                    Const4(Dense4(new_v, 1, kHeads, 3, kD))));
+  CHECK_OK(
+      simdattn_kv_cache_append(owned, Const4(Dense4(new_k, 1, kHeads, 3, kD)),
+                               Const4(Dense4(new_v, 1, kHeads, 3, kD)), NULL));
+  CHECK_OK(simdattn_kv_cache_append(
+      borrowed, Const4(Dense4(new_k, 1, kHeads, 3, kD)),
+      Const4(Dense4(new_v, 1, kHeads, 3, kD)), NULL));
   CHECK_OK(simdattn_kv_cache_size(owned, &size, NULL));
   CHECK(size == 3);
   CHECK_OK(simdattn_kv_cache_view(owned, &kv, &vv));
@@ -1176,12 +1204,12 @@ static void TestKVCache(void) {
   }
   CHECK_ERROR(
       simdattn_kv_cache_append(owned, Const4(Dense4(new_k, 1, kHeads, 2, kD)),
-                               Const4(Dense4(new_v, 1, kHeads, 2, kD))),
+                               Const4(Dense4(new_v, 1, kHeads, 2, kD)), NULL),
       INVALID, "appending 2 tokens to sequence 0's 3 exceeds the capacity (4)");
-  CHECK_ERROR(
-      simdattn_kv_cache_append(owned, Const4(Dense4(new_k, 1, kHeads, 1, kD)),
-                               Const4(Dense4(new_v, 1, kHeads, 1, kD - 1))),
-      INVALID, "values have shape (1, 2, 1, 2), expected (1, 2, 1, 3)");
+  CHECK_ERROR(simdattn_kv_cache_append(
+                  owned, Const4(Dense4(new_k, 1, kHeads, 1, kD)),
+                  Const4(Dense4(new_v, 1, kHeads, 1, kD - 1)), NULL),
+              INVALID, "values have shape (1, 2, 1, 2), expected (1, 2, 1, 3)");
   CHECK_OK(simdattn_kv_cache_clear(owned));
   CHECK_OK(simdattn_kv_cache_size(owned, &size, &capacity));
   CHECK(size == 0 && capacity == kCap);
@@ -1191,7 +1219,7 @@ static void TestKVCache(void) {
       INVALID, "keys overlap values");
   CHECK_ERROR(simdattn_kv_cache_size(NULL, &size, &capacity), INVALID,
               "simdattn_kv_cache_size: cache is null");
-  CHECK_ERROR(simdattn_kv_cache_create(1, 1, 1, 1, NULL), INVALID,
+  CHECK_ERROR(simdattn_kv_cache_create(1, 1, 1, 1, NULL, NULL), INVALID,
               "simdattn_kv_cache_create: cache is null");
   simdattn_kv_cache_destroy(owned);
   simdattn_kv_cache_destroy(borrowed);
@@ -1209,13 +1237,14 @@ static void TestForwardStep(void) {
   simdattn_kv_cache* cache = NULL;
   float x[kB * kT * kIn], full[kB * kT * kOut], steps[kB * kT * kOut];
   const size_t chunks[3][2] = {{0, 4}, {4, 1}, {5, 1}}; /* first, count */
-  simdattn_forward_options training;
+  simdattn_forward_options training = SIMDATTN_FORWARD_OPTIONS_INIT;
   size_t c, size = 0;
   config.num_kv_heads = kKvHeads;
   config.qkv_bias = 1;
   config.dropout = 0.1f;
   CHECK_OK(simdattn_module_create(&config, &module));
-  CHECK_OK(simdattn_kv_cache_create(kB, kKvHeads, kT, kOut / kHeads, &cache));
+  CHECK_OK(
+      simdattn_kv_cache_create(kB, kKvHeads, kT, kOut / kHeads, NULL, &cache));
   if (module == NULL || cache == NULL) {
     simdattn_module_destroy(module);
     simdattn_kv_cache_destroy(cache);
@@ -1244,7 +1273,6 @@ static void TestForwardStep(void) {
                                    Dense3(steps, kB, 1, kOut), NULL),
       INVALID, "the cache holds 6 of 6 tokens: no room for 1 more");
   CHECK_OK(simdattn_kv_cache_clear(cache));
-  memset(&training, 0, sizeof(training));
   training.training = 1;
   CHECK_ERROR(
       simdattn_module_forward_step(module, Const3(Dense3(x, kB, 1, kIn)), cache,
@@ -1272,7 +1300,7 @@ static void TestModuleVariants(void) {
   simdattn_module_config config =
       Config(SIMDATTN_MULTI_HEAD_ATTENTION, kIn, kOut, kT, kHeads);
   simdattn_module* module = NULL;
-  simdattn_forward_options options;
+  simdattn_forward_options options = SIMDATTN_FORWARD_OPTIONS_INIT;
   float x[kB * kT * kIn], y[kB * kT * kOut], w[kB * kHeads * kT * kT];
   size_t count = 0, i, found = 0, h, r, j;
   config.window = kWindow;
@@ -1295,7 +1323,6 @@ static void TestModuleVariants(void) {
   }
   CHECK(found);
   Fill(x, kB * kT * kIn, 5);
-  memset(&options, 0, sizeof(options));
   options.attention_weights = Dense4(w, kB, kHeads, kT, kT);
   CHECK_OK(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
                                    Dense3(y, kB, kT, kOut), &options));
@@ -1316,18 +1343,27 @@ static void TestModuleVariants(void) {
               "SIMDATTN_MULTI_HEAD_ATTENTION only");
 }
 
-/* Rotary embeddings against a double computation, both pairings; errors. */
+/* Rotary embeddings against a double computation, both pairings; the
+ * defaults (theta 0 and NULL options); errors. */
 static void TestRope(void) {
   enum { kB = 2, kH = 2, kT = 3, kD = 6 };
   float x[kB * kH * kT * kD], before[kB * kH * kT * kD];
+  float again[kB * kH * kT * kD];
   const size_t positions[kB] = {4, 100};
+  simdattn_rope_options options = SIMDATTN_ROPE_OPTIONS_INIT;
   int32_t interleaved;
   size_t b, h, t, i;
+  CHECK(options.struct_size == sizeof(simdattn_rope_options) &&
+        options.interleaved == 0 && options.theta == 0.0f &&
+        options.rotary_dim == 0 && options.positions == NULL);
   for (interleaved = 0; interleaved <= 1; ++interleaved) {
     Fill(x, kB * kH * kT * kD, 11);
     memcpy(before, x, sizeof(x));
-    CHECK_OK(simdattn_apply_rope(Dense4(x, kB, kH, kT, kD), interleaved,
-                                 1000.0f, 4, positions));
+    options.interleaved = interleaved;
+    options.theta = 1000.0f;
+    options.rotary_dim = 4;
+    options.positions = positions;
+    CHECK_OK(simdattn_apply_rope(Dense4(x, kB, kH, kT, kD), &options));
     for (b = 0; b < kB; ++b) {
       for (h = 0; h < kH; ++h) {
         for (t = 0; t < kT; ++t) {
@@ -1348,12 +1384,879 @@ static void TestRope(void) {
       }
     }
   }
+  /* theta 0 is 10000; NULL options are the defaults: half-split pairs,
+   * theta 10000, every dim, positions from 0. */
+  Fill(x, kB * kH * kT * kD, 12);
+  memcpy(again, x, sizeof(x));
+  options.interleaved = 1;
+  options.theta = 0.0f;
+  options.rotary_dim = 4;
+  options.positions = positions;
+  CHECK_OK(simdattn_apply_rope(Dense4(x, kB, kH, kT, kD), &options));
+  options.theta = 10000.0f;
+  CHECK_OK(simdattn_apply_rope(Dense4(again, kB, kH, kT, kD), &options));
+  CHECK(memcmp(x, again, sizeof(x)) == 0);
+  Fill(x, kB * kH * kT * kD, 13);
+  memcpy(again, x, sizeof(x));
+  CHECK_OK(simdattn_apply_rope(Dense4(x, kB, kH, kT, kD), NULL));
+  options.interleaved = 0;
+  options.theta = 10000.0f;
+  options.rotary_dim = kD;
+  options.positions = NULL;
+  CHECK_OK(simdattn_apply_rope(Dense4(again, kB, kH, kT, kD), &options));
+  CHECK(memcmp(x, again, sizeof(x)) == 0);
+
+  /* Errors. */
+  options.interleaved = 0;
+  options.theta = 1000.0f;
+  options.rotary_dim = 3;
+  options.positions = NULL;
+  CHECK_ERROR(simdattn_apply_rope(Dense4(x, kB, kH, kT, kD), &options), INVALID,
+              "options.rotary_dim (3) is not even");
+  options.interleaved = 2;
+  options.rotary_dim = 0;
+  CHECK_ERROR(simdattn_apply_rope(Dense4(x, kB, kH, kT, kD), &options), INVALID,
+              "interleaved (2) is neither 0 nor 1");
+}
+
+/* Strided 3-D views: rows `token_stride` floats apart, items
+ * `batch_stride`. */
+static simdattn_tensor3 Strided3(float* data, size_t batch, size_t tokens,
+                                 size_t features, size_t batch_stride,
+                                 size_t token_stride) {
+  simdattn_tensor3 t = Dense3(data, batch, tokens, features);
+  t.batch_stride = batch_stride;
+  t.token_stride = token_stride;
+  return t;
+}
+
+/* Deterministic multiples of 1/8 of magnitude at most max_eighths / 8:
+ * exact in bf16 and f16 (max_eighths <= 127), and their products and short
+ * sums exact in float32. */
+static void FillEighths(float* data, size_t n, uint32_t seed, int max_eighths) {
+  size_t i;
+  uint32_t state = seed * 2654435761u + 1u;
+  for (i = 0; i < n; ++i) {
+    state = state * 1664525u + 1013904223u;
+    data[i] =
+        (float)((int)(state >> 8) % (2 * max_eighths + 1) - max_eighths) / 8.0f;
+  }
+}
+
+/* rows x cols values every cache type holds exactly: FillEighths' up to
+ * 127/8, each row (a token's head) reaching 127/8 in magnitude, so that
+ * int8's scale, max |x| / 127, is exactly 1/8. */
+static void FillCacheExact(float* data, size_t rows, size_t cols,
+                           uint32_t seed) {
+  size_t r;
+  FillEighths(data, rows * cols, seed, 127);
+  for (r = 0; r < rows; ++r) {
+    data[r * cols + r % cols] = (r % 2 != 0 ? -127.0f : 127.0f) / 8.0f;
+  }
+}
+
+/* struct_size 0, what a zeroed struct (no SIMDATTN_*_INIT) has, is refused
+ * for every options and config struct, with a message naming the field and
+ * the macro, and nothing is written; so is a size below 0.2.0's. */
+static void TestStructSizeZero(void) {
+  enum { kHeads = 2, kT = 3, kIn = 4, kOut = 4 };
+  float a[2 * 2], b[2 * 2], c[2 * 2], c_before[2 * 2];
+  float x[kHeads * kT * kIn], y[kHeads * kT * kIn], before[kHeads * kT * kIn];
+  simdattn_matmul_options matmul;
+  simdattn_attention_options attention;
+  simdattn_mask mask;
+  simdattn_rope_options rope;
+  simdattn_kv_cache_config kv_config;
+  simdattn_module_config module_config;
+  simdattn_forward_options forward;
+  simdattn_load_options load;
+  simdattn_attention_options valid_attention = SIMDATTN_ATTENTION_OPTIONS_INIT;
+  simdattn_kv_cache_config valid_kv_config = SIMDATTN_KV_CACHE_CONFIG_INIT;
+  simdattn_module_config valid_config =
+      Config(SIMDATTN_MULTI_HEAD_ATTENTION, kIn, kOut, 8, kHeads);
+  simdattn_named_tensor tensors[kMaxTensors];
+  simdattn_kv_cache* cache = NULL;
+  simdattn_module* module = NULL;
+  char expected[64];
+  size_t loaded;
+  memset(&matmul, 0, sizeof(matmul));
+  memset(&attention, 0, sizeof(attention));
+  memset(&mask, 0, sizeof(mask));
+  memset(&rope, 0, sizeof(rope));
+  memset(&kv_config, 0, sizeof(kv_config));
+  memset(&module_config, 0, sizeof(module_config));
+  memset(&forward, 0, sizeof(forward));
+  memset(&load, 0, sizeof(load));
+  Fill(a, 4, 71);
+  Fill(b, 4, 72);
+  Fill(c, 4, 73);
+  Fill(x, sizeof(x) / sizeof(float), 74);
+  Fill(y, sizeof(y) / sizeof(float), 75);
+  memcpy(c_before, c, sizeof(c));
+  memcpy(before, y, sizeof(y));
+
+  /* Primitives. */
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 2, 2, 2), ConstMatrix(b, 2, 2, 2),
+                              Matrix(c, 2, 2, 2), &matmul),
+              INVALID, "options->struct_size (0)");
+  CHECK_MESSAGE("SIMDATTN_MATMUL_OPTIONS_INIT");
+  CHECK(strncmp(simdattn_last_error(), "simdattn_matmul",
+                strlen("simdattn_matmul")) == 0);
+  CHECK_ERROR(simdattn_batched_matmul(Const4(Dense4(a, 1, 1, 2, 2)),
+                                      Const4(Dense4(b, 1, 1, 2, 2)),
+                                      Dense4(c, 1, 1, 2, 2), &matmul),
+              INVALID, "options->struct_size (0)");
+  CHECK_MESSAGE("SIMDATTN_MATMUL_OPTIONS_INIT");
+  /* Below the first version's size, though not 0: struct_size alone. */
+  matmul.struct_size = sizeof(size_t);
+  snprintf(expected, sizeof(expected), "options->struct_size (%lu)",
+           (unsigned long)sizeof(size_t));
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 2, 2, 2), ConstMatrix(b, 2, 2, 2),
+                              Matrix(c, 2, 2, 2), &matmul),
+              INVALID, expected);
+  CHECK_MESSAGE("SIMDATTN_MATMUL_OPTIONS_INIT");
+  CHECK(memcmp(c, c_before, sizeof(c)) == 0);
+
+  CHECK_ERROR(simdattn_softmax(Const4(Dense4(x, 1, kHeads, kT, kIn)),
+                               Dense4(y, 1, kHeads, kT, kIn), 1.0f, &mask),
+              INVALID, "mask->struct_size (0)");
+  CHECK_MESSAGE("SIMDATTN_MASK_INIT");
+  CHECK_ERROR(simdattn_scaled_dot_product_attention(
+                  Const4(Dense4(x, 1, kHeads, kT, kIn)),
+                  Const4(Dense4(x, 1, kHeads, kT, kIn)),
+                  Const4(Dense4(x, 1, kHeads, kT, kIn)),
+                  Dense4(y, 1, kHeads, kT, kIn), &attention),
+              INVALID, "options->struct_size (0)");
+  CHECK_MESSAGE("SIMDATTN_ATTENTION_OPTIONS_INIT");
+  valid_attention.mask = &mask;
+  CHECK_ERROR(simdattn_scaled_dot_product_attention(
+                  Const4(Dense4(x, 1, kHeads, kT, kIn)),
+                  Const4(Dense4(x, 1, kHeads, kT, kIn)),
+                  Const4(Dense4(x, 1, kHeads, kT, kIn)),
+                  Dense4(y, 1, kHeads, kT, kIn), &valid_attention),
+              INVALID, "mask->struct_size (0)");
+  CHECK_MESSAGE("SIMDATTN_MASK_INIT");
+  CHECK_ERROR(simdattn_apply_rope(Dense4(y, 1, kHeads, kT, kIn), &rope),
+              INVALID, "options->struct_size (0)");
+  CHECK_MESSAGE("SIMDATTN_ROPE_OPTIONS_INIT");
+  CHECK(memcmp(y, before, sizeof(y)) == 0);
+
+  /* KV caches: the config, the RoPE options it points to, attention. */
+  CHECK_ERROR(simdattn_kv_cache_create(1, kHeads, 4, kIn, &kv_config, &cache),
+              INVALID, "config->struct_size (0)");
+  CHECK_MESSAGE("SIMDATTN_KV_CACHE_CONFIG_INIT");
+  CHECK(cache == NULL);
+  valid_kv_config.rope = &rope;
   CHECK_ERROR(
-      simdattn_apply_rope(Dense4(x, kB, kH, kT, kD), 0, 1000.0f, 3, NULL),
-      INVALID, "options.rotary_dim (3) is not even");
+      simdattn_kv_cache_create(1, kHeads, 4, kIn, &valid_kv_config, &cache),
+      INVALID, "rope->struct_size (0)");
+  CHECK_MESSAGE("SIMDATTN_ROPE_OPTIONS_INIT");
+  CHECK(cache == NULL);
+  CHECK_OK(simdattn_kv_cache_create(1, kHeads, 4, kIn, NULL, &cache));
+  if (cache != NULL) {
+    CHECK_OK(
+        simdattn_kv_cache_append(cache, Const4(Dense4(x, 1, kHeads, kT, kIn)),
+                                 Const4(Dense4(x, 1, kHeads, kT, kIn)), NULL));
+    CHECK_ERROR(
+        simdattn_kv_cache_attention(Const4(Dense4(x, 1, kHeads, 1, kIn)), cache,
+                                    Dense4(y, 1, kHeads, 1, kIn), &attention),
+        INVALID, "options->struct_size (0)");
+    CHECK_MESSAGE("SIMDATTN_ATTENTION_OPTIONS_INIT");
+    CHECK(memcmp(y, before, sizeof(y)) == 0);
+  }
+
+  /* Modules: the config, forward (and step) options, load options. */
+  CHECK_ERROR(simdattn_module_create(&module_config, &module), INVALID,
+              "config->struct_size (0)");
+  CHECK_MESSAGE("SIMDATTN_MODULE_CONFIG_INIT");
+  CHECK(module == NULL);
+  CHECK_OK(simdattn_module_create(&valid_config, &module));
+  if (module != NULL) {
+    CHECK_ERROR(simdattn_module_forward(module, Const3(Dense3(x, 1, kT, kIn)),
+                                        Dense3(y, 1, kT, kOut), &forward),
+                INVALID, "options->struct_size (0)");
+    CHECK_MESSAGE("SIMDATTN_FORWARD_OPTIONS_INIT");
+    {
+      size_t size = 99;
+      simdattn_kv_cache* step_cache = NULL;
+      CHECK_OK(simdattn_kv_cache_create(1, kHeads, 8, kOut / kHeads, NULL,
+                                        &step_cache));
+      if (step_cache != NULL) {
+        CHECK_ERROR(simdattn_module_forward_step(
+                        module, Const3(Dense3(x, 1, 1, kIn)), step_cache,
+                        Dense3(y, 1, 1, kOut), &forward),
+                    INVALID, "options->struct_size (0)");
+        CHECK_MESSAGE("SIMDATTN_FORWARD_OPTIONS_INIT");
+        CHECK_OK(simdattn_kv_cache_size(step_cache, &size, NULL));
+        CHECK(size == 0);
+      }
+      simdattn_kv_cache_destroy(step_cache);
+    }
+    CHECK(memcmp(y, before, sizeof(y)) == 0);
+    loaded = LoadRandomWeights(module, tensors);
+    CHECK_ERROR(simdattn_module_load_weights(module, tensors, loaded, &load),
+                INVALID, "options->struct_size (0)");
+    CHECK_MESSAGE("SIMDATTN_LOAD_OPTIONS_INIT");
+  }
+  simdattn_module_destroy(module);
+  simdattn_kv_cache_destroy(cache);
+}
+
+/* A caller compiled against a newer header passes a larger struct: its
+ * struct_size covers fields this version does not know. Accepted, with the
+ * results of the plain struct, while those bytes are zero; refused ("this
+ * version") when one is not; bytes past struct_size are never read; a
+ * struct_size over 4096 is refused. */
+enum { kGrownExtra = 4104, kNewerFields = 16 };
+#define GROWN(type)                   \
+  struct {                            \
+    type base;                        \
+    unsigned char extra[kGrownExtra]; \
+  }
+
+static void TestStructSizeGrown(void) {
+  enum { kHeads = 2, kT = 5, kD = 8, kIn = 4, kOut = 4, kCap = 24 };
+  float a[3 * 4], b[4 * 2], bias[2], c_plain[3 * 2], c_grown[3 * 2];
+  float q[kHeads * kT * kD], k[kHeads * kT * kD], v[kHeads * kT * kD];
+  float out_plain[kHeads * kT * kD], out_grown[kHeads * kT * kD];
+  float read_keys[2][kHeads * kT * kD], read_values[2][kHeads * kT * kD];
+  float x[kT * kIn], y_plain[kT * kOut], y_grown[kT * kOut];
+  float w_plain[kHeads * kT * kT], w_grown[kHeads * kT * kT];
+  const simdattn_load_options load_defaults = SIMDATTN_LOAD_OPTIONS_INIT;
+  simdattn_matmul_options matmul = SIMDATTN_MATMUL_OPTIONS_INIT;
+  simdattn_attention_options attention = SIMDATTN_ATTENTION_OPTIONS_INIT;
+  simdattn_mask mask = SIMDATTN_MASK_INIT;
+  simdattn_rope_options rope = SIMDATTN_ROPE_OPTIONS_INIT;
+  simdattn_kv_cache_config kv_config = SIMDATTN_KV_CACHE_CONFIG_INIT;
+  simdattn_module_config config =
+      Config(SIMDATTN_MULTI_HEAD_ATTENTION, kIn, kOut, 8, kHeads);
+  simdattn_forward_options forward = SIMDATTN_FORWARD_OPTIONS_INIT;
+  GROWN(simdattn_matmul_options) grown_matmul;
+  GROWN(simdattn_attention_options) grown_attention;
+  GROWN(simdattn_mask) grown_mask;
+  GROWN(simdattn_rope_options) grown_rope;
+  GROWN(simdattn_kv_cache_config) grown_kv_config;
+  GROWN(simdattn_module_config) grown_config;
+  GROWN(simdattn_forward_options) grown_forward;
+  GROWN(simdattn_load_options) grown_load;
+  simdattn_kv_cache* caches[2] = {NULL, NULL};
+  simdattn_kv_cache* refused = NULL;
+  simdattn_module* modules[2] = {NULL, NULL};
+  simdattn_named_tensor tensors[kMaxTensors];
+  size_t i, loaded;
+  Fill(a, 12, 81);
+  Fill(b, 8, 82);
+  Fill(bias, 2, 83);
+  Fill(q, sizeof(q) / sizeof(float), 84);
+  Fill(k, sizeof(k) / sizeof(float), 85);
+  Fill(v, sizeof(v) / sizeof(float), 86);
+  Fill(x, sizeof(x) / sizeof(float), 87);
+
+  /* Matmul options: the checks of struct_size itself. */
+  matmul.transpose_b = 0;
+  matmul.use_alpha = 1;
+  matmul.alpha = 0.5f;
+  matmul.bias = bias;
+  memset(&grown_matmul, 0, sizeof(grown_matmul));
+  grown_matmul.base = matmul;
+  grown_matmul.base.struct_size = sizeof(matmul) + kNewerFields;
+  CHECK_OK(simdattn_matmul(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                           Matrix(c_plain, 3, 2, 2), &matmul));
+  CHECK_OK(simdattn_matmul(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                           Matrix(c_grown, 3, 2, 2), &grown_matmul.base));
+  CHECK(memcmp(c_plain, c_grown, sizeof(c_plain)) == 0);
+  grown_matmul.extra[kNewerFields - 1] = 1;
+  memcpy(c_grown, c_plain, sizeof(c_plain));
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                              Matrix(c_grown, 3, 2, 2), &grown_matmul.base),
+              INVALID, "this version");
+  CHECK_MESSAGE("struct_size");
+  CHECK_ERROR(simdattn_batched_matmul(
+                  Const4(Dense4(a, 1, 1, 3, 4)), Const4(Dense4(b, 1, 1, 4, 2)),
+                  Dense4(c_grown, 1, 1, 3, 2), &grown_matmul.base),
+              INVALID, "this version");
+  CHECK(memcmp(c_plain, c_grown, sizeof(c_plain)) == 0);
+  /* A nonzero byte past struct_size is not the struct's. */
+  grown_matmul.extra[kNewerFields - 1] = 0;
+  grown_matmul.extra[kNewerFields] = 1;
+  CHECK_OK(simdattn_matmul(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                           Matrix(c_grown, 3, 2, 2), &grown_matmul.base));
+  CHECK(memcmp(c_plain, c_grown, sizeof(c_plain)) == 0);
+  grown_matmul.extra[kNewerFields] = 0;
+  /* Up to 4096 bytes, however many; more is refused. */
+  grown_matmul.base.struct_size = 4096;
+  CHECK_OK(simdattn_matmul(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                           Matrix(c_grown, 3, 2, 2), &grown_matmul.base));
+  CHECK(memcmp(c_plain, c_grown, sizeof(c_plain)) == 0);
+  grown_matmul.base.struct_size = 4097;
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                              Matrix(c_grown, 3, 2, 2), &grown_matmul.base),
+              INVALID, "struct_size (4097)");
+  grown_matmul.base.struct_size = (size_t)-1;
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                              Matrix(c_grown, 3, 2, 2), &grown_matmul.base),
+              INVALID, "struct_size");
+  CHECK(memcmp(c_plain, c_grown, sizeof(c_plain)) == 0);
+
+  /* Attention options and the mask they point to; softmax's mask. */
+  mask.causal = 1;
+  mask.causal_offset = 1;
+  mask.softcap = 2.0f;
+  attention.has_scale = 1;
+  attention.scale = 0.5f;
+  attention.mask = &mask;
+  memset(&grown_mask, 0, sizeof(grown_mask));
+  grown_mask.base = mask;
+  grown_mask.base.struct_size = sizeof(mask) + kNewerFields;
+  memset(&grown_attention, 0, sizeof(grown_attention));
+  grown_attention.base = attention;
+  grown_attention.base.struct_size = sizeof(attention) + kNewerFields;
+  grown_attention.base.mask = &grown_mask.base;
+  CHECK_OK(simdattn_scaled_dot_product_attention(
+      Const4(Dense4(q, 1, kHeads, kT, kD)), Const4(Dense4(k, 1, 1, kT, kD)),
+      Const4(Dense4(v, 1, 1, kT, kD)), Dense4(out_plain, 1, kHeads, kT, kD),
+      &attention));
+  CHECK_OK(simdattn_scaled_dot_product_attention(
+      Const4(Dense4(q, 1, kHeads, kT, kD)), Const4(Dense4(k, 1, 1, kT, kD)),
+      Const4(Dense4(v, 1, 1, kT, kD)), Dense4(out_grown, 1, kHeads, kT, kD),
+      &grown_attention.base));
+  CHECK(memcmp(out_plain, out_grown, sizeof(out_plain)) == 0);
+  grown_attention.extra[3] = 0x80;
   CHECK_ERROR(
-      simdattn_apply_rope(Dense4(x, kB, kH, kT, kD), 2, 1000.0f, 0, NULL),
-      INVALID, "interleaved (2) is neither 0 nor 1");
+      simdattn_scaled_dot_product_attention(
+          Const4(Dense4(q, 1, kHeads, kT, kD)), Const4(Dense4(k, 1, 1, kT, kD)),
+          Const4(Dense4(v, 1, 1, kT, kD)), Dense4(out_grown, 1, kHeads, kT, kD),
+          &grown_attention.base),
+      INVALID, "this version");
+  grown_attention.extra[3] = 0;
+  grown_mask.extra[0] = 1;
+  CHECK_ERROR(
+      simdattn_scaled_dot_product_attention(
+          Const4(Dense4(q, 1, kHeads, kT, kD)), Const4(Dense4(k, 1, 1, kT, kD)),
+          Const4(Dense4(v, 1, 1, kT, kD)), Dense4(out_grown, 1, kHeads, kT, kD),
+          &grown_attention.base),
+      INVALID, "this version");
+  CHECK(memcmp(out_plain, out_grown, sizeof(out_plain)) == 0);
+  grown_mask.extra[0] = 0;
+  CHECK_OK(simdattn_softmax(Const4(Dense4(q, 1, kHeads, kT, kD)),
+                            Dense4(out_plain, 1, kHeads, kT, kD), 0.5f, &mask));
+  CHECK_OK(simdattn_softmax(Const4(Dense4(q, 1, kHeads, kT, kD)),
+                            Dense4(out_grown, 1, kHeads, kT, kD), 0.5f,
+                            &grown_mask.base));
+  CHECK(memcmp(out_plain, out_grown, sizeof(out_plain)) == 0);
+  grown_mask.extra[kNewerFields - 1] = 1;
+  CHECK_ERROR(simdattn_softmax(Const4(Dense4(q, 1, kHeads, kT, kD)),
+                               Dense4(out_grown, 1, kHeads, kT, kD), 0.5f,
+                               &grown_mask.base),
+              INVALID, "this version");
+  grown_mask.extra[kNewerFields - 1] = 0;
+
+  /* RoPE options, alone and in a KV cache config; attention over the
+   * cache. */
+  rope.interleaved = 1;
+  rope.theta = 500.0f;
+  rope.rotary_dim = 4;
+  memset(&grown_rope, 0, sizeof(grown_rope));
+  grown_rope.base = rope;
+  grown_rope.base.struct_size = sizeof(rope) + kNewerFields;
+  memcpy(out_plain, q, sizeof(q));
+  memcpy(out_grown, q, sizeof(q));
+  CHECK_OK(simdattn_apply_rope(Dense4(out_plain, 1, kHeads, kT, kD), &rope));
+  CHECK_OK(simdattn_apply_rope(Dense4(out_grown, 1, kHeads, kT, kD),
+                               &grown_rope.base));
+  CHECK(memcmp(out_plain, out_grown, sizeof(out_plain)) == 0);
+  grown_rope.extra[1] = 1;
+  CHECK_ERROR(simdattn_apply_rope(Dense4(out_grown, 1, kHeads, kT, kD),
+                                  &grown_rope.base),
+              INVALID, "this version");
+  CHECK(memcmp(out_plain, out_grown, sizeof(out_plain)) == 0);
+  grown_rope.extra[1] = 0;
+
+  kv_config.type = SIMDATTN_F16;
+  kv_config.block_size = 16;
+  kv_config.rope = &rope;
+  memset(&grown_kv_config, 0, sizeof(grown_kv_config));
+  grown_kv_config.base = kv_config;
+  grown_kv_config.base.struct_size = sizeof(kv_config) + kNewerFields;
+  grown_kv_config.base.rope = &grown_rope.base;
+  CHECK_OK(
+      simdattn_kv_cache_create(1, kHeads, kCap, kD, &kv_config, &caches[0]));
+  CHECK_OK(simdattn_kv_cache_create(1, kHeads, kCap, kD, &grown_kv_config.base,
+                                    &caches[1]));
+  for (i = 0; i < 2; ++i) {
+    if (caches[i] == NULL) continue;
+    CHECK_OK(simdattn_kv_cache_append(
+        caches[i], Const4(Dense4(k, 1, kHeads, kT, kD)),
+        Const4(Dense4(v, 1, kHeads, kT, kD)), NULL));
+    CHECK_OK(simdattn_kv_cache_read(caches[i], 0,
+                                    Dense3(read_keys[i], kHeads, kT, kD),
+                                    Dense3(read_values[i], kHeads, kT, kD)));
+  }
+  if (caches[0] != NULL && caches[1] != NULL) {
+    CHECK(memcmp(read_keys[0], read_keys[1], sizeof(read_keys[0])) == 0);
+    CHECK(memcmp(read_values[0], read_values[1], sizeof(read_values[0])) == 0);
+  }
+  grown_kv_config.extra[kNewerFields - 1] = 1;
+  CHECK_ERROR(simdattn_kv_cache_create(1, kHeads, kCap, kD,
+                                       &grown_kv_config.base, &refused),
+              INVALID, "this version");
+  grown_kv_config.extra[kNewerFields - 1] = 0;
+  grown_rope.extra[kNewerFields - 1] = 1;
+  CHECK_ERROR(simdattn_kv_cache_create(1, kHeads, kCap, kD,
+                                       &grown_kv_config.base, &refused),
+              INVALID, "this version");
+  grown_rope.extra[kNewerFields - 1] = 0;
+  CHECK(refused == NULL);
+  if (caches[0] != NULL && caches[1] != NULL) {
+    grown_attention.base.mask = NULL;
+    attention.mask = NULL;
+    CHECK_OK(simdattn_kv_cache_attention(
+        Const4(Dense4(q, 1, kHeads, 2, kD)), caches[0],
+        Dense4(out_plain, 1, kHeads, 2, kD), &attention));
+    CHECK_OK(simdattn_kv_cache_attention(
+        Const4(Dense4(q, 1, kHeads, 2, kD)), caches[1],
+        Dense4(out_grown, 1, kHeads, 2, kD), &grown_attention.base));
+    CHECK(memcmp(out_plain, out_grown, kHeads * 2 * kD * sizeof(float)) == 0);
+    grown_attention.extra[kNewerFields - 1] = 1;
+    CHECK_ERROR(simdattn_kv_cache_attention(
+                    Const4(Dense4(q, 1, kHeads, 2, kD)), caches[1],
+                    Dense4(out_grown, 1, kHeads, 2, kD), &grown_attention.base),
+                INVALID, "this version");
+    grown_attention.extra[kNewerFields - 1] = 0;
+  }
+  simdattn_kv_cache_destroy(caches[0]);
+  simdattn_kv_cache_destroy(caches[1]);
+
+  /* Module config (the initial weights come from the seed alone). */
+  config.sinks = 1;
+  memset(&grown_config, 0, sizeof(grown_config));
+  grown_config.base = config;
+  grown_config.base.struct_size = sizeof(config) + kNewerFields;
+  CHECK_OK(simdattn_module_create(&config, &modules[0]));
+  CHECK_OK(simdattn_module_create(&grown_config.base, &modules[1]));
+  if (modules[0] != NULL && modules[1] != NULL) {
+    CHECK_OK(simdattn_module_forward(modules[0], Const3(Dense3(x, 1, kT, kIn)),
+                                     Dense3(y_plain, 1, kT, kOut), NULL));
+    CHECK_OK(simdattn_module_forward(modules[1], Const3(Dense3(x, 1, kT, kIn)),
+                                     Dense3(y_grown, 1, kT, kOut), NULL));
+    CHECK(memcmp(y_plain, y_grown, sizeof(y_plain)) == 0);
+  }
+  simdattn_module_destroy(modules[1]);
+  modules[1] = NULL;
+  grown_config.extra[2] = 1;
+  CHECK_ERROR(simdattn_module_create(&grown_config.base, &modules[1]), INVALID,
+              "this version");
+  CHECK(modules[1] == NULL);
+  grown_config.extra[2] = 0;
+  grown_config.base.struct_size = 4097;
+  CHECK_ERROR(simdattn_module_create(&grown_config.base, &modules[1]), INVALID,
+              "struct_size (4097)");
+  CHECK(modules[1] == NULL);
+
+  /* Forward options, and load options (into a module of another seed: the
+   * same outputs then prove the load). */
+  if (modules[0] != NULL) {
+    forward.attention_weights = Dense4(w_plain, 1, kHeads, kT, kT);
+    memset(&grown_forward, 0, sizeof(grown_forward));
+    grown_forward.base = forward;
+    grown_forward.base.struct_size = sizeof(forward) + kNewerFields;
+    grown_forward.base.attention_weights = Dense4(w_grown, 1, kHeads, kT, kT);
+    CHECK_OK(simdattn_module_forward(modules[0], Const3(Dense3(x, 1, kT, kIn)),
+                                     Dense3(y_plain, 1, kT, kOut), &forward));
+    CHECK_OK(simdattn_module_forward(modules[0], Const3(Dense3(x, 1, kT, kIn)),
+                                     Dense3(y_grown, 1, kT, kOut),
+                                     &grown_forward.base));
+    CHECK(memcmp(y_plain, y_grown, sizeof(y_plain)) == 0);
+    CHECK(memcmp(w_plain, w_grown, sizeof(w_plain)) == 0);
+    grown_forward.extra[kNewerFields - 1] = 1;
+    CHECK_ERROR(simdattn_module_forward(
+                    modules[0], Const3(Dense3(x, 1, kT, kIn)),
+                    Dense3(y_grown, 1, kT, kOut), &grown_forward.base),
+                INVALID, "this version");
+    CHECK(memcmp(y_plain, y_grown, sizeof(y_plain)) == 0);
+    grown_forward.extra[kNewerFields - 1] = 0;
+
+    config.seed = 2;
+    CHECK_OK(simdattn_module_create(&config, &modules[1]));
+    memset(&grown_load, 0, sizeof(grown_load));
+    grown_load.base = load_defaults;
+    grown_load.base.struct_size = sizeof(load_defaults) + kNewerFields;
+    if (modules[1] != NULL) {
+      loaded = LoadRandomWeights(modules[0], tensors);
+      grown_load.extra[kNewerFields - 1] = 1;
+      CHECK_ERROR(simdattn_module_load_weights(modules[1], tensors, loaded,
+                                               &grown_load.base),
+                  INVALID, "this version");
+      grown_load.extra[kNewerFields - 1] = 0;
+      CHECK_OK(simdattn_module_load_weights(modules[1], tensors, loaded,
+                                            &grown_load.base));
+      CHECK_OK(simdattn_module_forward(modules[0],
+                                       Const3(Dense3(x, 1, kT, kIn)),
+                                       Dense3(y_plain, 1, kT, kOut), NULL));
+      CHECK_OK(simdattn_module_forward(modules[1],
+                                       Const3(Dense3(x, 1, kT, kIn)),
+                                       Dense3(y_grown, 1, kT, kOut), NULL));
+      CHECK(memcmp(y_plain, y_grown, sizeof(y_plain)) == 0);
+    }
+  }
+  simdattn_module_destroy(modules[0]);
+  simdattn_module_destroy(modules[1]);
+}
+#undef GROWN
+
+/* ALiBi's slopes: 2^-1 .. 2^-8 for 8 heads, exactly; the interleaved
+ * sequence for 6; errors. */
+static void TestAlibiSlopes(void) {
+  float slopes[8], six[6], one[1];
+  const float expected_six[6] = {0.25f,       0.0625f, 0.015625f,
+                                 0.00390625f, 0.5f,    0.125f};
+  float expected = 1.0f;
+  size_t i;
+  for (i = 0; i < 8; ++i) slopes[i] = -1.0f;
+  CHECK_OK(simdattn_alibi_slopes(8, slopes));
+  for (i = 0; i < 8; ++i) {
+    expected *= 0.5f;
+    CHECK(slopes[i] == expected);
+  }
+  CHECK_OK(simdattn_alibi_slopes(6, six));
+  for (i = 0; i < 6; ++i) CHECK(six[i] == expected_six[i]);
+  CHECK_OK(simdattn_alibi_slopes(1, one));
+  CHECK(one[0] == 0.00390625f);
+  /* No heads: nothing to write, so no buffer needed. */
+  CHECK_OK(simdattn_alibi_slopes(0, NULL));
+  CHECK_ERROR(simdattn_alibi_slopes(8, NULL), INVALID, "slopes is null");
+}
+
+/* simdattn_kv_cache_read gives back exactly what was appended, whatever the
+ * type and layout, for values each type holds exactly: two sequences of
+ * different lengths (appended through the sequences array), one empty;
+ * strided outputs, their padding untouched; errors. */
+static void TestKVCacheRead(void) {
+  enum {
+    kB = 3,
+    kHeads = 2,
+    kCap = 40,
+    kD = 8,
+    kN = 20,
+    kMore = 5,
+    kStride = kD + 3,
+    kOutTokens = kN + kMore
+  };
+  static const int32_t kTypes[4] = {SIMDATTN_F32, SIMDATTN_BF16,
+                                    SIMDATTN_F16, SIMDATTN_INT8};
+  static float k[2 * kHeads * kN * kD], v[2 * kHeads * kN * kD];
+  static float k2[kHeads * kMore * kD], v2[kHeads * kMore * kD];
+  static float keys[kHeads * kOutTokens * kStride];
+  static float values[kHeads * kOutTokens * kStride];
+  /* k[0] and v[0] go to sequence 2, k[1] and v[1] to sequence 0; then k2
+   * and v2 to sequence 2 alone. */
+  const size_t two[2] = {2, 0}, last[1] = {2};
+  const float sentinel = 1000.0f;
+  size_t type, paged, i;
+  FillCacheExact(k, 2 * kHeads * kN, kD, 61);
+  FillCacheExact(v, 2 * kHeads * kN, kD, 62);
+  FillCacheExact(k2, kHeads * kMore, kD, 63);
+  FillCacheExact(v2, kHeads * kMore, kD, 64);
+  for (type = 0; type < 4; ++type) {
+    for (paged = 0; paged < 2; ++paged) {
+      simdattn_kv_cache_config config = SIMDATTN_KV_CACHE_CONFIG_INIT;
+      simdattn_kv_cache* cache = NULL;
+      size_t length = 0, s;
+      config.type = kTypes[type];
+      config.block_size = paged ? 16 : 0;
+      CHECK_OK(simdattn_kv_cache_create(kB, kHeads, kCap, kD, &config, &cache));
+      if (cache == NULL) continue;
+      CHECK_OK(
+          simdattn_kv_cache_append(cache, Const4(Dense4(k, 2, kHeads, kN, kD)),
+                                   Const4(Dense4(v, 2, kHeads, kN, kD)), two));
+      CHECK_OK(simdattn_kv_cache_append(
+          cache, Const4(Dense4(k2, 1, kHeads, kMore, kD)),
+          Const4(Dense4(v2, 1, kHeads, kMore, kD)), last));
+      CHECK_OK(simdattn_kv_cache_length(cache, 0, &length));
+      CHECK(length == kN);
+      CHECK_OK(simdattn_kv_cache_length(cache, 1, &length));
+      CHECK(length == 0);
+      CHECK_OK(simdattn_kv_cache_length(cache, 2, &length));
+      CHECK(length == kN + kMore);
+      for (s = 0; s < kB; s += 2) {
+        const size_t n = s == 0 ? kN : kN + kMore;
+        size_t h, t, c, wrong = 0;
+        for (i = 0; i < kHeads * kOutTokens * kStride; ++i) {
+          keys[i] = values[i] = sentinel;
+        }
+        CHECK_OK(simdattn_kv_cache_read(
+            cache, s,
+            Strided3(keys, kHeads, n, kD, kOutTokens * kStride, kStride),
+            Strided3(values, kHeads, n, kD, kOutTokens * kStride, kStride)));
+        for (h = 0; h < kHeads; ++h) {
+          for (t = 0; t < kOutTokens; ++t) {
+            for (c = 0; c < kStride; ++c) {
+              const size_t at = (h * kOutTokens + t) * kStride + c;
+              float expected_k = sentinel, expected_v = sentinel;
+              if (t < n && c < kD) {
+                const size_t item = s == 2 ? 0 : 1;
+                const size_t from = ((item * kHeads + h) * kN + t) * kD + c;
+                const size_t more = (h * kMore + t - kN) * kD + c;
+                expected_k = t < kN ? k[from] : k2[more];
+                expected_v = t < kN ? v[from] : v2[more];
+              }
+              wrong += keys[at] != expected_k;
+              wrong += values[at] != expected_v;
+            }
+          }
+        }
+        if (wrong != 0) {
+          fprintf(stderr,
+                  "%s:%d: simdattn_kv_cache_read (type %d, block_size %lu, "
+                  "sequence %lu): %lu elements differ\n",
+                  __FILE__, __LINE__, (int)kTypes[type],
+                  (unsigned long)config.block_size, (unsigned long)s,
+                  (unsigned long)wrong);
+          ++g_failures;
+        }
+      }
+      /* The empty sequence: views of 0 tokens. */
+      CHECK_OK(simdattn_kv_cache_read(cache, 1, Dense3(keys, kHeads, 0, kD),
+                                      Dense3(values, kHeads, 0, kD)));
+      /* Errors; the outputs are left as they were. */
+      for (i = 0; i < kHeads * kOutTokens * kStride; ++i) {
+        keys[i] = values[i] = sentinel;
+      }
+      CHECK_ERROR(simdattn_kv_cache_read(cache, kB, Dense3(keys, kHeads, 0, kD),
+                                         Dense3(values, kHeads, 0, kD)),
+                  INVALID, "sequence (3)");
+      CHECK_ERROR(
+          simdattn_kv_cache_read(cache, 0, Dense3(keys, kHeads, kN - 1, kD),
+                                 Dense3(values, kHeads, kN, kD)),
+          INVALID, "expected (2, 20, 8)");
+      CHECK_ERROR(simdattn_kv_cache_read(cache, 0, Dense3(keys, kHeads, kN, kD),
+                                         Dense3(values, kHeads + 1, kN, kD)),
+                  INVALID, "expected (2, 20, 8)");
+      for (i = 0; i < kHeads * kOutTokens * kStride; ++i) {
+        CHECK(keys[i] == sentinel && values[i] == sentinel);
+      }
+      simdattn_kv_cache_destroy(cache);
+    }
+  }
+  CHECK_ERROR(simdattn_kv_cache_read(NULL, 0, Dense3(keys, kHeads, 0, kD),
+                                     Dense3(values, kHeads, 0, kD)),
+              INVALID, "simdattn_kv_cache_read: cache is null");
+}
+
+/* RoPE in a cache config: keys are rotated as appended, each at its
+ * position in its sequence (across appends), as simdattn_apply_rope
+ * rotates them; values are not. */
+static void TestKVCacheRope(void) {
+  enum { kHeads = 2, kT = 7, kFirst = 4, kD = 8 };
+  float k[kHeads * kT * kD], v[kHeads * kT * kD], rotated[kHeads * kT * kD];
+  float keys[kHeads * kT * kD], values[kHeads * kT * kD];
+  const size_t positions[1] = {3};
+  simdattn_rope_options rope = SIMDATTN_ROPE_OPTIONS_INIT;
+  simdattn_kv_cache_config config = SIMDATTN_KV_CACHE_CONFIG_INIT;
+  simdattn_kv_cache* cache = NULL;
+  simdattn_tensor4 first_k = Dense4(k, 1, kHeads, kFirst, kD);
+  simdattn_tensor4 first_v = Dense4(v, 1, kHeads, kFirst, kD);
+  simdattn_tensor4 rest_k = Dense4(k + kFirst * kD, 1, kHeads, kT - kFirst, kD);
+  simdattn_tensor4 rest_v = Dense4(v + kFirst * kD, 1, kHeads, kT - kFirst, kD);
+  size_t i;
+  first_k.strides[1] = first_v.strides[1] = kT * kD;
+  rest_k.strides[1] = rest_v.strides[1] = kT * kD;
+  Fill(k, sizeof(k) / sizeof(float), 91);
+  Fill(v, sizeof(v) / sizeof(float), 92);
+  memcpy(rotated, k, sizeof(k));
+  rope.interleaved = 1;
+  rope.theta = 500.0f;
+  rope.rotary_dim = 6;
+  CHECK_OK(simdattn_apply_rope(Dense4(rotated, 1, kHeads, kT, kD), &rope));
+  config.rope = &rope;
+  CHECK_OK(simdattn_kv_cache_create(1, kHeads, kT, kD, &config, &cache));
+  if (cache == NULL) return;
+  CHECK_OK(
+      simdattn_kv_cache_append(cache, Const4(first_k), Const4(first_v), NULL));
+  CHECK_OK(
+      simdattn_kv_cache_append(cache, Const4(rest_k), Const4(rest_v), NULL));
+  CHECK_OK(simdattn_kv_cache_read(cache, 0, Dense3(keys, kHeads, kT, kD),
+                                  Dense3(values, kHeads, kT, kD)));
+  for (i = 0; i < kHeads * kT * kD; ++i) {
+    CHECK_NEAR(keys[i], rotated[i], 1e-6);
+    CHECK(values[i] == v[i]);
+  }
+  simdattn_kv_cache_destroy(cache);
+  cache = NULL;
+  /* A cache knows its positions. */
+  rope.positions = positions;
+  CHECK_ERROR(simdattn_kv_cache_create(1, kHeads, kT, kD, &config, &cache),
+              INVALID, "positions");
+  CHECK(cache == NULL);
+}
+
+/* bf16 arithmetic over a bf16 cache: the results of simdattn_scaled_dot_
+ * product_attention in bf16 arithmetic over the same (bf16-exact) q, k, v,
+ * for decode and a chunk of queries, with and without a causal mask,
+ * contiguous and paged; a float cache is refused. Values are multiples of
+ * 1/8 and the scale a power of two, so that every score is exact whatever
+ * the order of its sums. */
+static void TestKVCacheBFloat16Attention(void) {
+  enum { kQHeads = 4, kKvHeads = 2, kN = 20, kChunk = 3, kD = 8, kCap = 32 };
+  float k[kKvHeads * kN * kD], v[kKvHeads * kN * kD];
+  float q[kQHeads * kChunk * kD], out[kQHeads * kChunk * kD];
+  float ref[kQHeads * kChunk * kD], before[kQHeads * kChunk * kD];
+  simdattn_attention_options options = SIMDATTN_ATTENTION_OPTIONS_INIT;
+  simdattn_mask cache_mask = SIMDATTN_MASK_INIT;
+  simdattn_mask dense_mask = SIMDATTN_MASK_INIT;
+  simdattn_kv_cache* wide = NULL;
+  size_t paged, q_tokens, causal, i;
+  FillEighths(k, sizeof(k) / sizeof(float), 101, 16);
+  FillEighths(v, sizeof(v) / sizeof(float), 102, 16);
+  FillEighths(q, sizeof(q) / sizeof(float), 103, 16);
+  options.has_scale = 1;
+  options.scale = 0.25f;
+  options.compute = SIMDATTN_COMPUTE_BF16;
+  cache_mask.causal = 1;
+  dense_mask.causal = 1;
+  for (paged = 0; paged < 2; ++paged) {
+    simdattn_kv_cache_config config = SIMDATTN_KV_CACHE_CONFIG_INIT;
+    simdattn_kv_cache* cache = NULL;
+    config.type = SIMDATTN_BF16;
+    config.block_size = paged ? 16 : 0;
+    CHECK_OK(simdattn_kv_cache_create(1, kKvHeads, kCap, kD, &config, &cache));
+    if (cache == NULL) continue;
+    CHECK_OK(
+        simdattn_kv_cache_append(cache, Const4(Dense4(k, 1, kKvHeads, kN, kD)),
+                                 Const4(Dense4(v, 1, kKvHeads, kN, kD)), NULL));
+    for (q_tokens = 1; q_tokens <= kChunk; q_tokens += kChunk - 1) {
+      for (causal = 0; causal < 2; ++causal) {
+        size_t wrong = 0;
+        const size_t n = kQHeads * q_tokens * kD;
+        dense_mask.causal_offset = kN - q_tokens;
+        options.mask = causal ? &cache_mask : NULL;
+        CHECK_OK(simdattn_kv_cache_attention(
+            Const4(Dense4(q, 1, kQHeads, q_tokens, kD)), cache,
+            Dense4(out, 1, kQHeads, q_tokens, kD), &options));
+        options.mask = causal ? &dense_mask : NULL;
+        CHECK_OK(simdattn_scaled_dot_product_attention(
+            Const4(Dense4(q, 1, kQHeads, q_tokens, kD)),
+            Const4(Dense4(k, 1, kKvHeads, kN, kD)),
+            Const4(Dense4(v, 1, kKvHeads, kN, kD)),
+            Dense4(ref, 1, kQHeads, q_tokens, kD), &options));
+        for (i = 0; i < n; ++i) wrong += !(fabs(out[i] - ref[i]) <= 1e-5);
+        if (wrong != 0) {
+          fprintf(stderr,
+                  "%s:%d: bf16 cache attention (block_size %lu, %lu queries, "
+                  "causal %lu): %lu outputs off by more than 1e-5\n",
+                  __FILE__, __LINE__, (unsigned long)config.block_size,
+                  (unsigned long)q_tokens, (unsigned long)causal,
+                  (unsigned long)wrong);
+          ++g_failures;
+        }
+      }
+    }
+    options.mask = NULL;
+    options.compute = 2;
+    memcpy(before, out, sizeof(out));
+    CHECK_ERROR(
+        simdattn_kv_cache_attention(Const4(Dense4(q, 1, kQHeads, 1, kD)), cache,
+                                    Dense4(out, 1, kQHeads, 1, kD), &options),
+        INVALID, "compute (2)");
+    CHECK(memcmp(out, before, sizeof(out)) == 0);
+    options.compute = SIMDATTN_COMPUTE_BF16;
+    simdattn_kv_cache_destroy(cache);
+  }
+  /* bf16 arithmetic reads a bf16 cache: a float one is refused. */
+  CHECK_OK(simdattn_kv_cache_create(1, kKvHeads, kCap, kD, NULL, &wide));
+  if (wide == NULL) return;
+  CHECK_OK(
+      simdattn_kv_cache_append(wide, Const4(Dense4(k, 1, kKvHeads, kN, kD)),
+                               Const4(Dense4(v, 1, kKvHeads, kN, kD)), NULL));
+  memcpy(before, out, sizeof(out));
+  CHECK_ERROR(
+      simdattn_kv_cache_attention(Const4(Dense4(q, 1, kQHeads, 1, kD)), wide,
+                                  Dense4(out, 1, kQHeads, 1, kD), &options),
+      INVALID, "compute");
+  CHECK(memcmp(out, before, sizeof(out)) == 0);
+  /* float32 arithmetic over it is fine. */
+  options.compute = SIMDATTN_COMPUTE_FP32;
+  CHECK_OK(simdattn_kv_cache_attention(Const4(Dense4(q, 1, kQHeads, 1, kD)),
+                                       wide, Dense4(out, 1, kQHeads, 1, kD),
+                                       &options));
+  simdattn_kv_cache_destroy(wide);
+}
+
+/* context_length 0: causal modules without a bound, and without the
+ * "mask" buffer in their state_dict. With the weights of one bounded by 8
+ * they give its rows, and they take more than 8 tokens. */
+static void TestUnboundedContext(void) {
+  enum { kT = 6, kLong = 20, kIn = 4, kMaxOut = 8 };
+  static const int32_t kKinds[3] = {SIMDATTN_MULTI_HEAD_ATTENTION,
+                                    SIMDATTN_CAUSAL_ATTENTION,
+                                    SIMDATTN_MULTI_HEAD_ATTENTION_WRAPPER};
+  float x[kLong * kIn], y[kLong * kMaxOut], y_bounded[kT * kMaxOut];
+  size_t kind;
+  Fill(x, sizeof(x) / sizeof(float), 111);
+  for (kind = 0; kind < 3; ++kind) {
+    const size_t heads = kKinds[kind] == SIMDATTN_CAUSAL_ATTENTION ? 1 : 2;
+    simdattn_module_config config = Config(kKinds[kind], kIn, 4, 0, heads);
+    simdattn_module* unbounded = NULL;
+    simdattn_module* bounded = NULL;
+    simdattn_named_tensor tensors[kMaxTensors];
+    size_t count = 0, bounded_count = 0, d_out = 0, loaded, i, t, o;
+    int has_mask = 0;
+    CHECK(config.context_length == 0);
+    CHECK_OK(simdattn_module_create(&config, &unbounded));
+    config.context_length = 8;
+    CHECK_OK(simdattn_module_create(&config, &bounded));
+    if (unbounded == NULL || bounded == NULL) {
+      simdattn_module_destroy(unbounded);
+      simdattn_module_destroy(bounded);
+      continue;
+    }
+    CHECK_OK(simdattn_module_weight_count(unbounded, &count));
+    CHECK(count > 0);
+    for (i = 0; i < count; ++i) {
+      const char* name = NULL;
+      int32_t is_buffer = -1;
+      CHECK_OK(simdattn_module_weight_info(unbounded, i, &name, NULL, NULL,
+                                           &is_buffer));
+      CHECK(name != NULL && strstr(name, "mask") == NULL);
+      CHECK(is_buffer == 0);
+    }
+    /* The bounded one lists its mask buffer(s), which are left out here. */
+    CHECK_OK(simdattn_module_weight_count(bounded, &bounded_count));
+    for (i = 0; i < bounded_count; ++i) {
+      const char* name = NULL;
+      CHECK_OK(
+          simdattn_module_weight_info(bounded, i, &name, NULL, NULL, NULL));
+      has_mask |= name != NULL && strstr(name, "mask") != NULL;
+    }
+    CHECK(has_mask);
+    loaded = LoadRandomWeights(bounded, tensors);
+    CHECK(loaded == count);
+    CHECK_OK(simdattn_module_load_weights(unbounded, tensors, loaded, NULL));
+    CHECK_OK(simdattn_module_shape(unbounded, NULL, &d_out, NULL));
+    CHECK(d_out > 0 && d_out <= kMaxOut);
+    if (d_out == 0 || d_out > kMaxOut) d_out = 1;
+    CHECK_OK(simdattn_module_forward(bounded, Const3(Dense3(x, 1, kT, kIn)),
+                                     Dense3(y_bounded, 1, kT, d_out), NULL));
+    CHECK_OK(simdattn_module_forward(unbounded, Const3(Dense3(x, 1, kT, kIn)),
+                                     Dense3(y, 1, kT, d_out), NULL));
+    for (i = 0; i < kT * d_out; ++i) CHECK_NEAR(y[i], y_bounded[i], 1e-6);
+    /* Past 8 tokens: the bounded one refuses, the unbounded one is still
+     * causal (its first rows are those of the shorter input). */
+    CHECK_ERROR(
+        simdattn_module_forward(bounded, Const3(Dense3(x, 1, kLong, kIn)),
+                                Dense3(y, 1, kLong, d_out), NULL),
+        INVALID, "exceeds context_length (8)");
+    CHECK_OK(simdattn_module_forward(unbounded,
+                                     Const3(Dense3(x, 1, kLong, kIn)),
+                                     Dense3(y, 1, kLong, d_out), NULL));
+    for (t = 0; t < kT; ++t) {
+      for (o = 0; o < d_out; ++o) {
+        CHECK_NEAR(y[t * d_out + o], y_bounded[t * d_out + o], 1e-5);
+      }
+    }
+    simdattn_module_destroy(unbounded);
+    simdattn_module_destroy(bounded);
+  }
 }
 
 int main(void) {
@@ -1375,6 +2278,13 @@ int main(void) {
   TestForwardStep();
   TestModuleVariants();
   TestRope();
+  TestStructSizeZero();
+  TestStructSizeGrown();
+  TestAlibiSlopes();
+  TestKVCacheRead();
+  TestKVCacheRope();
+  TestKVCacheBFloat16Attention();
+  TestUnboundedContext();
   if (g_failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;

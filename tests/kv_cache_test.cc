@@ -778,6 +778,35 @@ TEST(KVCacheErrors, BadArgumentsNameThemselves) {
       },
       "sequences[0] (2)");
   ExpectInvalid([&] { cache.Truncate(0, 1); }, "length (1) exceeds");
+  // Read's outputs are checked as views: strides, overlap, repeated rows.
+  cache.Append(ConstTensor4::Dense(k.data(), 2, 1, 3, 4),
+               ConstTensor4::Dense(k.data(), 2, 1, 3, 4));
+  std::vector<float> read(2 * 3 * 4);
+  ExpectInvalid(
+      [&] {
+        cache.Read(0, Tensor3(read.data(), 1, 3, 4, 12, 2),
+                   Tensor3(read.data() + 12, 1, 3, 4));
+      },
+      {"KVCache::Read", "keys row stride (2)"});
+  ExpectInvalid(
+      [&] {
+        cache.Read(0, Tensor3(read.data(), 1, 3, 4),
+                   Tensor3(read.data() + 4, 1, 3, 4));
+      },
+      {"KVCache::Read", "values overlap keys"});
+  ExpectInvalid(
+      [&] {
+        cache.Read(0, Tensor3(read.data(), 1, 3, 4, 12, 0),
+                   Tensor3(read.data() + 12, 1, 3, 4));
+      },
+      {"KVCache::Read", "keys"});
+  ExpectInvalid(
+      [&] {
+        cache.Read(0, Tensor3(nullptr, 1, 3, 4),
+                   Tensor3(read.data() + 12, 1, 3, 4));
+      },
+      {"KVCache::Read", "keys is null"});
+  cache.Clear();
   ExpectInvalid([&] { cache.Reorder({0}); }, "order has 1 entries");
   ExpectInvalid([&] { cache.Copy(0, 5); }, "dst (5)");
   ExpectInvalid([&] { (void)cache.length(2); }, "sequence (2)");

@@ -89,10 +89,10 @@ TEST(Shapes, MatMulStorageFlags) {
   const measure::MatMulShape s =
       measure::ParseMatMulShape("8x768x2304_bf16_Bt");
   EXPECT_TRUE(s.transpose_b);
-  EXPECT_EQ(s.b_storage, measure::MatMulShape::Storage::kBFloat16);
+  EXPECT_EQ(s.b_storage, ElementType::kBF16);
   EXPECT_EQ(s.Name(), "8x768x2304_Bt_bf16");
   EXPECT_EQ(measure::ParseMatMulShape("2x3x4_f16").b_storage,
-            measure::MatMulShape::Storage::kFloat16);
+            ElementType::kF16);
   EXPECT_EQ(measure::ParseMatMulShape("8x768x2304_cold_Bt_bf16").Name(),
             "8x768x2304_Bt_bf16_cold");
   for (const char* bad :

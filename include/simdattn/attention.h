@@ -23,21 +23,19 @@
 #include <string>
 #include <vector>
 
+#include "simdattn/element.h"
 #include "simdattn/export.h"
 #include "simdattn/kernels.h"
 #include "simdattn/tensor.h"
 
 namespace simdattn {
 
-// Element types of state_dict tensors (tensor.h's 16-bit storage).
-enum class DType : uint8_t { kF32, kBF16, kF16 };
-
 // A tensor of a PyTorch state_dict in caller memory: row-major, contiguous,
 // elements of `dtype` (float, BFloat16 or Float16) at data.
 struct TensorRef {
   const void* data = nullptr;
   std::vector<size_t> shape;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // kF32, kBF16 or kF16.
 };
 // Keyed by PyTorch's names ("W_query.weight", "heads.0.mask", ...).
 using StateDict = std::map<std::string, TensorRef>;

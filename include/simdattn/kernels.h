@@ -14,6 +14,7 @@
 #include <optional>
 #include <vector>
 
+#include "simdattn/element.h"
 #include "simdattn/export.h"
 #include "simdattn/tensor.h"
 
@@ -229,17 +230,13 @@ SIMDATTN_API void ScaledDotProductAttention(
     ConstTensor4 q, ConstTensor4 k, ConstTensor4 v, Tensor4 out,
     const AttentionOptions& options = {});
 
-// How a KV cache stores keys and values. Attention widens bf16 and f16
-// exactly; int8 holds q = round(x / scale), the float32 quotient rounded to
+// How a KV cache stores keys and values (KVType, element.h: any
+// ElementType). Attention widens bf16 and f16 exactly; int8 holds q = round(x / scale), the float32 quotient rounded to
 // nearest with ties to even, scale = max |x| / 127 in float32 over the
 // token's head (one scale per token and head), so |x - scale q| <= scale / 2
 // up to float32 rounding (relative 2^-24); a head whose max |x| is below
 // 2^-100 is stored as zeros with scale 0, one with a NaN or infinity as
 // zeros with scale NaN.
-enum class KVType : uint8_t { kF32, kBF16, kF16, kInt8 };
-
-// Size in bytes of one element of a type.
-SIMDATTN_API size_t KVTypeBytes(KVType type);
 
 // Keys and values where a KV cache keeps them (attention.h's KVCache::View
 // gives one), read in place by attention: no converted copy is made. Keys and

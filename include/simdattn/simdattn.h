@@ -3,6 +3,7 @@
 #define SIMDATTN_SIMDATTN_H_
 
 #include "simdattn/attention.h"  // IWYU pragma: export
+#include "simdattn/element.h"    // IWYU pragma: export
 #include "simdattn/kernels.h"    // IWYU pragma: export
 #include "simdattn/random.h"     // IWYU pragma: export
 #include "simdattn/targets.h"    // IWYU pragma: export

@@ -19,6 +19,19 @@
  * handle or output pointer is SIMDATTN_STATUS_INVALID_ARGUMENT, never a crash.
  * Outputs are left untouched when validation fails.
  *
+ * Growth: every options and config struct starts with `size_t struct_size`,
+ * set by its SIMDATTN_*_INIT macro (the rest zero, which means the defaults):
+ *
+ *   simdattn_attention_options options = SIMDATTN_ATTENTION_OPTIONS_INIT;
+ *
+ * New fields are only ever appended, so a caller compiled against an older
+ * header keeps working (the fields it does not know take their defaults),
+ * and one compiled against a newer header works with this library as long
+ * as it leaves the fields this version does not know at zero (a set one is
+ * an error: this version would ignore it). A struct_size that does not
+ * cover the fields of the struct's first version, or above 4096, is an
+ * error naming the macro.
+ *
  * Threads: every function may be called from any thread.
  * simdattn_module_forward may run concurrently on one module; create, load and
  * destroy need exclusive access to their module, and every simdattn_kv_cache_*
@@ -34,6 +47,19 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* The value of a growable struct with struct_size set and every other field
+ * zero (its defaults), for declarations: `T x = SIMDATTN_T_INIT;`. */
+#ifdef __cplusplus
+#define SIMDATTN_STRUCT_INIT_(type) \
+  ([] {                             \
+    type init_{};                   \
+    init_.struct_size = sizeof(type); \
+    return init_;                   \
+  }())
+#else
+#define SIMDATTN_STRUCT_INIT_(type) {.struct_size = sizeof(type)}
 #endif
 
 /* ------------------------------------------------------------------------ */
@@ -88,6 +114,16 @@ SIMDATTN_API simdattn_status simdattn_get_max_threads(size_t* max_threads);
 /* ------------------------------------------------------------------------ */
 /* Views of caller memory (tensor.h)                                         */
 
+/* The element types simdattn stores (element.h's ElementType): KV caches
+ * hold any, state_dict tensors F32, BF16 or F16. Arithmetic is float32
+ * whatever the type: each element is widened exactly as it is read. */
+typedef enum simdattn_element_type {
+  SIMDATTN_F32 = 0,
+  SIMDATTN_BF16 = 1, /* bfloat16 bits */
+  SIMDATTN_F16 = 2,  /* IEEE binary16 bits */
+  SIMDATTN_INT8 = 3  /* int8, one float scale per row (token and head) */
+} simdattn_element_type;
+
 /* Row-major: element (r, c) is data[r * stride + c]; stride >= cols. */
 typedef struct simdattn_matrix {
   float* data;
@@ -135,8 +171,17 @@ typedef struct simdattn_const_u8_tensor4 {
 /* ------------------------------------------------------------------------ */
 /* Primitives (kernels.h)                                                    */
 
-/* A zeroed struct means the defaults: C = A * op(B). */
+/* The arithmetic of products (kernels.h's ComputeType). */
+enum {
+  SIMDATTN_COMPUTE_FP32 = 0, /* float32, PyTorch's (the default) */
+  /* Operands rounded to bf16 (nearest even), products summed in float32;
+   * native bf16 instructions where the CPU has them. */
+  SIMDATTN_COMPUTE_BF16 = 1
+};
+
+/* SIMDATTN_MATMUL_OPTIONS_INIT: C = A * op(B) in float32. */
 typedef struct simdattn_matmul_options {
+  size_t struct_size;
   /* 0: op(B) = B (K x N); 1: op(B) = B^T (B is N x K). Nothing else. */
   int32_t transpose_b;
   /* 0: alpha is 1 and `alpha` must be 0 or 1 (a value set without this
@@ -147,33 +192,19 @@ typedef struct simdattn_matmul_options {
   float beta;
   /* Optional N floats added to every row of C; NULL for none. */
   const float* bias;
+  int32_t compute; /* SIMDATTN_COMPUTE_* */
 } simdattn_matmul_options;
-
-/* The arithmetic of the *_compute functions (kernels.h's ComputeType). */
-enum {
-  SIMDATTN_COMPUTE_FP32 = 0, /* float32, PyTorch's (the plain functions') */
-  /* Operands rounded to bf16 (nearest even), products summed in float32;
-   * native bf16 instructions where the CPU has them. */
-  SIMDATTN_COMPUTE_BF16 = 1
-};
+#define SIMDATTN_MATMUL_OPTIONS_INIT SIMDATTN_STRUCT_INIT_(simdattn_matmul_options)
 
 /* The kernel bf16 arithmetic uses here: "AMX", "AVX512_BF16" or
  * "float32 fallback" (static storage). */
 SIMDATTN_API const char* simdattn_bf16_dot_kernel(void);
-
-/* The defaults, as a zeroed struct: transpose_b = 0, use_alpha = 0 (alpha 1),
- * beta = 0, bias = NULL. */
-SIMDATTN_API simdattn_matmul_options simdattn_matmul_default_options(void);
 
 /* C = alpha * A * op(B) + beta * C + bias; A is M x K, op(B) K x N, C M x N,
  * C overlapping neither A, B nor bias. options NULL: the defaults. */
 SIMDATTN_API simdattn_status
 simdattn_matmul(simdattn_const_matrix a, simdattn_const_matrix b,
                 simdattn_matrix c, const simdattn_matmul_options* options);
-/* The same in the arithmetic `compute` (SIMDATTN_COMPUTE_*). */
-SIMDATTN_API simdattn_status simdattn_matmul_compute(
-    simdattn_const_matrix a, simdattn_const_matrix b, simdattn_matrix c,
-    const simdattn_matmul_options* options, int32_t compute);
 
 /* MatMul on every (i0, i1) matrix: C[i0, i1] = A[i0, i1] * op(B[i0', j1]),
  * j1 = i1 / (A.dims[1] / B.dims[1]) (grouped-query heads), i0' = 0 when
@@ -183,14 +214,16 @@ SIMDATTN_API simdattn_status simdattn_batched_matmul(
     const simdattn_matmul_options* options);
 
 /* What a softmax row may attend to, and what joins its scores (kernels.h's
- * AttentionMask); a column is masked if any field masks it. A zeroed struct
- * masks nothing: every field is off when zero or NULL. Row i of batch item b
+ * AttentionMask); a column is masked if any field masks it.
+ * SIMDATTN_MASK_INIT masks nothing: every field is off when zero or NULL.
+ * Row i of batch item b
  * sits at position p = i + offset among the keys, offset = causal_offsets[b]
  * if given, else causal_offset. Its score for column j is
  *   s = scale * x                      (x = q . k in attention)
  *   s = softcap * tanh(s / softcap)    if softcap > 0
  *   s = s + additive[b, h, i, j] - alibi_slopes[h] * |p - j| */
 typedef struct simdattn_mask {
+  size_t struct_size;
   /* 0 or 1: row i keeps columns j <= p. */
   int32_t causal;
   size_t causal_offset;
@@ -217,6 +250,13 @@ typedef struct simdattn_mask {
    * no column gets zeros. */
   const float* sinks;
 } simdattn_mask;
+#define SIMDATTN_MASK_INIT SIMDATTN_STRUCT_INIT_(simdattn_mask)
+
+/* ALiBi's slopes for num_heads heads (kernels.h's AlibiSlopes), into
+ * slopes[0 .. num_heads): the paper's geometric sequence, interleaved for a
+ * head count that is not a power of two. slopes may be NULL for 0 heads. */
+SIMDATTN_API simdattn_status simdattn_alibi_slopes(size_t num_heads,
+                                                   float* slopes);
 
 /* Row-wise y = softmax(scale * x + mask), in place (y.data == x.data with the
  * same strides) or into a y that does not overlap x. A fully masked row gives
@@ -225,16 +265,25 @@ SIMDATTN_API simdattn_status simdattn_softmax(simdattn_const_tensor4 x,
                                               simdattn_tensor4 y, float scale,
                                               const simdattn_mask* mask);
 
-/* Rotary position embedding in place on queries or keys x (batch, heads,
- * tokens, head_dim) (kernels.h's ApplyRope): interleaved 0 pairs dims i and
- * i + rotary_dim / 2 (GPT-NeoX, Llama), 1 pairs 2i and 2i + 1 (GPT-J); pair
- * i turns by position * theta^(-2i / rotary_dim); rotary_dim 0: head_dim;
- * positions NULL or dims[0] entries: token t of item b is at
- * positions[b] + t. */
-SIMDATTN_API simdattn_status simdattn_apply_rope(simdattn_tensor4 x,
-                                                 int32_t interleaved,
-                                                 float theta, size_t rotary_dim,
-                                                 const size_t* positions);
+/* Rotary position embedding (kernels.h's RopeOptions). */
+typedef struct simdattn_rope_options {
+  size_t struct_size;
+  /* 0: pairs dims i and i + rotary_dim / 2 (GPT-NeoX, Llama); 1: pairs 2i
+   * and 2i + 1 (GPT-J). */
+  int32_t interleaved;
+  /* Pair i turns by position * theta^(-2i / rotary_dim); 0: 10000. */
+  float theta;
+  size_t rotary_dim; /* 0: head_dim */
+  /* NULL, or dims[0] entries: token t of item b is at positions[b] + t
+   * (simdattn_apply_rope only; a cache knows its positions). */
+  const size_t* positions;
+} simdattn_rope_options;
+#define SIMDATTN_ROPE_OPTIONS_INIT SIMDATTN_STRUCT_INIT_(simdattn_rope_options)
+
+/* Rotates queries or keys x (batch, heads, tokens, head_dim) in place;
+ * options NULL: the defaults. */
+SIMDATTN_API simdattn_status simdattn_apply_rope(
+    simdattn_tensor4 x, const simdattn_rope_options* options);
 
 /* In place: keeps each element with probability 1 - p (p rounded to a
  * multiple of 2^-16), scaled by 1 / (1 - p). The mask is a pure function of
@@ -243,13 +292,16 @@ SIMDATTN_API simdattn_status simdattn_apply_rope(simdattn_tensor4 x,
 SIMDATTN_API simdattn_status simdattn_dropout(simdattn_tensor4 x, float p,
                                               uint64_t seed, uint64_t offset);
 
+/* SIMDATTN_ATTENTION_OPTIONS_INIT: PyTorch's scale, no mask, no dropout, no
+ * log-sum-exp, float32. */
 typedef struct simdattn_attention_options {
+  size_t struct_size;
   /* 0: scale = 1 / sqrt(head_dim) (PyTorch's default); 1: use `scale`. */
   int32_t has_scale;
   float scale;
-  /* Over the scores (batch, q_heads, q_tokens, k_tokens); with a KV cache of
-   * n keys and m new queries, causal_offset = n - m. */
-  simdattn_mask mask;
+  /* NULL, or the mask over the scores (batch, q_heads, q_tokens, k_tokens);
+   * with a KV cache of n keys and m new queries, causal_offset = n - m. */
+  const simdattn_mask* mask;
   /* Dropout on the attention weights with the bits simdattn_dropout would
    * draw for the (batch, q_heads, q_tokens, k_tokens) weights. */
   float dropout;
@@ -262,11 +314,11 @@ typedef struct simdattn_attention_options {
    * (sinks in one of them) merge exactly: L = logaddexp(L1, L2),
    * out = exp(L1 - L) out1 + exp(L2 - L) out2. */
   float* log_sum_exp;
+  /* SIMDATTN_COMPUTE_BF16 rounds Q, K, V and the weights P to bf16
+   * (kernels.h's AttentionOptions::compute); over a KV cache, a bf16 one. */
+  int32_t compute;
 } simdattn_attention_options;
-
-/* Everything zero: PyTorch's scale, no mask, no dropout, no log-sum-exp. */
-SIMDATTN_API simdattn_attention_options
-simdattn_attention_default_options(void);
+#define SIMDATTN_ATTENTION_OPTIONS_INIT SIMDATTN_STRUCT_INIT_(simdattn_attention_options)
 
 /* out = softmax(scale * Q K^T + mask) V, fused (the weights are never
  * stored):
@@ -279,12 +331,6 @@ SIMDATTN_API simdattn_status simdattn_scaled_dot_product_attention(
     simdattn_const_tensor4 q, simdattn_const_tensor4 k,
     simdattn_const_tensor4 v, simdattn_tensor4 out,
     const simdattn_attention_options* options);
-/* The same in the arithmetic `compute`: SIMDATTN_COMPUTE_BF16 rounds Q, K,
- * V and the weights P to bf16 (kernels.h's AttentionOptions::compute). */
-SIMDATTN_API simdattn_status simdattn_scaled_dot_product_attention_compute(
-    simdattn_const_tensor4 q, simdattn_const_tensor4 k,
-    simdattn_const_tensor4 v, simdattn_tensor4 out,
-    const simdattn_attention_options* options, int32_t compute);
 
 /* ------------------------------------------------------------------------ */
 /* KV cache (attention.h)                                                    */
@@ -293,70 +339,54 @@ SIMDATTN_API simdattn_status simdattn_scaled_dot_product_attention_compute(
  * capacity, head_dim) each. */
 typedef struct simdattn_kv_cache simdattn_kv_cache;
 
-/* A cache owning zeroed memory for `capacity` tokens; *cache is set on
- * success and left alone on failure. */
-SIMDATTN_API simdattn_status
-simdattn_kv_cache_create(size_t batch, size_t kv_heads, size_t capacity,
-                         size_t head_dim, simdattn_kv_cache** cache);
+/* How a cache stores tokens (attention.h's KVCacheConfig; kernels.h's
+ * KVType states each element type's error). */
+/* SIMDATTN_KV_CACHE_CONFIG_INIT: float, contiguous, no RoPE. */
+typedef struct simdattn_kv_cache_config {
+  size_t struct_size;
+  int32_t type;      /* a simdattn_element_type */
+  size_t block_size; /* 0: contiguous; else paged, a power of two 16..256 */
+  size_t num_blocks; /* paged: the pool; 0: enough for every sequence */
+  /* NULL, or keys rotated on append, each at its position in its sequence
+   * (rope->positions must be NULL). */
+  const simdattn_rope_options* rope;
+} simdattn_kv_cache_config;
+#define SIMDATTN_KV_CACHE_CONFIG_INIT SIMDATTN_STRUCT_INIT_(simdattn_kv_cache_config)
 
-/* A cache over the caller's (batch, kv_heads, capacity, head_dim) buffers,
- * which must have equal dims, not overlap, and outlive the cache. */
+/* A cache owning zeroed memory for `capacity` tokens per sequence, stored as
+ * config says (NULL: the defaults); *cache is set on success and left alone
+ * on failure. */
+SIMDATTN_API simdattn_status simdattn_kv_cache_create(
+    size_t batch, size_t kv_heads, size_t capacity, size_t head_dim,
+    const simdattn_kv_cache_config* config, simdattn_kv_cache** cache);
+
+/* A float, contiguous cache over the caller's (batch, kv_heads, capacity,
+ * head_dim) buffers, which must have equal dims, not overlap, and outlive
+ * the cache. */
 SIMDATTN_API simdattn_status simdattn_kv_cache_create_in(
     simdattn_tensor4 keys, simdattn_tensor4 values, simdattn_kv_cache** cache);
 
 /* Releases a cache (never the caller's buffers); NULL does nothing. */
 SIMDATTN_API void simdattn_kv_cache_destroy(simdattn_kv_cache* cache);
 
-/* Copies n more tokens, (batch, kv_heads, n, head_dim) each; an error if
+/* Appends n more tokens, (count, kv_heads, n, head_dim) each: keys[s] and
+ * values[s] to the distinct sequences[s] (s < count), or with sequences
+ * NULL to every sequence (count = batch). An error, changing nothing, if
  * they do not fit. */
-SIMDATTN_API simdattn_status
-simdattn_kv_cache_append(simdattn_kv_cache* cache, simdattn_const_tensor4 keys,
-                         simdattn_const_tensor4 values);
+SIMDATTN_API simdattn_status simdattn_kv_cache_append(
+    simdattn_kv_cache* cache, simdattn_const_tensor4 keys,
+    simdattn_const_tensor4 values, const size_t* sequences);
 
-/* Forgets every token (a new sequence); the memory stays. */
+/* Forgets every token (a new batch of sequences); the memory stays. */
 SIMDATTN_API simdattn_status simdattn_kv_cache_clear(simdattn_kv_cache* cache);
 
-/* The tokens held and the room; either pointer may be NULL. */
+/* The longest sequence's length and the room; either pointer may be NULL. */
 SIMDATTN_API simdattn_status simdattn_kv_cache_size(
     const simdattn_kv_cache* cache, size_t* size, size_t* capacity);
 
-/* Views (batch, kv_heads, size, head_dim) of what was appended, valid until
- * the cache is destroyed; either pointer may be NULL. Float contiguous
- * caches only. */
-SIMDATTN_API simdattn_status simdattn_kv_cache_view(
-    const simdattn_kv_cache* cache, simdattn_const_tensor4* keys,
-    simdattn_const_tensor4* values);
-
-/* How a cache stores tokens (attention.h's KVCacheConfig; kernels.h's
- * KVType states each type's error). All zero: float, contiguous. */
-typedef enum simdattn_kv_type {
-  SIMDATTN_KV_F32 = 0,
-  SIMDATTN_KV_BF16 = 1,
-  SIMDATTN_KV_F16 = 2,
-  SIMDATTN_KV_INT8 = 3 /* one scale per token and head */
-} simdattn_kv_type;
-typedef struct simdattn_kv_cache_config {
-  int type;          /* a simdattn_kv_type */
-  size_t block_size; /* 0: contiguous; else paged, a power of two 16..256 */
-  size_t num_blocks; /* paged: the pool; 0: enough for every sequence */
-  /* Nonzero: keys rotated on append, each at its position (RoPE). */
-  int rope;
-  int rope_interleaved; /* 0: half-split pairs (NeoX); 1: GPT-J's */
-  float rope_theta;     /* 0: 10000 */
-  size_t rope_dim;      /* 0: head_dim */
-} simdattn_kv_cache_config;
-
-/* A cache of `capacity` tokens per sequence as config says (NULL: float,
- * contiguous). */
-SIMDATTN_API simdattn_status simdattn_kv_cache_create_with(
-    size_t batch, size_t kv_heads, size_t capacity, size_t head_dim,
-    const simdattn_kv_cache_config* config, simdattn_kv_cache** cache);
-
-/* Appends keys[s], values[s] (s < keys.dims[0]) to the distinct
- * sequences[s]. */
-SIMDATTN_API simdattn_status simdattn_kv_cache_append_to(
-    simdattn_kv_cache* cache, simdattn_const_tensor4 keys,
-    simdattn_const_tensor4 values, const size_t* sequences);
+/* One sequence's length. */
+SIMDATTN_API simdattn_status simdattn_kv_cache_length(
+    const simdattn_kv_cache* cache, size_t sequence, size_t* length);
 
 /* Keeps a sequence's first `length` tokens (length <= its length). */
 SIMDATTN_API simdattn_status simdattn_kv_cache_truncate(
@@ -370,13 +400,24 @@ SIMDATTN_API simdattn_status simdattn_kv_cache_copy(simdattn_kv_cache* cache,
 SIMDATTN_API simdattn_status simdattn_kv_cache_reorder(simdattn_kv_cache* cache,
                                                        const size_t* order);
 
-/* One sequence's length. */
-SIMDATTN_API simdattn_status simdattn_kv_cache_length(
-    const simdattn_kv_cache* cache, size_t sequence, size_t* length);
+/* A sequence's keys and values as attention sees them, widened or
+ * dequantized to float, whatever the type and layout: into (kv_heads,
+ * length, head_dim) views (batch = kv_heads, tokens = the sequence's
+ * length), which must not overlap; on error they are left untouched. */
+SIMDATTN_API simdattn_status simdattn_kv_cache_read(
+    const simdattn_kv_cache* cache, size_t sequence, simdattn_tensor3 keys,
+    simdattn_tensor3 values);
+
+/* Views (batch, kv_heads, size, head_dim) of what was appended, valid until
+ * the cache changes; either pointer may be NULL. Float contiguous caches
+ * only (simdattn_kv_cache_read reads any). */
+SIMDATTN_API simdattn_status simdattn_kv_cache_view(
+    const simdattn_kv_cache* cache, simdattn_const_tensor4* keys,
+    simdattn_const_tensor4* values);
 
 /* Attention of q (batch, q_heads, q_tokens, head_dim), each sequence's last
  * q_tokens tokens, over the cache where it lies (kernels.h's
- * ScaledDotProductAttention over a KVCacheView): options' causal offsets
+ * ScaledDotProductAttention over a KVCacheView): the mask's causal offsets
  * and key lengths must be unset (the cache gives them). */
 SIMDATTN_API simdattn_status simdattn_kv_cache_attention(
     simdattn_const_tensor4 q, const simdattn_kv_cache* cache,
@@ -399,12 +440,14 @@ typedef enum simdattn_module_kind {
   SIMDATTN_MULTI_HEAD_ATTENTION = 5
 } simdattn_module_kind;
 
-/* The seeds' constructor arguments; a module reads those its kind lists. */
+/* The seeds' constructor arguments; a module reads those its kind lists.
+ * SIMDATTN_MODULE_CONFIG_INIT, then kind and the sizes. */
 typedef struct simdattn_module_config {
+  size_t struct_size;
   int32_t kind; /* A simdattn_module_kind. */
   size_t d_in;
   size_t d_out;
-  size_t context_length;
+  size_t context_length; /* 0: unbounded, no causal "mask" buffer */
   float dropout;
   size_t num_heads;
   size_t num_kv_heads;
@@ -421,6 +464,7 @@ typedef struct simdattn_module_config {
   int32_t alibi;
   int32_t sinks;
 } simdattn_module_config;
+#define SIMDATTN_MODULE_CONFIG_INIT SIMDATTN_STRUCT_INIT_(simdattn_module_config)
 
 typedef struct simdattn_module simdattn_module;
 
@@ -439,30 +483,27 @@ SIMDATTN_API simdattn_status
 simdattn_module_shape(const simdattn_module* module, size_t* d_in,
                       size_t* d_out, size_t* num_heads);
 
-/* Element types of state_dict tensors. */
-typedef enum simdattn_dtype {
-  SIMDATTN_DTYPE_F32 = 0,
-  SIMDATTN_DTYPE_BF16 = 1,
-  SIMDATTN_DTYPE_F16 = 2
-} simdattn_dtype;
 
 /* One tensor of a PyTorch state_dict in caller memory: row-major,
- * contiguous, `rank` dimensions (the count of elements is their product). */
+ * contiguous, `rank` dimensions (the count of elements is their product),
+ * elements of `dtype` (float, or bf16/f16 bits). A plain descriptor, not an
+ * options struct: it does not grow. */
 typedef struct simdattn_named_tensor {
   const char* name; /* PyTorch's name: "W_query.weight", "heads.0.mask". */
-  const float* data;
-  const size_t* shape;
-  size_t rank;
-} simdattn_named_tensor;
-
-/* The same with its element type: float, or bf16/f16 bits. */
-typedef struct simdattn_typed_tensor {
-  const char* name;
   const void* data;
   const size_t* shape;
   size_t rank;
-  int32_t dtype; /* a simdattn_dtype */
-} simdattn_typed_tensor;
+  int32_t dtype; /* SIMDATTN_F32 (0), SIMDATTN_BF16 or SIMDATTN_F16 */
+} simdattn_named_tensor;
+
+/* SIMDATTN_LOAD_OPTIONS_INIT: weights widened to float. */
+typedef struct simdattn_load_options {
+  size_t struct_size;
+  /* 1 keeps bf16 or f16 projection matrices in their type (half the bytes,
+   * the results of the widened weights); all of them must share one type. */
+  int32_t keep_dtype;
+} simdattn_load_options;
+#define SIMDATTN_LOAD_OPTIONS_INIT SIMDATTN_STRUCT_INIT_(simdattn_load_options)
 
 /* The state_dict the module expects, one tensor at a time in name order
  * (index < count): its name and shape, owned by the module, and is_buffer 1
@@ -478,19 +519,14 @@ SIMDATTN_API simdattn_status simdattn_module_weight_info(
 /* Copies the weights (PyTorch's names and shapes), strictly: a missing,
  * unexpected, duplicated or misshapen tensor is an error naming it, and a
  * failed load leaves the weights as they were. The causal "mask" buffers may
- * be left out. */
+ * be left out. options NULL: the defaults. */
 SIMDATTN_API simdattn_status simdattn_module_load_weights(
     simdattn_module* module, const simdattn_named_tensor* tensors,
-    size_t count);
+    size_t count, const simdattn_load_options* options);
 
-/* The same from tensors of any simdattn_dtype; keep_dtype 1 keeps bf16 or
- * f16 projection matrices in their type (half the bytes, the results of the
- * widened weights), 0 widens them to float. */
-SIMDATTN_API simdattn_status simdattn_module_load_typed_weights(
-    simdattn_module* module, const simdattn_typed_tensor* tensors, size_t count,
-    int32_t keep_dtype);
-
+/* SIMDATTN_FORWARD_OPTIONS_INIT: eval, float32, no attention weights. */
 typedef struct simdattn_forward_options {
+  size_t struct_size;
   /* 0: eval. 1: training, dropout on the attention weights with the key
    * (dropout_seed, dropout_offset); advance the offset every step. */
   int32_t training;
@@ -499,7 +535,11 @@ typedef struct simdattn_forward_options {
   /* Optional output (batch, num_heads, tokens, tokens): the attention
    * weights after softmax (and dropout). data NULL: not wanted. */
   simdattn_tensor4 attention_weights;
+  /* SIMDATTN_COMPUTE_BF16: projections and attention in bf16 arithmetic; no
+   * attention weights then, and forward steps need a bf16 cache. */
+  int32_t compute;
 } simdattn_forward_options;
+#define SIMDATTN_FORWARD_OPTIONS_INIT SIMDATTN_STRUCT_INIT_(simdattn_forward_options)
 
 /* x (batch, tokens, d_in) -> y (batch, tokens, d_out), y not overlapping x.
  * tokens may not exceed context_length. options NULL: eval, no weights.
@@ -507,11 +547,6 @@ typedef struct simdattn_forward_options {
 SIMDATTN_API simdattn_status simdattn_module_forward(
     const simdattn_module* module, simdattn_const_tensor3 x, simdattn_tensor3 y,
     const simdattn_forward_options* options);
-/* The same in the arithmetic `compute` (projections and attention);
- * SIMDATTN_COMPUTE_BF16 returns no attention weights. */
-SIMDATTN_API simdattn_status simdattn_module_forward_compute(
-    const simdattn_module* module, simdattn_const_tensor3 x, simdattn_tensor3 y,
-    const simdattn_forward_options* options, int32_t compute);
 
 /* Generation with a causal module that has projections (causal attention,
  * the multi-head wrapper, multi-head attention), eval mode: x
@@ -524,12 +559,6 @@ SIMDATTN_API simdattn_status simdattn_module_forward_step(
     const simdattn_module* module, simdattn_const_tensor3 x,
     simdattn_kv_cache* cache, simdattn_tensor3 y,
     const simdattn_forward_options* options);
-/* The same in the arithmetic `compute`; SIMDATTN_COMPUTE_BF16 needs a cache
- * of type SIMDATTN_KV_BF16. */
-SIMDATTN_API simdattn_status simdattn_module_forward_step_compute(
-    const simdattn_module* module, simdattn_const_tensor3 x,
-    simdattn_kv_cache* cache, simdattn_tensor3 y,
-    const simdattn_forward_options* options, int32_t compute);
 
 #ifdef __cplusplus
 } /* extern "C" */

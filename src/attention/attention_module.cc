@@ -53,12 +53,11 @@ class AttentionEngine {
     SIMDATTN_REQUIRE(!__builtin_add_overflow(q, kv2, &qkv_rows), name_,
                      "the Q, K, V rows overflow size_t (", q, " + ", kv2, ")");
     if (config_.projections) {
-      weights_.w_qkv.assign(Floats("the QKV weights", qkv_rows, config_.d_in),
-                            0.0f);
+      weights_.w_qkv.Assign(Floats("the QKV weights", qkv_rows, config_.d_in));
       if (config_.qkv_bias) weights_.b_qkv.assign(qkv_rows, 0.0f);
     }
     if (config_.out_proj) {
-      weights_.w_out.assign(Floats("out_proj", q, q), 0.0f);
+      weights_.w_out.Assign(Floats("out_proj", q, q));
       weights_.b_out.assign(q, 0.0f);
     }
     if (config_.variants.sinks) weights_.sinks.assign(config_.num_heads, 0.0f);
@@ -78,7 +77,7 @@ class AttentionEngine {
   void LoadStateDict(const StateDict& state_dict, const LoadOptions& options) {
     DType kept = DType::kF32;
     if (options.keep_dtype) kept = ProjectionType(state_dict);
-    const DType held = weights_.dtype;
+    const DType held = weights_.w_qkv.type();
     Widen();
     try {
       internal::LoadSlots(name_, Slots(), state_dict);
@@ -92,15 +91,11 @@ class AttentionEngine {
     Widen();
     internal::InitializeSlots(Slots(), seed);
   }
-  DType weight_dtype() const { return weights_.dtype; }
+  DType weight_dtype() const { return weights_.w_qkv.type(); }
   size_t weight_bytes() const {
     const ModuleWeights& w = weights_;
-    return (w.w_qkv.size() + w.b_qkv.size() + w.w_out.size() + w.b_out.size() +
-            w.sinks.size()) *
-               sizeof(float) +
-           (w.w_qkv_bf16.size() + w.w_out_bf16.size() + w.w_qkv_f16.size() +
-            w.w_out_f16.size()) *
-               sizeof(uint16_t);
+    return w.w_qkv.bytes() + w.w_out.bytes() +
+           (w.b_qkv.size() + w.b_out.size() + w.sinks.size()) * sizeof(float);
   }
 
   void Forward(ConstTensor3 x, Tensor3 y, const ForwardOptions& options) const;
@@ -171,57 +166,12 @@ class AttentionEngine {
   // Back to float storage (exact), and to 16 bits (exact for weights that
   // came from that type).
   void Widen() {
-    ModuleWeights& w = weights_;
-    const auto widen = [](const auto& from, AlignedVector<float>& to) {
-      to.resize(from.size());
-      for (size_t i = 0; i < from.size(); ++i) to[i] = ToFloat(from[i]);
-    };
-    if (w.dtype == DType::kBF16) {
-      widen(w.w_qkv_bf16, w.w_qkv);
-      widen(w.w_out_bf16, w.w_out);
-    } else if (w.dtype == DType::kF16) {
-      widen(w.w_qkv_f16, w.w_qkv);
-      widen(w.w_out_f16, w.w_out);
-    }
-    w.w_qkv_bf16 = {};
-    w.w_out_bf16 = {};
-    w.w_qkv_f16 = {};
-    w.w_out_f16 = {};
-    w.dtype = DType::kF32;
+    weights_.w_qkv.Widen();
+    weights_.w_out.Widen();
   }
   void Narrow(DType type) {
-    ModuleWeights& w = weights_;
-    const auto narrow = [](AlignedVector<float>& from, auto& to, auto convert) {
-      to.resize(from.size());
-      for (size_t i = 0; i < from.size(); ++i) to[i] = convert(from[i]);
-      from = {};
-    };
-    if (type == DType::kBF16) {
-      narrow(w.w_qkv, w.w_qkv_bf16, ToBFloat16);
-      narrow(w.w_out, w.w_out_bf16, ToBFloat16);
-    } else {
-      narrow(w.w_qkv, w.w_qkv_f16, ToFloat16);
-      narrow(w.w_out, w.w_out_f16, ToFloat16);
-    }
-    w.dtype = type;
-  }
-
-  // Calls multiply(w) with a (rows, cols) view of a weight matrix held as
-  // `f32`, `bf16` or `f16` per the weights' dtype.
-  template <typename Multiply>
-  void WithMatrix(const AlignedVector<float>& f32,
-                  const AlignedVector<BFloat16>& bf16,
-                  const AlignedVector<Float16>& f16, size_t rows, size_t cols,
-                  const Multiply& multiply) const {
-    switch (weights_.dtype) {
-      case DType::kBF16:
-        return multiply(MatrixView<const BFloat16>(bf16.data(), rows, cols));
-      case DType::kF16:
-        return multiply(MatrixView<const Float16>(f16.data(), rows, cols));
-      case DType::kF32:
-        break;
-    }
-    multiply(ConstMatrix(f32.data(), rows, cols));
+    weights_.w_qkv.Narrow(type);
+    weights_.w_out.Narrow(type);
   }
 
   // qkv (batch * tokens, qkv_width()) = x W_qkv^T + b_qkv: Q, K and V of
@@ -233,9 +183,7 @@ class AttentionEngine {
     projection.compute = compute;
     projection.transpose_b = Transpose::kYes;
     projection.bias = c.qkv_bias ? weights_.b_qkv.data() : nullptr;
-    WithMatrix(
-        weights_.w_qkv, weights_.w_qkv_bf16, weights_.w_qkv_f16, width, c.d_in,
-        [&](auto w) {
+    weights_.w_qkv.View(width, c.d_in, [&](auto w) {
           if (x.batch == 1 || x.batch_stride == tokens * x.token_stride) {
             MatMul(
                 ConstMatrix(x.data, x.batch * tokens, c.d_in, x.token_stride),
@@ -270,9 +218,7 @@ class AttentionEngine {
     out.compute = compute;
     out.transpose_b = Transpose::kYes;
     out.bias = weights_.b_out.data();
-    WithMatrix(
-        weights_.w_out, weights_.w_out_bf16, weights_.w_out_f16, q_dim(),
-        q_dim(), [&](auto w) {
+    weights_.w_out.View(q_dim(), q_dim(), [&](auto w) {
           if (y.batch == 1 || y.batch_stride == tokens * y.token_stride) {
             MatMul(ConstMatrix(context, y.batch * tokens, q_dim()), w,
                    Matrix(y.data, y.batch * tokens, q_dim(), y.token_stride),

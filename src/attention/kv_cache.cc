@@ -19,6 +19,7 @@
 #include "hwy/base.h"
 #include "simdattn/attention.h"
 #include "src/common/check.h"
+#include "src/common/element.h"
 #include "src/common/parallel.h"
 #include "src/ops/kv_store.h"
 
@@ -31,26 +32,14 @@ namespace {
 
 // A row as attention reads it: widened, or scale * q.
 void ReadRow(KVType type, const void* src, float scale, size_t n, float* dst) {
-  switch (type) {
-    case KVType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case KVType::kBF16:
-      for (size_t i = 0; i < n; ++i) {
-        dst[i] = ToFloat(static_cast<const BFloat16*>(src)[i]);
-      }
-      return;
-    case KVType::kF16:
-      for (size_t i = 0; i < n; ++i) {
-        dst[i] = ToFloat(static_cast<const Float16*>(src)[i]);
-      }
-      return;
-    case KVType::kInt8:
-      for (size_t i = 0; i < n; ++i) {
-        dst[i] = scale * static_cast<float>(static_cast<const int8_t*>(src)[i]);
-      }
-      return;
-  }
+  internal::VisitElementType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* row = static_cast<const T*>(src);
+    for (size_t i = 0; i < n; ++i) {
+      dst[i] = internal::kScaled<T> ? scale * internal::Widen(row[i])
+                                    : internal::Widen(row[i]);
+    }
+  });
 }
 
 // Zeroed memory for a cache's elements. Large buffers are 2 MiB aligned and
@@ -99,7 +88,8 @@ void CheckBatch(const char* function, size_t batch) {
 // per sequence.
 struct KVCache::Storage {
   KVType type = KVType::kF32;
-  size_t element = 4;  // Bytes.
+  size_t element = 4;   // Bytes.
+  bool scaled = false;  // A scale per row (ElementTraits::scaled).
   CacheMemory owned_keys, owned_values;
   uint8_t* keys = nullptr;
   uint8_t* values = nullptr;
@@ -193,7 +183,7 @@ struct KVCache::Storage {
         const size_t bytes = block_stride * element;
         std::memcpy(keys + copy * bytes, keys + entry * bytes, bytes);
         std::memcpy(values + copy * bytes, values + entry * bytes, bytes);
-        if (type == KVType::kInt8) {
+        if (scaled) {
           for (std::vector<float>* s : {&key_scales, &value_scales}) {
             std::copy_n(s->data() + entry * scale_block_stride,
                         scale_block_stride,
@@ -226,7 +216,7 @@ struct KVCache::Storage {
           std::memcpy(out + row, values + Offset(b, h, t) * element, row);
         }
         out += 2 * row;
-        if (type == KVType::kInt8) {
+        if (scaled) {
           *scale++ = key_scales[ScaleOffset(b, h, t)];
           *scale++ = value_scales[ScaleOffset(b, h, t)];
         }
@@ -246,7 +236,7 @@ struct KVCache::Storage {
           std::memcpy(values + Offset(b, h, t) * element, in + row, row);
         }
         in += 2 * row;
-        if (type == KVType::kInt8) {
+        if (scaled) {
           key_scales[ScaleOffset(b, h, t)] = *scale++;
           value_scales[ScaleOffset(b, h, t)] = *scale++;
         }
@@ -265,7 +255,7 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
       config_(config),
       storage_(std::make_unique<Storage>()) {
   constexpr const char* kFn = "KVCache";
-  SIMDATTN_REQUIRE(static_cast<unsigned>(config.type) <= 3, kFn,
+  SIMDATTN_REQUIRE(IsElementType(config.type), kFn,
                    "config.type (", static_cast<int>(config.type),
                    ") is not a KVType");
   SIMDATTN_REQUIRE(!config.rope || config.rope->positions == nullptr, kFn,
@@ -274,7 +264,8 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
   Storage& s = *storage_;
   CheckBatch(kFn, batch);
   s.type = config.type;
-  s.element = KVTypeBytes(config.type);
+  s.element = ElementTraitsOf(config.type).bytes;
+  s.scaled = ElementTraitsOf(config.type).scaled;
   if (config.rope) {
     internal::CheckRopeOptions(kFn, "config.rope", *config.rope, head_dim);
     s.rope.emplace(*config.rope, head_dim);
@@ -319,7 +310,7 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
   s.owned_values = CacheMemory(bytes);
   s.keys = s.owned_keys.data();
   s.values = s.owned_values.data();
-  if (config.type == KVType::kInt8) {
+  if (s.scaled) {
     s.scale_head_stride = s.block_size;
     s.scale_block_stride =
         CheckedMul(kFn, "kv_heads * block_size", kv_heads, s.block_size);
@@ -429,7 +420,7 @@ void KVCache::AppendTo(ConstTensor4 keys, ConstTensor4 values,
   if (s.rope) s.rope->Reserve(longest);
   // Per (sequence, head), runs of tokens within one block, converted (keys
   // rotated at their positions) where they go.
-  const bool int8 = s.type == KVType::kInt8;
+  const bool int8 = s.scaled;
   // Tasks of about 16K elements or more.
   const size_t grain = std::max<size_t>(1, 16384 / (n * head_dim_));
   internal::ParallelFor(
@@ -542,7 +533,7 @@ KVCacheView KVCache::View() const {
   view.block_stride = s.block_stride;
   view.head_stride = s.head_stride;
   view.row_stride = s.row_stride;
-  if (s.type == KVType::kInt8) {
+  if (s.scaled) {
     view.key_scales = s.key_scales.data();
     view.value_scales = s.value_scales.data();
     view.scale_block_stride = s.scale_block_stride;
@@ -564,16 +555,23 @@ void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {
   SIMDATTN_REQUIRE(sequence < batch_, kFn, "sequence (", sequence,
                    ") is not below the batch (", batch_, ")");
   const size_t length = s.lengths[sequence];
-  for (const Tensor3* t : {&keys, &values}) {
-    SIMDATTN_REQUIRE(t->batch == kv_heads_ && t->tokens == length &&
-                         t->features == head_dim_,
-                     kFn, t == &keys ? "keys" : "values", " are (", t->batch,
-                     ", ", t->tokens, ", ", t->features, "), expected (",
-                     kv_heads_, ", ", length, ", ", head_dim_, ")");
-    SIMDATTN_REQUIRE(t->data != nullptr || t->empty(), kFn, "null output");
+  internal::Footprint spans[2];
+  for (int i = 0; i < 2; ++i) {
+    const Tensor3& t = i == 0 ? keys : values;
+    const char* name = i == 0 ? "keys" : "values";
+    SIMDATTN_REQUIRE(t.batch == kv_heads_ && t.tokens == length &&
+                         t.features == head_dim_,
+                     kFn, name, " are (", t.batch, ", ", t.tokens, ", ",
+                     t.features, "), expected (", kv_heads_, ", ", length, ", ",
+                     head_dim_, ")");
+    const Tensor4 view(t.data, 1, t.batch, t.tokens, t.features, 0,
+                       t.batch_stride, t.token_stride);
+    spans[i] = internal::CheckTensor4(kFn, name, view);
+    internal::CheckDistinctElements(kFn, name, view.dims, view.strides);
   }
+  SIMDATTN_REQUIRE(!spans[0].Overlaps(spans[1]), kFn, "values overlap keys");
   if (head_dim_ == 0) return;  // Nothing to read (views may be null).
-  const bool int8 = s.type == KVType::kInt8;
+  const bool int8 = s.scaled;
   for (size_t h = 0; h < kv_heads_; ++h) {
     for (size_t t = 0; t < length; ++t) {
       const size_t at = s.Offset(sequence, h, t) * s.element;

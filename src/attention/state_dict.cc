@@ -3,13 +3,42 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "simdattn/random.h"
 #include "src/common/check.h"
+#include "src/common/element.h"
 
 namespace simdattn {
 namespace internal {
+
+void WeightMatrix::Widen() {
+  if (type() == ElementType::kF32) return;
+  using internal::Widen;
+  AlignedVector<float> widened;
+  std::visit(
+      [&](const auto& v) {
+        widened.resize(v.size());
+        for (size_t i = 0; i < v.size(); ++i) widened[i] = Widen(v[i]);
+      },
+      storage_);
+  storage_ = std::move(widened);
+}
+
+void WeightMatrix::Narrow(ElementType type) {
+  const AlignedVector<float>& from = std::get<AlignedVector<float>>(storage_);
+  const auto narrowed = [&](auto convert) {
+    AlignedVector<decltype(convert(0.0f))> to(from.size());
+    for (size_t i = 0; i < from.size(); ++i) to[i] = convert(from[i]);
+    return to;
+  };
+  if (type == ElementType::kBF16) {
+    storage_ = narrowed(ToBFloat16);
+  } else if (type == ElementType::kF16) {
+    storage_ = narrowed(ToFloat16);
+  }
+}
 namespace {
 
 std::string ShapeToString(const std::vector<size_t>& shape) {
@@ -28,15 +57,10 @@ size_t Elements(const Slot& slot) {
 
 // Element i of a tensor, widened to float.
 float Element(const TensorRef& t, size_t i) {
-  switch (t.dtype) {
-    case DType::kBF16:
-      return ToFloat(static_cast<const BFloat16*>(t.data)[i]);
-    case DType::kF16:
-      return ToFloat(static_cast<const Float16*>(t.data)[i]);
-    case DType::kF32:
-      break;
-  }
-  return static_cast<const float*>(t.data)[i];
+  return VisitElementType(t.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return Widen(static_cast<const T*>(t.data)[i]);
+  });
 }
 
 void CheckCausalMask(const char* module, const std::string& name,
@@ -61,7 +85,12 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
   // Where a tensor goes: `offset` floats into one of the weights' vectors.
   const auto at = [weights](auto ModuleWeights::*member,
                             size_t offset) -> float* {
-    return weights == nullptr ? nullptr : (weights->*member).data() + offset;
+    if (weights == nullptr) return nullptr;
+    if constexpr (std::is_same_v<decltype(weights->*member), WeightMatrix&>) {
+      return (weights->*member).floats() + offset;
+    } else {
+      return (weights->*member).data() + offset;
+    }
   };
   std::vector<Slot> slots;
   const size_t q_dim = c.num_heads * c.head_dim;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "simdattn/attention.h"
@@ -23,17 +24,55 @@ enum class StateDictLayout : int {
   kHeads,      // heads.h.W_query.weight, ..., heads.h.mask: one per head.
 };
 
+// A weight matrix, row-major, held in one element type: float, or bf16 or
+// f16 with LoadOptions::keep_dtype (MatMul widens it exactly as it reads).
+// Aligned to a cache line: MatMul reads it in place.
+class WeightMatrix {
+ public:
+  // Zeroed float storage for n elements.
+  void Assign(size_t n) { storage_ = AlignedVector<float>(n, 0.0f); }
+  ElementType type() const {
+    return std::visit(
+        [](const auto& v) { return TypeOf(v.data()); }, storage_);
+  }
+  size_t bytes() const {
+    return std::visit(
+        [](const auto& v) { return v.size() * sizeof(v[0]); }, storage_);
+  }
+  // The float storage (type() kF32: Widen first).
+  float* floats() { return std::get<AlignedVector<float>>(storage_).data(); }
+  // Back to float (exact), or to `type` (kBF16, kF16: exact for weights that
+  // came from that type).
+  void Widen();
+  void Narrow(ElementType type);
+  // f(MatrixView<const T>(rows, cols)) over the storage, whatever its T.
+  template <typename F>
+  void View(size_t rows, size_t cols, const F& f) const {
+    std::visit(
+        [&](const auto& v) {
+          using T = std::remove_cv_t<std::remove_reference_t<decltype(v[0])>>;
+          f(MatrixView<const T>(v.data(), rows, cols));
+        },
+        storage_);
+  }
+
+ private:
+  static ElementType TypeOf(const float*) { return ElementType::kF32; }
+  static ElementType TypeOf(const BFloat16*) { return ElementType::kBF16; }
+  static ElementType TypeOf(const Float16*) { return ElementType::kF16; }
+
+  std::variant<AlignedVector<float>, AlignedVector<BFloat16>,
+               AlignedVector<Float16>>
+      storage_;
+};
+
 // The engine's weights: Q, K and V rows stacked, (q_dim + 2 kv_dim, d_in);
 // the output projection (d_out, d_out); the sink logits (num_heads). Biases
-// and sinks are empty when absent.
+// and sinks are empty when absent and always float; the two matrices share
+// one element type.
 struct ModuleWeights {
-  AlignedVector<float> w_qkv, w_out;  // Read in place by MatMul: aligned.
+  WeightMatrix w_qkv, w_out;
   std::vector<float> b_qkv, b_out, sinks;
-  // LoadOptions::keep_dtype: w_qkv and w_out held in 16 bits instead (the
-  // float vectors then empty), in the vectors of `dtype`.
-  DType dtype = DType::kF32;
-  AlignedVector<BFloat16> w_qkv_bf16, w_out_bf16;
-  AlignedVector<Float16> w_qkv_f16, w_out_f16;
 };
 
 // One tensor of the state_dict and where its values live in the weights.

@@ -4,6 +4,7 @@
 // null handles and output pointers, flags that are not 0 or 1, enum values.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -85,10 +86,66 @@ bool Flag(int32_t value, const char* function, const char* what) {
   return value == 1;
 }
 
-ComputeType Compute(int32_t compute, const char* function) {
+// What each growable struct was in its first version (0.2.0): its name, the
+// macro that initializes it, and the end of its last field then. Appending a
+// field leaves kFirstSize as it is.
+template <typename S>
+struct Growable;
+#define SIMDATTN_GROWABLE(S, macro, last_field)                         \
+  template <>                                                           \
+  struct Growable<S> {                                                  \
+    static constexpr const char* kName = #S;                            \
+    static constexpr const char* kMacro = #macro;                       \
+    static constexpr size_t kFirstSize =                                \
+        offsetof(S, last_field) + sizeof(static_cast<S*>(nullptr)->last_field); \
+  };
+SIMDATTN_GROWABLE(simdattn_matmul_options, SIMDATTN_MATMUL_OPTIONS_INIT,
+                  compute)
+SIMDATTN_GROWABLE(simdattn_mask, SIMDATTN_MASK_INIT, sinks)
+SIMDATTN_GROWABLE(simdattn_rope_options, SIMDATTN_ROPE_OPTIONS_INIT,
+                  positions)
+SIMDATTN_GROWABLE(simdattn_attention_options, SIMDATTN_ATTENTION_OPTIONS_INIT,
+                  compute)
+SIMDATTN_GROWABLE(simdattn_kv_cache_config, SIMDATTN_KV_CACHE_CONFIG_INIT,
+                  rope)
+SIMDATTN_GROWABLE(simdattn_module_config, SIMDATTN_MODULE_CONFIG_INIT, sinks)
+SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT,
+                  keep_dtype)
+SIMDATTN_GROWABLE(simdattn_forward_options, SIMDATTN_FORWARD_OPTIONS_INIT,
+                  compute)
+#undef SIMDATTN_GROWABLE
+
+// Larger than any struct of this API will grow to: a struct_size beyond it
+// is garbage, not a newer header.
+constexpr size_t kMaxStructSize = 4096;
+
+// The caller's struct as this version knows it: its first struct_size bytes
+// over a zeroed struct, so fields an older caller lacks take their defaults.
+// Throws unless struct_size covers the first version's fields, or if the
+// caller (compiled against a newer header) set a field this version lacks.
+template <typename S>
+S ReadGrowable(const S& caller, const char* function, const char* what) {
+  const size_t size = caller.struct_size;
+  SIMDATTN_REQUIRE(size >= Growable<S>::kFirstSize && size <= kMaxStructSize,
+                   function, what, "->struct_size (", size,
+                   ") is not the size of a ", Growable<S>::kName,
+                   ": initialize it with ", Growable<S>::kMacro);
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(&caller);
+  for (size_t i = sizeof(S); i < size; ++i) {
+    SIMDATTN_REQUIRE(bytes[i] == 0, function, what, "->struct_size (", size,
+                     ") covers a field this version (", Version(),
+                     ", ", sizeof(S), " bytes) does not know, and it is set");
+  }
+  S known;
+  std::memset(&known, 0, sizeof(S));
+  std::memcpy(&known, &caller, std::min(size, sizeof(S)));
+  return known;
+}
+
+ComputeType Compute(int32_t compute, const char* function, const char* what) {
   SIMDATTN_REQUIRE(
       compute == SIMDATTN_COMPUTE_FP32 || compute == SIMDATTN_COMPUTE_BF16,
-      function, "compute (", compute,
+      function, what, " (", compute,
       ") is neither SIMDATTN_COMPUTE_FP32 (0) nor "
       "SIMDATTN_COMPUTE_BF16 (1)");
   return compute == SIMDATTN_COMPUTE_BF16 ? ComputeType::kBFloat16
@@ -122,8 +179,11 @@ Tensor3 View(simdattn_tensor3 t) {
                  t.token_stride);
 }
 
-AttentionMask ToMask(const simdattn_mask& mask, const char* function) {
+AttentionMask ToMask(const simdattn_mask* caller, const char* function,
+                     const char* what) {
   AttentionMask m;
+  if (caller == nullptr) return m;
+  const simdattn_mask mask = ReadGrowable(*caller, function, what);
   m.causal = Flag(mask.causal, function, "mask->causal");
   m.causal_offset = mask.causal_offset;
   m.boolean = View4<const uint8_t>(mask.boolean_mask);
@@ -137,46 +197,66 @@ AttentionMask ToMask(const simdattn_mask& mask, const char* function) {
   return m;
 }
 
-ForwardOptions ToOptions(const simdattn_forward_options* options,
+ForwardOptions ToOptions(const simdattn_forward_options* caller,
                          const char* function) {
   ForwardOptions o;
-  if (options == nullptr) return o;
-  o.training = Flag(options->training, function, "options->training");
-  o.dropout_key = {options->dropout_seed, options->dropout_offset};
-  o.attention_weights = View4<float>(options->attention_weights);
+  if (caller == nullptr) return o;
+  const simdattn_forward_options options =
+      ReadGrowable(*caller, function, "options");
+  o.training = Flag(options.training, function, "options->training");
+  o.dropout_key = {options.dropout_seed, options.dropout_offset};
+  o.attention_weights = View4<float>(options.attention_weights);
+  o.compute = Compute(options.compute, function, "options->compute");
   return o;
 }
 
-AttentionOptions ToOptions(const simdattn_attention_options* options,
+AttentionOptions ToOptions(const simdattn_attention_options* caller,
                            const char* kFn) {
   AttentionOptions o;
-  if (options != nullptr) {
-    if (Flag(options->has_scale, kFn, "options->has_scale")) {
-      o.scale = options->scale;
-    }
-    o.mask = ToMask(options->mask, kFn);
-    o.dropout = options->dropout;
-    o.dropout_key = {options->dropout_seed, options->dropout_offset};
-    o.log_sum_exp = options->log_sum_exp;
+  if (caller == nullptr) return o;
+  const simdattn_attention_options options =
+      ReadGrowable(*caller, kFn, "options");
+  if (Flag(options.has_scale, kFn, "options->has_scale")) {
+    o.scale = options.scale;
   }
+  o.mask = ToMask(options.mask, kFn, "options->mask");
+  o.dropout = options.dropout;
+  o.dropout_key = {options.dropout_seed, options.dropout_offset};
+  o.log_sum_exp = options.log_sum_exp;
+  o.compute = Compute(options.compute, kFn, "options->compute");
   return o;
 }
 
-// A state_dict tensor's element type: float for the untyped struct.
-int32_t DTypeOf(const simdattn_named_tensor&) { return SIMDATTN_DTYPE_F32; }
-int32_t DTypeOf(const simdattn_typed_tensor& t) { return t.dtype; }
+RopeOptions ToRope(const simdattn_rope_options& caller, const char* function,
+                   const char* what) {
+  const simdattn_rope_options rope = ReadGrowable(caller, function, what);
+  RopeOptions o;
+  const std::string interleaved = std::string(what) + "->interleaved";
+  o.pairing = Flag(rope.interleaved, function, interleaved.c_str())
+                  ? RopePairing::kInterleaved
+                  : RopePairing::kHalfSplit;
+  if (rope.theta != 0.0f) o.theta = rope.theta;
+  o.rotary_dim = rope.rotary_dim;
+  o.positions = rope.positions;
+  return o;
+}
 
-template <typename Tensor>
 simdattn_status LoadWeights(const char* kFn, simdattn_module* module,
-                            const Tensor* tensors, size_t count,
-                            int32_t keep_dtype) {
+                            const simdattn_named_tensor* tensors, size_t count,
+                            const simdattn_load_options* options) {
   return internal::CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(module, kFn, "module");
     SIMDATTN_REQUIRE(tensors != nullptr || count == 0, kFn,
                      "tensors is null but count is ", count);
+    LoadOptions load;
+    if (options != nullptr) {
+      load.keep_dtype =
+          Flag(ReadGrowable(*options, kFn, "options").keep_dtype, kFn,
+               "options->keep_dtype");
+    }
     simdattn::StateDict state_dict;
     for (size_t i = 0; i < count; ++i) {
-      const Tensor& t = tensors[i];
+      const simdattn_named_tensor& t = tensors[i];
       SIMDATTN_REQUIRE(t.name != nullptr, kFn, "tensors[", i, "].name is null");
       SIMDATTN_REQUIRE(t.shape != nullptr || t.rank == 0, kFn, "tensors[", i,
                        "] ('", t.name, "') has rank ", t.rank,
@@ -184,10 +264,13 @@ simdattn_status LoadWeights(const char* kFn, simdattn_module* module,
       // A rank beyond any state_dict's would only make us copy a huge array.
       SIMDATTN_REQUIRE(t.rank <= 8, kFn, "tensors[", i, "] ('", t.name,
                        "') has rank ", t.rank, " (at most 8)");
-      const int32_t dtype = DTypeOf(t);
-      SIMDATTN_REQUIRE(dtype >= 0 && dtype <= 2, kFn, "tensors[", i, "] ('",
-                       t.name, "') has dtype ", dtype,
-                       ", not a simdattn_dtype");
+      const int32_t dtype = t.dtype;
+      SIMDATTN_REQUIRE(dtype == SIMDATTN_F32 || dtype == SIMDATTN_BF16 ||
+                           dtype == SIMDATTN_F16,
+                       kFn, "tensors[", i, "] ('", t.name, "') has dtype ",
+                       dtype,
+                       ", not a simdattn_element_type of weights (SIMDATTN_F32, "
+                       "SIMDATTN_BF16 or SIMDATTN_F16)");
       const bool inserted =
           state_dict
               .emplace(t.name,
@@ -198,34 +281,59 @@ simdattn_status LoadWeights(const char* kFn, simdattn_module* module,
       SIMDATTN_REQUIRE(inserted, kFn, "tensors[", i, "] ('", t.name,
                        "') repeats the name of an earlier tensor");
     }
-    LoadOptions options;
-    options.keep_dtype = Flag(keep_dtype, kFn, "keep_dtype");
-    module->module.LoadStateDict(state_dict, options);
+    module->module.LoadStateDict(state_dict, load);
   });
 }
 
-MatMulOptions ToOptions(const simdattn_matmul_options* options,
+MatMulOptions ToOptions(const simdattn_matmul_options* caller,
                         const char* function) {
   MatMulOptions result;
-  if (options == nullptr) return result;
+  if (caller == nullptr) return result;
+  const simdattn_matmul_options options =
+      ReadGrowable(*caller, function, "options");
   result.transpose_b =
-      Flag(options->transpose_b, function, "options->transpose_b")
+      Flag(options.transpose_b, function, "options->transpose_b")
           ? Transpose::kYes
           : Transpose::kNo;
-  if (Flag(options->use_alpha, function, "options->use_alpha")) {
-    result.alpha = options->alpha;
+  if (Flag(options.use_alpha, function, "options->use_alpha")) {
+    result.alpha = options.alpha;
   } else {
-    SIMDATTN_REQUIRE(options->alpha == 0.0f || options->alpha == 1.0f, function,
-                     "options->alpha (", options->alpha,
+    SIMDATTN_REQUIRE(options.alpha == 0.0f || options.alpha == 1.0f, function,
+                     "options->alpha (", options.alpha,
                      ") is used only with options->use_alpha = 1");
   }
-  result.beta = options->beta;
-  result.bias = options->bias;
+  result.beta = options.beta;
+  result.bias = options.bias;
+  result.compute = Compute(options.compute, function, "options->compute");
   return result;
 }
 
-AttentionModule MakeModule(const simdattn_module_config& c) {
+// The C enumerators are ElementType's values: one vocabulary.
+static_assert(SIMDATTN_F32 == static_cast<int>(ElementType::kF32) &&
+                  SIMDATTN_BF16 == static_cast<int>(ElementType::kBF16) &&
+                  SIMDATTN_F16 == static_cast<int>(ElementType::kF16) &&
+                  SIMDATTN_INT8 == static_cast<int>(ElementType::kInt8),
+              "simdattn_element_type and ElementType disagree");
+
+KVCacheConfig ToConfig(const simdattn_kv_cache_config* caller,
+                       const char* kFn) {
+  KVCacheConfig c;
+  if (caller == nullptr) return c;
+  const simdattn_kv_cache_config config = ReadGrowable(*caller, kFn, "config");
+  SIMDATTN_REQUIRE(config.type >= 0 && config.type <= UINT8_MAX &&
+                       IsElementType(static_cast<KVType>(config.type)),
+                   kFn, "config->type (", config.type,
+                   ") is not a simdattn_element_type");
+  c.type = static_cast<KVType>(config.type);
+  c.block_size = config.block_size;
+  c.num_blocks = config.num_blocks;
+  if (config.rope != nullptr) c.rope = ToRope(*config.rope, kFn, "config->rope");
+  return c;
+}
+
+AttentionModule MakeModule(const simdattn_module_config& caller) {
   constexpr const char* kFn = "simdattn_module_create";
+  const simdattn_module_config c = ReadGrowable(caller, kFn, "config");
   const bool bias = Flag(c.qkv_bias, kFn, "config->qkv_bias");
   SIMDATTN_REQUIRE(
       c.kind == SIMDATTN_MULTI_HEAD_ATTENTION ||
@@ -338,29 +446,13 @@ simdattn_status simdattn_get_max_threads(size_t* max_threads) {
   });
 }
 
-simdattn_matmul_options simdattn_matmul_default_options(void) {
-  simdattn_matmul_options options;
-  std::memset(&options, 0, sizeof(options));
-  return options;
-}
-
 simdattn_status simdattn_matmul(simdattn_const_matrix a,
                                 simdattn_const_matrix b, simdattn_matrix c,
                                 const simdattn_matmul_options* options) {
-  return simdattn_matmul_compute(a, b, c, options, SIMDATTN_COMPUTE_FP32);
-}
-
-simdattn_status simdattn_matmul_compute(simdattn_const_matrix a,
-                                        simdattn_const_matrix b,
-                                        simdattn_matrix c,
-                                        const simdattn_matmul_options* options,
-                                        int32_t compute) {
   constexpr const char* kFn = "simdattn_matmul";
   return CallGuarded(kFn, [&] {
-    simdattn::MatMulOptions o = simdattn::ToOptions(options, kFn);
-    o.compute = simdattn::Compute(compute, kFn);
     simdattn::MatMul(simdattn::View(a), simdattn::View(b), simdattn::View(c),
-                     o);
+                     simdattn::ToOptions(options, kFn));
   });
 }
 
@@ -385,24 +477,28 @@ simdattn_status simdattn_softmax(simdattn_const_tensor4 x, simdattn_tensor4 y,
   return CallGuarded(kFn, [&] {
     simdattn::Softmax(simdattn::View4<const float>(x),
                       simdattn::View4<float>(y), scale,
-                      mask == nullptr ? simdattn::AttentionMask()
-                                      : simdattn::ToMask(*mask, kFn));
+                      simdattn::ToMask(mask, kFn, "mask"));
   });
 }
 
-simdattn_status simdattn_apply_rope(simdattn_tensor4 x, int32_t interleaved,
-                                    float theta, size_t rotary_dim,
-                                    const size_t* positions) {
+simdattn_status simdattn_alibi_slopes(size_t num_heads, float* slopes) {
+  constexpr const char* kFn = "simdattn_alibi_slopes";
+  return CallGuarded(kFn, [&] {
+    SIMDATTN_REQUIRE(slopes != nullptr || num_heads == 0, kFn,
+                     "slopes is null but num_heads is ", num_heads);
+    const std::vector<float> s = simdattn::AlibiSlopes(num_heads);
+    std::copy(s.begin(), s.end(), slopes);
+  });
+}
+
+simdattn_status simdattn_apply_rope(simdattn_tensor4 x,
+                                    const simdattn_rope_options* options) {
   constexpr const char* kFn = "simdattn_apply_rope";
   return CallGuarded(kFn, [&] {
-    simdattn::RopeOptions options;
-    options.pairing = simdattn::Flag(interleaved, kFn, "interleaved")
-                          ? simdattn::RopePairing::kInterleaved
-                          : simdattn::RopePairing::kHalfSplit;
-    options.theta = theta;
-    options.rotary_dim = rotary_dim;
-    options.positions = positions;
-    simdattn::ApplyRope(simdattn::View4<float>(x), options);
+    simdattn::ApplyRope(simdattn::View4<float>(x),
+                        options == nullptr
+                            ? simdattn::RopeOptions()
+                            : simdattn::ToRope(*options, kFn, "options"));
   });
 }
 
@@ -413,42 +509,28 @@ simdattn_status simdattn_dropout(simdattn_tensor4 x, float p, uint64_t seed,
   });
 }
 
-simdattn_attention_options simdattn_attention_default_options(void) {
-  simdattn_attention_options options;
-  std::memset(&options, 0, sizeof(options));
-  return options;
-}
-
 simdattn_status simdattn_scaled_dot_product_attention(
     simdattn_const_tensor4 q, simdattn_const_tensor4 k,
     simdattn_const_tensor4 v, simdattn_tensor4 out,
     const simdattn_attention_options* options) {
-  return simdattn_scaled_dot_product_attention_compute(q, k, v, out, options,
-                                                       SIMDATTN_COMPUTE_FP32);
-}
-
-simdattn_status simdattn_scaled_dot_product_attention_compute(
-    simdattn_const_tensor4 q, simdattn_const_tensor4 k,
-    simdattn_const_tensor4 v, simdattn_tensor4 out,
-    const simdattn_attention_options* options, int32_t compute) {
   constexpr const char* kFn = "simdattn_scaled_dot_product_attention";
   return CallGuarded(kFn, [&] {
-    simdattn::AttentionOptions o = simdattn::ToOptions(options, kFn);
-    o.compute = simdattn::Compute(compute, kFn);
     simdattn::ScaledDotProductAttention(
         simdattn::View4<const float>(q), simdattn::View4<const float>(k),
-        simdattn::View4<const float>(v), simdattn::View4<float>(out), o);
+        simdattn::View4<const float>(v), simdattn::View4<float>(out),
+        simdattn::ToOptions(options, kFn));
   });
 }
 
 simdattn_status simdattn_kv_cache_create(size_t batch, size_t kv_heads,
                                          size_t capacity, size_t head_dim,
+                                         const simdattn_kv_cache_config* config,
                                          simdattn_kv_cache** cache) {
   constexpr const char* kFn = "simdattn_kv_cache_create";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(cache, kFn, "cache");
-    *cache = new simdattn_kv_cache{
-        simdattn::KVCache(batch, kv_heads, capacity, head_dim)};
+    *cache = new simdattn_kv_cache{simdattn::KVCache(
+        batch, kv_heads, capacity, head_dim, simdattn::ToConfig(config, kFn))};
   });
 }
 
@@ -463,51 +545,24 @@ simdattn_status simdattn_kv_cache_create_in(simdattn_tensor4 keys,
   });
 }
 
-simdattn_status simdattn_kv_cache_create_with(
-    size_t batch, size_t kv_heads, size_t capacity, size_t head_dim,
-    const simdattn_kv_cache_config* config, simdattn_kv_cache** cache) {
-  constexpr const char* kFn = "simdattn_kv_cache_create_with";
-  return CallGuarded(kFn, [&] {
-    simdattn::RequireNonNull(cache, kFn, "cache");
-    simdattn::KVCacheConfig c;
-    if (config != nullptr) {
-      SIMDATTN_REQUIRE(config->type >= 0 && config->type <= 3, kFn,
-                       "config->type (", config->type,
-                       ") is not a simdattn_kv_type");
-      c.type = static_cast<simdattn::KVType>(config->type);
-      c.block_size = config->block_size;
-      c.num_blocks = config->num_blocks;
-      if (simdattn::Flag(config->rope, kFn, "config->rope")) {
-        simdattn::RopeOptions rope;
-        rope.pairing = simdattn::Flag(config->rope_interleaved, kFn,
-                                      "config->rope_interleaved")
-                           ? simdattn::RopePairing::kInterleaved
-                           : simdattn::RopePairing::kHalfSplit;
-        if (config->rope_theta != 0.0f) rope.theta = config->rope_theta;
-        rope.rotary_dim = config->rope_dim;
-        c.rope = rope;
-      }
-    }
-    *cache = new simdattn_kv_cache{
-        simdattn::KVCache(batch, kv_heads, capacity, head_dim, c)};
-  });
-}
-
 void simdattn_kv_cache_destroy(simdattn_kv_cache* cache) { delete cache; }
 
-simdattn_status simdattn_kv_cache_append_to(simdattn_kv_cache* cache,
-                                            simdattn_const_tensor4 keys,
-                                            simdattn_const_tensor4 values,
-                                            const size_t* sequences) {
-  constexpr const char* kFn = "simdattn_kv_cache_append_to";
+simdattn_status simdattn_kv_cache_append(simdattn_kv_cache* cache,
+                                         simdattn_const_tensor4 keys,
+                                         simdattn_const_tensor4 values,
+                                         const size_t* sequences) {
+  constexpr const char* kFn = "simdattn_kv_cache_append";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(cache, kFn, "cache");
+    if (sequences == nullptr) {
+      cache->cache.Append(simdattn::View4<const float>(keys),
+                          simdattn::View4<const float>(values));
+      return;
+    }
     const size_t count = keys.dims[0];
     SIMDATTN_REQUIRE(count <= cache->cache.batch(), kFn, "keys.dims[0] (",
                      count, ") exceeds the batch (", cache->cache.batch(),
                      "): a sequence would repeat");
-    SIMDATTN_REQUIRE(sequences != nullptr || count == 0, kFn,
-                     "sequences is null");
     cache->cache.Append(simdattn::View4<const float>(keys),
                         simdattn::View4<const float>(values),
                         std::vector<size_t>(sequences, sequences + count));
@@ -566,17 +621,6 @@ simdattn_status simdattn_kv_cache_attention(
   });
 }
 
-simdattn_status simdattn_kv_cache_append(simdattn_kv_cache* cache,
-                                         simdattn_const_tensor4 keys,
-                                         simdattn_const_tensor4 values) {
-  constexpr const char* kFn = "simdattn_kv_cache_append";
-  return CallGuarded(kFn, [&] {
-    simdattn::RequireNonNull(cache, kFn, "cache");
-    cache->cache.Append(simdattn::View4<const float>(keys),
-                        simdattn::View4<const float>(values));
-  });
-}
-
 simdattn_status simdattn_kv_cache_clear(simdattn_kv_cache* cache) {
   constexpr const char* kFn = "simdattn_kv_cache_clear";
   return CallGuarded(kFn, [&] {
@@ -592,6 +636,16 @@ simdattn_status simdattn_kv_cache_size(const simdattn_kv_cache* cache,
     simdattn::RequireNonNull(cache, kFn, "cache");
     if (size != nullptr) *size = cache->cache.size();
     if (capacity != nullptr) *capacity = cache->cache.capacity();
+  });
+}
+
+simdattn_status simdattn_kv_cache_read(const simdattn_kv_cache* cache,
+                                       size_t sequence, simdattn_tensor3 keys,
+                                       simdattn_tensor3 values) {
+  constexpr const char* kFn = "simdattn_kv_cache_read";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    cache->cache.Read(sequence, simdattn::View(keys), simdattn::View(values));
   });
 }
 
@@ -659,35 +713,20 @@ simdattn_status simdattn_module_weight_info(const simdattn_module* module,
 }
 
 simdattn_status simdattn_module_load_weights(
-    simdattn_module* module, const simdattn_named_tensor* tensors,
-    size_t count) {
+    simdattn_module* module, const simdattn_named_tensor* tensors, size_t count,
+    const simdattn_load_options* options) {
   return simdattn::LoadWeights("simdattn_module_load_weights", module, tensors,
-                               count, 0);
-}
-
-simdattn_status simdattn_module_load_typed_weights(
-    simdattn_module* module, const simdattn_typed_tensor* tensors, size_t count,
-    int32_t keep_dtype) {
-  return simdattn::LoadWeights("simdattn_module_load_typed_weights", module,
-                               tensors, count, keep_dtype);
+                               count, options);
 }
 
 simdattn_status simdattn_module_forward(
     const simdattn_module* module, simdattn_const_tensor3 x, simdattn_tensor3 y,
     const simdattn_forward_options* options) {
-  return simdattn_module_forward_compute(module, x, y, options,
-                                         SIMDATTN_COMPUTE_FP32);
-}
-
-simdattn_status simdattn_module_forward_compute(
-    const simdattn_module* module, simdattn_const_tensor3 x, simdattn_tensor3 y,
-    const simdattn_forward_options* options, int32_t compute) {
   constexpr const char* kFn = "simdattn_module_forward";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(module, kFn, "module");
-    simdattn::ForwardOptions o = simdattn::ToOptions(options, kFn);
-    o.compute = simdattn::Compute(compute, kFn);
-    module->module.Forward(simdattn::View(x), simdattn::View(y), o);
+    module->module.Forward(simdattn::View(x), simdattn::View(y),
+                           simdattn::ToOptions(options, kFn));
   });
 }
 
@@ -695,22 +734,13 @@ simdattn_status simdattn_module_forward_step(
     const simdattn_module* module, simdattn_const_tensor3 x,
     simdattn_kv_cache* cache, simdattn_tensor3 y,
     const simdattn_forward_options* options) {
-  return simdattn_module_forward_step_compute(module, x, cache, y, options,
-                                              SIMDATTN_COMPUTE_FP32);
-}
-
-simdattn_status simdattn_module_forward_step_compute(
-    const simdattn_module* module, simdattn_const_tensor3 x,
-    simdattn_kv_cache* cache, simdattn_tensor3 y,
-    const simdattn_forward_options* options, int32_t compute) {
   constexpr const char* kFn = "simdattn_module_forward_step";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(module, kFn, "module");
     simdattn::RequireNonNull(cache, kFn, "cache");
-    simdattn::ForwardOptions o = simdattn::ToOptions(options, kFn);
-    o.compute = simdattn::Compute(compute, kFn);
     module->module.ForwardStep(simdattn::View(x), cache->cache,
-                               simdattn::View(y), o);
+                               simdattn::View(y),
+                               simdattn::ToOptions(options, kFn));
   });
 }
 

@@ -43,6 +43,7 @@
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
 #include "simdattn/random.h"
+#include "src/common/element.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
 #include "src/ops/amx_tiles.h"
@@ -977,23 +978,11 @@ inline void AttentionImpl(ConstTensor4 q, const internal::KVSource& kv,
                           float dropout, PhiloxKey dropout_key,
                           float* log_sum_exp, bool round_weights, bool amx,
                           bool inputs_rounded) {
-  using namespace attention_detail;
-  switch (kv.type) {
-    case KVType::kF32:
-      return AttendAll<float>(q, kv, out, scale, mask, dropout, dropout_key,
-                              log_sum_exp, round_weights, amx, inputs_rounded);
-    case KVType::kBF16:
-      return AttendAll<BFloat16>(q, kv, out, scale, mask, dropout, dropout_key,
-                                 log_sum_exp, round_weights, amx,
-                                 inputs_rounded);
-    case KVType::kF16:
-      return AttendAll<Float16>(q, kv, out, scale, mask, dropout, dropout_key,
-                                log_sum_exp, round_weights, amx,
-                                inputs_rounded);
-    case KVType::kInt8:
-      return AttendAll<int8_t>(q, kv, out, scale, mask, dropout, dropout_key,
-                               log_sum_exp, round_weights, amx, inputs_rounded);
-  }
+  internal::VisitElementType(kv.type, [&](auto tag) {
+    attention_detail::AttendAll<typename decltype(tag)::type>(
+        q, kv, out, scale, mask, dropout, dropout_key, log_sum_exp,
+        round_weights, amx, inputs_rounded);
+  });
 }
 
 }  // namespace HWY_NAMESPACE

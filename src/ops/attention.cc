@@ -181,26 +181,11 @@ void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
          options.mask);
 }
 
-size_t KVTypeBytes(KVType type) {
-  switch (type) {
-    case KVType::kF32:
-      return 4;
-    case KVType::kBF16:
-    case KVType::kF16:
-      return 2;
-    case KVType::kInt8:
-      return 1;
-  }
-  SIMDATTN_REQUIRE(false, "KVTypeBytes", "type (", static_cast<int>(type),
-                   ") is not a KVType");
-  return 0;
-}
-
 void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
                                Tensor4 out, const AttentionOptions& options) {
   constexpr const char* kFn = "ScaledDotProductAttention";
   const size_t batch = q.dims[0], q_tokens = q.dims[2];
-  SIMDATTN_REQUIRE(static_cast<unsigned>(kv.type) <= 3, kFn, "kv.type (",
+  SIMDATTN_REQUIRE(IsElementType(kv.type), kFn, "kv.type (",
                    static_cast<int>(kv.type), ") is not a KVType");
   SIMDATTN_REQUIRE(
       options.compute != ComputeType::kBFloat16 || kv.type == KVType::kBF16,
@@ -264,7 +249,7 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
   const Footprint rv = internal::CheckTensor4(kFn, "kv.values", kv.values, dims,
                                               strides, element_size);
   Footprint rks, rvs;
-  if (kv.type == KVType::kInt8) {
+  if (ElementTraitsOf(kv.type).scaled) {
     const size_t scale_dims[4] = {blocks, kv.kv_heads, kv.block_size, 1};
     const size_t scale_strides[3] = {kv.scale_block_stride,
                                      kv.scale_head_stride, 1};
@@ -289,7 +274,7 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
     m->block_stride = kv.block_stride;
     m->head_stride = kv.head_stride;
     m->row_stride = kv.row_stride;
-    if (kv.type == KVType::kInt8) {
+    if (ElementTraitsOf(kv.type).scaled) {
       m->scales = keys ? kv.key_scales : kv.value_scales;
       m->scale_block_stride = kv.scale_block_stride;
       m->scale_head_stride = kv.scale_head_stride;

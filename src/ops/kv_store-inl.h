@@ -18,6 +18,7 @@
 
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
+#include "src/common/element.h"
 #include "src/ops/bf16-inl.h"
 #include "src/ops/kv_store.h"
 #include "src/ops/lanes-inl.h"
@@ -40,9 +41,16 @@ constexpr bool kNativeF16 = true;
 constexpr bool kNativeF16 = false;
 #endif
 
+// Stores v's lanes as `out`'s element type: the overloads below are each
+// type's conversion (the scale is int8's).
+template <class D>
+HWY_INLINE void Store(D d, hn::Vec<D> v, float /*scale*/, float* out) {
+  hn::StoreU(v, d, out);
+}
+
 // Stores v's lanes as bfloat16: ToBFloat16's bits.
 template <class D>
-HWY_INLINE void StoreBF16(D d, hn::Vec<D> v, BFloat16* out) {
+HWY_INLINE void Store(D d, hn::Vec<D> v, float /*scale*/, BFloat16* out) {
   const hn::RebindToSigned<D> di;
   const hn::Rebind<uint16_t, D> d16;
   hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, BFloat16Bits(d, v))), d16,
@@ -51,7 +59,7 @@ HWY_INLINE void StoreBF16(D d, hn::Vec<D> v, BFloat16* out) {
 
 // Stores v's lanes as float16, rounded to nearest even (ToFloat16's bits).
 template <class D>
-HWY_INLINE void StoreF16(D d, hn::Vec<D> v, Float16* out) {
+HWY_INLINE void Store(D d, hn::Vec<D> v, float /*scale*/, Float16* out) {
   if constexpr (kNativeF16) {
     const hn::Rebind<hwy::float16_t, D> d16;
     hn::StoreU(hn::DemoteTo(d16, v), d16,
@@ -66,7 +74,7 @@ HWY_INLINE void StoreF16(D d, hn::Vec<D> v, Float16* out) {
 // Stores round(v / scale) (float32 division, ties to even), within
 // [-127, 127], as int8: KVType's rule, exactly.
 template <class D>
-HWY_INLINE void StoreInt8(D d, hn::Vec<D> v, float scale, int8_t* out) {
+HWY_INLINE void Store(D d, hn::Vec<D> v, float scale, int8_t* out) {
   const hn::RebindToSigned<D> di;
   const hn::Rebind<int8_t, D> d8;
   const auto q = hn::Min(
@@ -96,43 +104,30 @@ HWY_INLINE float MaxAbs(D d, const float* row, size_t n) {
   return finite ? max_abs : std::numeric_limits<float>::quiet_NaN();
 }
 
-// One row of n floats as `type` at dst (int8: its scale at *scale, max |x|
-// / 127; a non-finite element makes it NaN and the elements 0).
-inline void StoreRow(KVType type, const float* row, size_t n, void* dst,
-                     float* scale) {
+// One row of n floats as T at dst (scaled types: the scale at *scale, max
+// |x| / 127; a non-finite element makes it NaN and the elements 0).
+template <typename T>
+inline void StoreRow(const float* row, size_t n, T* dst, float* scale) {
   const hn::ScalableTag<float> d;
   const hn::CappedTag<float, 1> d1;
   const size_t N = hn::Lanes(d);
-  float int8_scale = 0.0f;
-  if (type == KVType::kInt8) {
+  float row_scale = 0.0f;
+  if constexpr (internal::kScaled<T>) {
     const float max_abs = MaxAbs(d, row, n);
     // Rows below 2^-100 (127 / max |x| would overflow near 2^-126) and
     // zero rows store zeros with scale 0; NaN rows zeros with scale NaN.
     if (!(max_abs >= 0x1p-100f)) {
       *scale = std::isnan(max_abs) ? max_abs : 0.0f;
-      std::memset(dst, 0, n);
+      std::memset(dst, 0, n * sizeof(T));
       return;
     }
-    int8_scale = max_abs / 127.0f;
-    *scale = int8_scale;
+    row_scale = max_abs / 127.0f;
+    *scale = row_scale;
   }
   // Whole vectors, then one lane at a time.
-  const auto store = [&](auto dv, size_t c) {
-    const auto v = hn::LoadU(dv, row + c);
-    switch (type) {
-      case KVType::kF32:
-        return hn::StoreU(v, dv, static_cast<float*>(dst) + c);
-      case KVType::kBF16:
-        return StoreBF16(dv, v, static_cast<BFloat16*>(dst) + c);
-      case KVType::kF16:
-        return StoreF16(dv, v, static_cast<Float16*>(dst) + c);
-      case KVType::kInt8:
-        return StoreInt8(dv, v, int8_scale, static_cast<int8_t*>(dst) + c);
-    }
-  };
   size_t c = 0;
-  for (; c + N <= n; c += N) store(d, c);
-  for (; c < n; ++c) store(d1, c);
+  for (; c + N <= n; c += N) Store(d, hn::LoadU(d, row + c), row_scale, dst + c);
+  for (; c < n; ++c) Store(d1, hn::LoadU(d1, row + c), row_scale, dst + c);
 }
 
 }  // namespace kv_store_detail
@@ -142,7 +137,6 @@ inline void StoreKVRowsImpl(KVType type, ConstMatrix src, void* dst,
                             size_t dst_stride, float* scales,
                             const internal::RopeTables* rope,
                             size_t first_position) {
-  const size_t element = KVTypeBytes(type);
   // Rotated rows go through a copy; head dims up to 512 on the stack.
   float stack[512];
   std::vector<float> heap(rope != nullptr && src.cols > 512 ? src.cols : 0);
@@ -156,10 +150,12 @@ inline void StoreKVRowsImpl(KVType type, ConstMatrix src, void* dst,
                              rope->pairing());
       row = rotated;
     }
-    kv_store_detail::StoreRow(
-        type, row, src.cols,
-        static_cast<uint8_t*>(dst) + r * dst_stride * element,
-        scales != nullptr ? scales + r : nullptr);
+    internal::VisitElementType(type, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      kv_store_detail::StoreRow(row, src.cols,
+                                static_cast<T*>(dst) + r * dst_stride,
+                                scales != nullptr ? scales + r : nullptr);
+    });
   }
 }
 

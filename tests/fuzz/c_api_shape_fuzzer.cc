@@ -4,7 +4,11 @@
 // an access outside it is reported; a view whose extent overflows or whose
 // data is null gets a tiny buffer and must be rejected. Every call must
 // return OK, INVALID_ARGUMENT or OUT_OF_MEMORY with a message on failure and
-// none on success; INTERNAL or a crash is a bug.
+// none on success; INTERNAL or a crash is a bug. Every options and config
+// struct also gets a fuzzed struct_size now and then: zero (no
+// SIMDATTN_*_INIT), too small, that of a newer header's struct with its new
+// fields zero (accepted) or set (refused), or past the 4096-byte bound
+// (refused).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -33,6 +37,16 @@ class Input {
     return v;
   }
   uint64_t U64() { return uint64_t{U32()} << 32 | U32(); }
+  // The decisions the 0.2.0 API added (struct sizes, the arithmetic, tensor
+  // dtypes) read the input from its other end, so that the seeds written
+  // before them drive the calls they did; their defaults are what a byte
+  // below 240, and an exhausted input's 0, choose.
+  uint8_t Tail() { return tail_ < size_ ? data_[size_ - 1 - tail_++] : 0; }
+  uint32_t TailU32() {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v = v << 8 | Tail();
+    return v;
+  }
 
   // Mostly small extents (0 included), sometimes ones that overflow.
   size_t Dim() {
@@ -83,7 +97,68 @@ class Input {
   const uint8_t* data_;
   size_t size_;
   size_t pos_ = 0;
+  size_t tail_ = 0;
 };
+
+// SIMDATTN_COMPUTE_FP32 mostly; bf16, or a value that is neither.
+int32_t Compute(Input& in) {
+  const uint8_t b = in.Tail();
+  if (b < 240) return SIMDATTN_COMPUTE_FP32;
+  return b % 4 != 0 ? SIMDATTN_COMPUTE_BF16
+                    : static_cast<int32_t>(in.TailU32());
+}
+
+// The library's bound on struct_size: a larger one is garbage.
+constexpr size_t kMaxStructSize = 4096;
+
+// An options or config struct as a caller compiled against a newer header
+// passes it: followed by the fields this version does not know (zero unless
+// FuzzStructSize sets one), room for any struct_size up to past the bound.
+template <typename T>
+struct Grown {
+  T value;
+  uint8_t newer[kMaxStructSize + 1];
+};
+template <typename T>
+Grown<T> Grow(const T& value) {
+  return Grown<T>{value, {}};
+}
+
+// Sets g->value.struct_size: sizeof(T) mostly; else larger with the newer
+// fields zero (accepted), or too small, covering a set newer field, past the
+// bound, or garbage (refused, before anything past sizeof(T) is trusted).
+// Returns whether a call given the struct must fail.
+template <typename T>
+bool FuzzStructSize(Input& in, Grown<T>* g) {
+  T& v = g->value;
+  v.struct_size = sizeof(T);
+  const uint8_t b = in.Tail();
+  if (b < 240) return false;
+  switch (b % 8) {
+    case 0:  // Zeroed without the macro, or below the first version's size.
+      v.struct_size = in.Tail() % (sizeof(size_t) + 1);
+      return true;
+    case 1:
+    case 2:  // A newer caller that leaves its new fields zero.
+      v.struct_size = sizeof(T) + 1 + in.Tail() % 64;
+      return false;
+    case 3: {  // One that sets a new field.
+      const size_t n = 1 + in.Tail() % 64;
+      v.struct_size = sizeof(T) + n;
+      g->newer[in.Tail() % n] = static_cast<uint8_t>(1 + in.Tail() % 255);
+      return true;
+    }
+    case 4:
+      v.struct_size = kMaxStructSize;  // The largest accepted.
+      return false;
+    case 5:
+      v.struct_size = kMaxStructSize + 1;
+      return true;
+    default:  // Not backed: must be refused without a read past sizeof(T).
+      v.struct_size = SIZE_MAX - in.Tail();
+      return true;
+  }
+}
 
 // Elements from the first to one past the last of a view; false if that
 // overflows (then the view is not empty, and must be rejected).
@@ -226,14 +301,18 @@ struct Call {
   }
 };
 
-simdattn_matmul_options MatMulOptions(Input& in, Call& call, size_t n) {
-  simdattn_matmul_options o = simdattn_matmul_default_options();
+// Options for C with n columns; returns whether their struct_size must be
+// refused.
+bool MatMulOptions(Input& in, Call& call, size_t n,
+                   Grown<simdattn_matmul_options>* g) {
+  simdattn_matmul_options& o = g->value;
   o.transpose_b = in.Flag();
   o.use_alpha = in.Flag();
   o.alpha = in.Float();
   o.beta = in.Float();
   o.bias = call.Array<float>(in, n);
-  return o;
+  o.compute = Compute(in);
+  return FuzzStructSize(in, g);
 }
 
 void FuzzMatMul(Input& in) {
@@ -252,10 +331,12 @@ void FuzzMatMul(Input& in) {
   } else {
     call.BackMatrix(in, &c);
   }
-  const simdattn_matmul_options options = MatMulOptions(in, call, c.cols);
+  auto options = Grow<simdattn_matmul_options>(SIMDATTN_MATMUL_OPTIONS_INIT);
+  const bool bad = MatMulOptions(in, call, c.cols, &options);
   if (call.skip) return;
-  CheckStatus(simdattn_matmul(a, b, c, in.Byte() % 8 ? &options : nullptr),
-              call.must_fail);
+  const bool with_options = in.Byte() % 8 != 0;
+  CheckStatus(simdattn_matmul(a, b, c, with_options ? &options.value : nullptr),
+              call.must_fail || (with_options && bad));
 }
 
 void FuzzBatchedMatMul(Input& in) {
@@ -268,16 +349,18 @@ void FuzzBatchedMatMul(Input& in) {
   call.Back4(in, &a);
   call.Back4(in, &b);
   call.Back4(in, &c);
-  const simdattn_matmul_options options = MatMulOptions(in, call, c.dims[3]);
+  auto options = Grow<simdattn_matmul_options>(SIMDATTN_MATMUL_OPTIONS_INIT);
+  const bool bad = MatMulOptions(in, call, c.dims[3], &options);
   if (call.skip) return;
-  CheckStatus(simdattn_batched_matmul(a, b, c, &options), call.must_fail);
+  CheckStatus(simdattn_batched_matmul(a, b, c, &options.value),
+              call.must_fail || bad);
 }
 
-// A mask over scores shaped like `scores`, its views backed in `masks`.
+// A mask over scores shaped like `scores`, its views backed in `masks`;
+// returns whether its struct_size must be refused.
 template <typename Like>
-simdattn_mask Mask(Input& in, const Like& scores, Call& masks) {
-  simdattn_mask mask;
-  std::memset(&mask, 0, sizeof(mask));
+bool Mask(Input& in, const Like& scores, Call& masks, Grown<simdattn_mask>* g) {
+  simdattn_mask& mask = g->value;
   mask.causal = in.Flag();
   mask.causal_offset = in.Dim();
   if (in.Byte() % 2) {
@@ -294,7 +377,7 @@ simdattn_mask Mask(Input& in, const Like& scores, Call& masks) {
   mask.softcap = in.Byte() % 2 ? in.Float() : 0.0f;
   mask.alibi_slopes = masks.Array<float>(in, scores.dims[1]);
   mask.sinks = masks.Array<float>(in, scores.dims[1]);
-  return mask;
+  return FuzzStructSize(in, g);
 }
 
 void FuzzSoftmax(Input& in) {
@@ -320,12 +403,13 @@ void FuzzSoftmax(Input& in) {
   }
   // The mask's views count only when the mask is passed at all.
   Call masks;
-  const simdattn_mask mask = Mask(in, x, masks);
+  auto mask = Grow<simdattn_mask>(SIMDATTN_MASK_INIT);
+  const bool bad_mask = Mask(in, x, masks, &mask);
   const float scale = in.Float();
   const bool with_mask = in.Byte() % 8 != 0;
   if (call.skip || masks.skip) return;
-  CheckStatus(simdattn_softmax(x, y, scale, with_mask ? &mask : nullptr),
-              call.must_fail || (with_mask && masks.must_fail));
+  CheckStatus(simdattn_softmax(x, y, scale, with_mask ? &mask.value : nullptr),
+              call.must_fail || (with_mask && (masks.must_fail || bad_mask)));
 }
 
 void FuzzDropout(Input& in) {
@@ -337,6 +421,18 @@ void FuzzDropout(Input& in) {
   const uint64_t seed = in.U64(), offset = in.U64();
   if (call.skip) return;
   CheckStatus(simdattn_dropout(x, p, seed, offset), call.must_fail);
+  // RoPE on the same view, with options read after dropout's.
+  Call rope_call;
+  auto rope = Grow<simdattn_rope_options>(SIMDATTN_ROPE_OPTIONS_INIT);
+  rope.value.interleaved = in.Flag();
+  rope.value.theta = in.Byte() % 2 ? in.Float() : 0.0f;  // 0: 10000.
+  rope.value.rotary_dim = in.Byte() % 4 == 0 ? in.Dim() : 0;
+  rope.value.positions = rope_call.Array<size_t>(in, x.dims[0]);
+  const bool bad = FuzzStructSize(in, &rope);
+  const bool with_options = in.Byte() % 8 != 0;
+  if (rope_call.skip) return;
+  CheckStatus(simdattn_apply_rope(x, with_options ? &rope.value : nullptr),
+              call.must_fail || (with_options && (rope_call.must_fail || bad)));
 }
 
 // Fused attention: q, k, v and out usually consistent (k like q, v like k,
@@ -358,10 +454,14 @@ void FuzzAttention(Input& in) {
     call.Back4(in, &out);
   }
   Call masks;
-  simdattn_attention_options options = simdattn_attention_default_options();
+  auto grown_options =
+      Grow<simdattn_attention_options>(SIMDATTN_ATTENTION_OPTIONS_INIT);
+  simdattn_attention_options& options = grown_options.value;
+  auto mask = Grow<simdattn_mask>(SIMDATTN_MASK_INIT);
   simdattn_const_tensor4 scores = q;
   scores.dims[3] = k.dims[2];
-  options.mask = Mask(in, scores, masks);
+  const bool bad_mask = Mask(in, scores, masks, &mask);
+  options.mask = &mask.value;
   options.has_scale = in.Flag();
   options.scale = in.Float();
   options.dropout = in.Byte() % 2 ? in.Float() : 0.0f;
@@ -378,11 +478,13 @@ void FuzzAttention(Input& in) {
                  /*null_is_absent=*/true);
     }
   }
+  options.compute = Compute(in);
+  const bool bad = FuzzStructSize(in, &grown_options) || bad_mask;
   const bool with_options = in.Byte() % 8 != 0;
   if (call.skip || masks.skip) return;
   CheckStatus(simdattn_scaled_dot_product_attention(
                   q, k, v, out, with_options ? &options : nullptr),
-              call.must_fail || (with_options && masks.must_fail));
+              call.must_fail || (with_options && (masks.must_fail || bad)));
 }
 
 // (batch, heads, n, head_dim) keys or values to append to `cache_like`,
@@ -423,8 +525,9 @@ void FuzzKVCache(Input& in) {
     add.Back4(in, &new_keys);
     add.Back4(in, &new_values);
     if (!add.skip) {
-      CheckStatus(simdattn_kv_cache_append(cache, new_keys, new_values),
-                  add.must_fail);
+      CheckStatus(
+          simdattn_kv_cache_append(cache, new_keys, new_values, nullptr),
+          add.must_fail);
     }
     size_t size = 0, capacity = 0;
     CheckStatus(simdattn_kv_cache_size(cache, &size, &capacity), false);
@@ -451,13 +554,13 @@ void FuzzKVCache(Input& in) {
 }
 
 void FuzzModule(Input& in) {
-  simdattn_module_config config;
-  std::memset(&config, 0, sizeof(config));
+  auto grown_config = Grow<simdattn_module_config>(SIMDATTN_MODULE_CONFIG_INIT);
+  simdattn_module_config& config = grown_config.value;
   config.kind =
       in.Byte() % 8 == 7 ? static_cast<int32_t>(in.U32()) : in.Byte() % 6;
   config.d_in = in.Dim();
   config.d_out = in.Dim();
-  config.context_length = in.Dim();
+  config.context_length = in.Dim();  // 0: unbounded.
   config.dropout = in.Float();
   config.num_heads = in.Dim();
   config.num_kv_heads = in.Dim();
@@ -483,10 +586,11 @@ void FuzzModule(Input& in) {
       return;
     }
   }
+  const bool bad_config = FuzzStructSize(in, &grown_config);
   simdattn_module* module = nullptr;
   // Weights of absurd size may honestly be out of memory.
   const simdattn_status created = simdattn_module_create(&config, &module);
-  CheckStatus(created, false);
+  CheckStatus(created, bad_config);
   if (created != SIMDATTN_STATUS_OK) {
     Expect(module == nullptr);
     return;
@@ -513,13 +617,23 @@ void FuzzModule(Input& in) {
       if (__builtin_mul_overflow(elements, d, &elements)) elements = SIZE_MAX;
     }
     t.data = call.Array<float>(in, elements);
+    // Float mostly; else bf16 or f16 bits (in the floats' memory, which
+    // holds twice as many), or not a simdattn_element_type.
+    const uint8_t dtype = in.Tail();
+    t.dtype = dtype < 240 ? SIMDATTN_F32 : dtype % 4;
     if (in.Byte() % 16 != 0) tensors.push_back(t);
   }
+  auto load = Grow<simdattn_load_options>(SIMDATTN_LOAD_OPTIONS_INIT);
+  const uint8_t keep = in.Tail();
+  load.value.keep_dtype = keep < 240 ? 0 : keep % 4 == 0 ? 2 : 1;
+  const bool bad_load = FuzzStructSize(in, &load);
+  const bool with_load = load.value.keep_dtype != 0 || bad_load;
   if (!call.skip && in.Byte() % 2) {
     // The mask buffers hold arbitrary values here: usually refused.
     CheckStatus(
-        simdattn_module_load_weights(module, tensors.data(), tensors.size()),
-        false);
+        simdattn_module_load_weights(module, tensors.data(), tensors.size(),
+                                     with_load ? &load.value : nullptr),
+        with_load && bad_load);
   }
 
   // x and y; the attention weights apart, since a step without options
@@ -543,8 +657,9 @@ void FuzzModule(Input& in) {
   const size_t y_strides[2] = {y.batch_stride, y.token_stride};
   forward.Back(in, x_dims, x_strides, 3, &x.data);
   forward.Back(in, y_dims, y_strides, 3, &y.data);
-  simdattn_forward_options options;
-  std::memset(&options, 0, sizeof(options));
+  auto grown_options =
+      Grow<simdattn_forward_options>(SIMDATTN_FORWARD_OPTIONS_INIT);
+  simdattn_forward_options& options = grown_options.value;
   options.training = in.Flag();
   options.dropout_seed = in.U64();
   options.dropout_offset = in.U64();
@@ -563,9 +678,11 @@ void FuzzModule(Input& in) {
     }
     weights_view.Back4(in, &options.attention_weights, /*null_is_absent=*/true);
   }
+  options.compute = Compute(in);
+  const bool bad_options = FuzzStructSize(in, &grown_options);
   if (!forward.skip && !weights_view.skip) {
     CheckStatus(simdattn_module_forward(module, x, y, &options),
-                forward.must_fail || weights_view.must_fail);
+                forward.must_fail || weights_view.must_fail || bad_options);
     // A generation step on the same views through a small owned cache,
     // usually shaped for the module.
     simdattn_kv_cache* cache = nullptr;
@@ -581,16 +698,23 @@ void FuzzModule(Input& in) {
       if (__builtin_mul_overflow(floats, dim, &floats)) floats = SIZE_MAX;
     }
     if (in.Byte() % 2 && floats <= kMaxFloats) {
+      // bf16 forward steps need a bf16 cache: one now and then.
+      auto cache_config =
+          Grow<simdattn_kv_cache_config>(SIMDATTN_KV_CACHE_CONFIG_INIT);
+      const uint8_t type = in.Tail();
+      cache_config.value.type = type < 240 ? SIMDATTN_F32 : type % 4;
+      const bool bad_cache_config = FuzzStructSize(in, &cache_config);
       CheckStatus(
           simdattn_kv_cache_create(cache_dims[0], cache_dims[1], cache_dims[2],
-                                   cache_dims[3], &cache),
-          false);
+                                   cache_dims[3], &cache_config.value, &cache),
+          bad_cache_config);
       if (cache != nullptr) {
         const bool with_options = in.Byte() % 2;
         CheckStatus(
             simdattn_module_forward_step(module, x, cache, y,
                                          with_options ? &options : nullptr),
-            forward.must_fail || (with_options && weights_view.must_fail));
+            forward.must_fail ||
+                (with_options && (weights_view.must_fail || bad_options)));
         simdattn_kv_cache_destroy(cache);
       }
     }
@@ -602,22 +726,30 @@ void FuzzModule(Input& in) {
 // cache's own) through fuzzed operations, sequences and lengths, and
 // attention over it: every call succeeds or fails cleanly.
 void FuzzTypedKVCache(Input& in) {
-  simdattn_kv_cache_config config;
-  std::memset(&config, 0, sizeof(config));
-  config.type = in.Byte() % 5;  // 4: not a type.
+  auto config = Grow<simdattn_kv_cache_config>(SIMDATTN_KV_CACHE_CONFIG_INIT);
+  config.value.type = in.Byte() % 5;  // 4: not a type.
   static const size_t kBlockSizes[] = {0, 16, 32, 256, 24, 8};
-  config.block_size = kBlockSizes[in.Byte() % 6];
-  config.num_blocks = in.Byte() % 4 == 0 ? in.Byte() % 12 : 0;
-  config.rope = in.Flag();
-  config.rope_interleaved = in.Flag();
-  config.rope_theta = in.Byte() % 8 == 0 ? in.Float() : 0.0f;
-  config.rope_dim = in.Byte() % 4 == 0 ? in.Byte() % 24 : 0;
+  config.value.block_size = kBlockSizes[in.Byte() % 6];
+  config.value.num_blocks = in.Byte() % 4 == 0 ? in.Byte() % 12 : 0;
+  // RoPE on append: any nonzero flag sets it.
+  auto rope = Grow<simdattn_rope_options>(SIMDATTN_ROPE_OPTIONS_INIT);
+  const bool with_rope = in.Flag() != 0;
+  rope.value.interleaved = in.Flag();
+  rope.value.theta = in.Byte() % 8 == 0 ? in.Float() : 0.0f;
+  rope.value.rotary_dim = in.Byte() % 4 == 0 ? in.Byte() % 24 : 0;
   const size_t batch = in.Byte() % 4, kv_heads = in.Byte() % 4;
   const size_t capacity = in.Byte() % 70, head_dim = in.Byte() % 21;
+  // A cache knows its positions: positions given are refused.
+  const size_t position = 7;
+  const bool positions = in.Tail() >= 248;
+  if (positions) rope.value.positions = &position;
+  if (with_rope) config.value.rope = &rope.value;
+  const bool bad = FuzzStructSize(in, &config) ||
+                   (with_rope && (FuzzStructSize(in, &rope) || positions));
   simdattn_kv_cache* cache = nullptr;
-  const simdattn_status created = simdattn_kv_cache_create_with(
-      batch, kv_heads, capacity, head_dim, &config, &cache);
-  CheckStatus(created, false);
+  const simdattn_status created = simdattn_kv_cache_create(
+      batch, kv_heads, capacity, head_dim, &config.value, &cache);
+  CheckStatus(created, bad);
   if (created != SIMDATTN_STATUS_OK) return;
   std::vector<float> data;
   const auto tensor = [&](size_t d0, size_t d1, size_t d2, size_t d3) {
@@ -637,11 +769,11 @@ void FuzzTypedKVCache(Input& in) {
       std::vector<size_t> sequences(count);
       for (size_t& b : sequences) b = in.Byte() % (batch + 1);
       const simdattn_const_tensor4 k = tensor(count, kv_heads, n, head_dim);
-      CheckStatus(simdattn_kv_cache_append_to(cache, k, k, sequences.data()),
+      CheckStatus(simdattn_kv_cache_append(cache, k, k, sequences.data()),
                   false);
     } else if (op % 7 == 1) {
       const simdattn_const_tensor4 k = tensor(batch, kv_heads, n, head_dim);
-      CheckStatus(simdattn_kv_cache_append(cache, k, k), false);
+      CheckStatus(simdattn_kv_cache_append(cache, k, k, nullptr), false);
     } else if (op % 7 == 2) {
       CheckStatus(simdattn_kv_cache_truncate(cache, seq, in.Byte() % 80),
                   false);
@@ -661,13 +793,41 @@ void FuzzTypedKVCache(Input& in) {
       o.data = out.data();
       std::memcpy(o.dims, q.dims, sizeof(o.dims));
       std::memcpy(o.strides, q.strides, sizeof(o.strides));
-      simdattn_attention_options options = simdattn_attention_default_options();
-      options.mask.causal = in.Flag();
-      options.mask.window = in.Byte() % 8;
-      CheckStatus(simdattn_kv_cache_attention(q, cache, o, &options), false);
+      auto options =
+          Grow<simdattn_attention_options>(SIMDATTN_ATTENTION_OPTIONS_INIT);
+      auto mask = Grow<simdattn_mask>(SIMDATTN_MASK_INIT);
+      mask.value.causal = in.Flag();
+      mask.value.window = in.Byte() % 8;
+      options.value.mask = &mask.value;
+      // bf16 arithmetic: over a bf16 cache, else refused.
+      options.value.compute = Compute(in);
+      const bool bad_options =
+          FuzzStructSize(in, &options) || FuzzStructSize(in, &mask);
+      CheckStatus(simdattn_kv_cache_attention(q, cache, o, &options.value),
+                  bad_options);
     } else {
+      // A sequence's length, then its keys and values read back as float
+      // into buffers of exactly that many tokens (a refused length leaves
+      // 0); now and then the keys' view claims a token more, which must be
+      // refused before anything is written.
       size_t length = 0;
-      CheckStatus(simdattn_kv_cache_length(cache, seq, &length), false);
+      const simdattn_status known =
+          simdattn_kv_cache_length(cache, seq, &length);
+      CheckStatus(known, false);
+      std::vector<float> keys(kv_heads * length * head_dim, -1.0f);
+      std::vector<float> values(keys.size(), -1.0f);
+      const bool too_long = in.Tail() >= 248;
+      const auto view = [&](std::vector<float>& v, size_t tokens) {
+        simdattn_tensor3 t;
+        t.data = v.data();
+        t.batch = kv_heads, t.tokens = tokens, t.features = head_dim;
+        t.batch_stride = tokens * head_dim, t.token_stride = head_dim;
+        return t;
+      };
+      CheckStatus(
+          simdattn_kv_cache_read(cache, seq, view(keys, length + too_long),
+                                 view(values, length)),
+          known != SIMDATTN_STATUS_OK || too_long);
     }
   }
   simdattn_kv_cache_destroy(cache);

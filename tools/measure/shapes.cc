@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <initializer_list>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -126,10 +127,33 @@ double VisiblePairs(size_t queries, size_t keys, size_t offset, bool causal,
   return pairs;
 }
 
+namespace {
+
+// A shape name's flag for a stored type: "" for float, else prefix + the
+// type's name ("_bf16", "_kvint8").
+std::string TypeSuffix(const char* prefix, ElementType type) {
+  return type == ElementType::kF32
+             ? std::string()
+             : std::string(prefix) + ElementTraitsOf(type).name;
+}
+
+// Whether flag is prefix + the name of one of `types`, then set *type to it.
+bool ParseType(const std::string& flag, const char* prefix,
+               std::initializer_list<ElementType> types, ElementType* type) {
+  for (const ElementType t : types) {
+    if (flag == std::string(prefix) + ElementTraitsOf(t).name) {
+      *type = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string MatMulShape::Name() const {
-  const char* const storage[] = {"", "_bf16", "_f16"};
   return Dims({m, k, n}) + (transpose_b ? "_Bt" : "") +
-         storage[static_cast<int>(b_storage)] + (cold ? "_cold" : "") +
+         TypeSuffix("_", b_storage) + (cold ? "_cold" : "") +
          (bf16dot ? "_bf16dot" : "");
 }
 
@@ -187,9 +211,7 @@ std::string AttentionShape::Name() const {
   if (causal) name += "_causal";
   if (dropout) name += "_dropout";
   name += variants.Name();
-  if (cache == KVType::kBF16) name += "_kvbf16";
-  if (cache == KVType::kF16) name += "_kvf16";
-  if (cache == KVType::kInt8) name += "_kvint8";
+  name += TypeSuffix("_kv", cache);
   if (page != 0) name += "_paged" + std::to_string(page);
   if (rope) name += "_rope";
   if (bf16dot) name += "_bf16dot";
@@ -205,7 +227,7 @@ double AttentionShape::Bytes() const {
   const size_t read =
       variants.window != 0 ? std::min(variants.window, tokens) : tokens;
   const double row_bytes = double(head_dim) * KVTypeBytes(cache) +
-                           (cache == KVType::kInt8 ? sizeof(float) : 0);
+                           (ElementTraitsOf(cache).scaled ? sizeof(float) : 0);
   const double kv = 2.0 * double(batch) * kv_heads * read * row_bytes;
   const double q_and_out =
       2.0 * double(batch) * heads * QueryTokens() * head_dim * sizeof(float);
@@ -215,7 +237,7 @@ double AttentionShape::Bytes() const {
 double AttentionShape::AppendBytes() const {
   const double rows = 2.0 * double(batch) * kv_heads * tokens;
   return rows * (head_dim * (sizeof(float) + KVTypeBytes(cache)) +
-                 (cache == KVType::kInt8 ? sizeof(float) : 0));
+                 (ElementTraitsOf(cache).scaled ? sizeof(float) : 0));
 }
 
 const std::vector<MatMulShape>& StandardMatMulShapes() {
@@ -308,14 +330,12 @@ MatMulShape ParseMatMulShape(const std::string& text) {
   const Parsed p = Parse(text, kForm);
   if (p.dims.size() != 3) Fail(text, kForm);
   MatMulShape s{p.dims[0], p.dims[1], p.dims[2]};
-  using Storage = MatMulShape::Storage;
   for (const std::string& flag : p.flags) {
     if (flag == "Bt" && !s.transpose_b) {
       s.transpose_b = true;
-    } else if (flag == "bf16" && s.b_storage == Storage::kFloat32) {
-      s.b_storage = Storage::kBFloat16;
-    } else if (flag == "f16" && s.b_storage == Storage::kFloat32) {
-      s.b_storage = Storage::kFloat16;
+    } else if (s.b_storage == ElementType::kF32 &&
+               ParseType(flag, "", {ElementType::kBF16, ElementType::kF16},
+                         &s.b_storage)) {
     } else if (flag == "cold" && !s.cold) {
       s.cold = true;
     } else if (flag == "bf16dot" && !s.bf16dot) {
@@ -375,10 +395,9 @@ MhaShape ParseMhaShape(const std::string& text) {
 // once: whether `flag` is one.
 bool ParseCacheFlag(const std::string& flag, AttentionShape* s) {
   if (s->cache == KVType::kF32 &&
-      (flag == "kvbf16" || flag == "kvf16" || flag == "kvint8")) {
-    s->cache = flag == "kvbf16"  ? KVType::kBF16
-               : flag == "kvf16" ? KVType::kF16
-                                 : KVType::kInt8;
+      ParseType(flag, "kv",
+                {ElementType::kBF16, ElementType::kF16, ElementType::kInt8},
+                &s->cache)) {
     return true;
   }
   if (s->page != 0 || flag.compare(0, 5, "paged") != 0 ||

@@ -20,11 +20,10 @@ namespace measure {
 
 // C = A op(B): A is m x k, op(B) is k x n.
 struct MatMulShape {
-  enum class Storage { kFloat32, kBFloat16, kFloat16 };
   size_t m = 0, k = 0, n = 0;
   // op(B) = B^T with B stored n x k (one head's Q K^T).
   bool transpose_b = false;
-  Storage b_storage = Storage::kFloat32;  // Flags "_bf16", "_f16".
+  ElementType b_storage = ElementType::kF32;  // Flags "_bf16", "_f16".
   // Flag "_cold": each call reads its own copy of B, the copies together
   // past any L3 (kColdBytes), as a model's decode step reads each layer's
   // weights from memory.

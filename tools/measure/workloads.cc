@@ -511,37 +511,32 @@ bool LibraryAvailable(Library library) {
 }
 
 StoredB::StoredB(const float* values, size_t rows, size_t cols,
-                 MatMulShape::Storage storage)
+                 ElementType storage)
     : rows_(rows), cols_(cols), storage_(storage) {
   for (size_t i = 0; i < rows * cols; ++i) {
-    switch (storage) {
-      case MatMulShape::Storage::kFloat32:
-        widened_.push_back(values[i]);
-        break;
-      case MatMulShape::Storage::kBFloat16:
-        bf16_.push_back(ToBFloat16(values[i]));
-        widened_.push_back(ToFloat(bf16_.back()));
-        break;
-      case MatMulShape::Storage::kFloat16:
-        f16_.push_back(ToFloat16(values[i]));
-        widened_.push_back(ToFloat(f16_.back()));
-        break;
+    if (storage == ElementType::kBF16) {
+      bf16_.push_back(ToBFloat16(values[i]));
+      widened_.push_back(ToFloat(bf16_.back()));
+    } else if (storage == ElementType::kF16) {
+      f16_.push_back(ToFloat16(values[i]));
+      widened_.push_back(ToFloat(f16_.back()));
+    } else {
+      widened_.push_back(values[i]);
     }
   }
 }
 
 void StoredB::Multiply(ConstMatrix a, Matrix c,
                        const MatMulOptions& options) const {
-  switch (storage_) {
-    case MatMulShape::Storage::kFloat32:
-      return MatMul(a, widened(), c, options);
-    case MatMulShape::Storage::kBFloat16:
-      return MatMul(a, MatrixView<const BFloat16>(bf16_.data(), rows_, cols_),
-                    c, options);
-    case MatMulShape::Storage::kFloat16:
-      return MatMul(a, MatrixView<const Float16>(f16_.data(), rows_, cols_), c,
-                    options);
+  if (storage_ == ElementType::kBF16) {
+    return MatMul(a, MatrixView<const BFloat16>(bf16_.data(), rows_, cols_), c,
+                  options);
   }
+  if (storage_ == ElementType::kF16) {
+    return MatMul(a, MatrixView<const Float16>(f16_.data(), rows_, cols_), c,
+                  options);
+  }
+  MatMul(a, widened(), c, options);
 }
 
 std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape, Library library,
@@ -549,7 +544,7 @@ std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape, Library library,
   // The other libraries are measured on float32 (arithmetic and storage),
   // warm B only.
   if (library != Library::kSimdattn &&
-      (shape.b_storage != MatMulShape::Storage::kFloat32 || shape.cold ||
+      (shape.b_storage != ElementType::kF32 || shape.cold ||
        shape.bf16dot)) {
     return nullptr;
   }

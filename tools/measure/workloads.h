@@ -48,7 +48,7 @@ class StoredB {
  public:
   // `values`: rows x cols floats, row-major.
   StoredB(const float* values, size_t rows, size_t cols,
-          MatMulShape::Storage storage);
+          ElementType storage);
   // B's values as stored, widened back to float: what the product uses.
   ConstMatrix widened() const { return {widened_.data(), rows_, cols_}; }
   // MatMul(a, B, c, options) with the overload of B's storage.
@@ -56,7 +56,7 @@ class StoredB {
 
  private:
   size_t rows_, cols_;
-  MatMulShape::Storage storage_;
+  ElementType storage_;
   // Aligned as frameworks and simdattn's modules hold weights.
   internal::AlignedVector<float> widened_;
   internal::AlignedVector<BFloat16> bf16_;
