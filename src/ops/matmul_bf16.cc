@@ -32,6 +32,7 @@
 #include "src/ops/amx_tiles.h"
 #include "src/ops/bf16_pairs.h"
 #include "src/ops/kv_store.h"
+#include "src/ops/target_family.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -228,9 +229,9 @@ BFloat16DotKernelKind ChosenBFloat16DotKernel() {
   const BFloat16DotPolicy p = policy;
   if (p == BFloat16DotPolicy::kFallback)
     return BFloat16DotKernelKind::kFallback;
-  const std::string target = ActiveTarget();
+  const int64_t target = ActiveTargetBit();
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
-  if (!__builtin_cpu_supports("avx512bf16") || target.compare(0, 4, "AVX3")) {
+  if (!__builtin_cpu_supports("avx512bf16") || !IsAvx512Target(target)) {
     return BFloat16DotKernelKind::kFallback;
   }
   if (p != BFloat16DotPolicy::kDotProduct && AmxUsable()) {
@@ -244,10 +245,9 @@ BFloat16DotKernelKind ChosenBFloat16DotKernel() {
   }
   return BFloat16DotKernelKind::kDotProduct;
 #else
-  const bool arm_simd =
-      target.compare(0, 4, "NEON") == 0 || target.compare(0, 3, "SVE") == 0;
-  return arm_simd && BfdotUsable() ? BFloat16DotKernelKind::kBfdot
-                                   : BFloat16DotKernelKind::kFallback;
+  return IsArmSimdTarget(target) && BfdotUsable()
+             ? BFloat16DotKernelKind::kBfdot
+             : BFloat16DotKernelKind::kFallback;
 #endif
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "src/common/check.h"
+#include "src/ops/target_family.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/ops/targets.cc"
@@ -44,8 +45,36 @@ std::vector<std::string> SupportedTargets() {
 }
 
 std::string ActiveTarget() {
-  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(CurrentTarget)());
+  return hwy::TargetName(internal::ActiveTargetBit());
 }
+
+namespace internal {
+
+int64_t ActiveTargetBit() { return HWY_DYNAMIC_DISPATCH(CurrentTarget)(); }
+
+bool IsAvx512Target(int64_t target) {
+  int64_t avx512 = HWY_AVX3 | HWY_AVX3_DL;
+#ifdef HWY_AVX3_ZEN4
+  avx512 |= HWY_AVX3_ZEN4;
+#endif
+#ifdef HWY_AVX3_SPR
+  avx512 |= HWY_AVX3_SPR;
+#endif
+  return (target & avx512) != 0;
+}
+
+bool IsArmSimdTarget(int64_t target) {
+  int64_t arm = HWY_NEON | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128;
+#ifdef HWY_NEON_BF16
+  arm |= HWY_NEON_BF16;
+#endif
+#ifdef HWY_NEON_WITHOUT_AES
+  arm |= HWY_NEON_WITHOUT_AES;
+#endif
+  return (target & arm) != 0;
+}
+
+}  // namespace internal
 
 void UseTarget(const std::string& name) {
   if (name.empty()) {

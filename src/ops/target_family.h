@@ -1,0 +1,22 @@
+// The SIMD target the kernels dispatch to, as Highway's bit, and the families
+// backends are selected by: kernels are chosen from these bits and the CPU's
+// feature checks, never from target names.
+#ifndef SIMDATTN_SRC_OPS_TARGET_FAMILY_H_
+#define SIMDATTN_SRC_OPS_TARGET_FAMILY_H_
+
+#include <cstdint>
+
+namespace simdattn {
+namespace internal {
+
+// HWY_AVX2, HWY_AVX3, HWY_NEON, ...: the target dispatch picks now.
+int64_t ActiveTargetBit();
+// AVX-512 targets (AVX3 and its newer variants).
+bool IsAvx512Target(int64_t target);
+// Arm targets with vectors: NEON and every SVE.
+bool IsArmSimdTarget(int64_t target);
+
+}  // namespace internal
+}  // namespace simdattn
+
+#endif  // SIMDATTN_SRC_OPS_TARGET_FAMILY_H_
