@@ -1339,8 +1339,72 @@ static void TestModuleVariants(void) {
   config = Config(SIMDATTN_CAUSAL_ATTENTION, kIn, kOut, kT, 1);
   config.sinks = 1;
   CHECK_ERROR(simdattn_module_create(&config, &module), INVALID,
-              "config->window, softcap, alibi and sinks apply to "
+              "config->window, softcap, alibi, sinks and rope apply to "
               "SIMDATTN_MULTI_HEAD_ATTENTION only");
+}
+
+/* A llama-style module (config.rope): generation steps over a cache without
+ * RoPE and over one rotating keys with the same options give the forward's
+ * rows; the rotation changes the result; a cache rotating keys for a module
+ * without rope is refused. */
+static void TestModuleRope(void) {
+  enum { kB = 2, kT = 7, kIn = 5, kOut = 8, kHeads = 2, kKvHeads = 1 };
+  simdattn_module_config config =
+      Config(SIMDATTN_MULTI_HEAD_ATTENTION, kIn, kOut, 0, kHeads);
+  simdattn_rope_options rope = SIMDATTN_ROPE_OPTIONS_INIT;
+  simdattn_kv_cache_config cache_config = SIMDATTN_KV_CACHE_CONFIG_INIT;
+  simdattn_module *module = NULL, *plain = NULL;
+  float x[kB * kT * kIn], full[kB * kT * kOut], steps[kB * kT * kOut];
+  float unrotated[kB * kT * kOut];
+  double difference = 0.0;
+  size_t i, t;
+  int rotating;
+  config.num_kv_heads = kKvHeads;
+  CHECK_OK(simdattn_module_create(&config, &plain));
+  rope.theta = 100.0f;
+  config.rope = &rope;
+  CHECK_OK(simdattn_module_create(&config, &module));
+  if (module == NULL || plain == NULL) {
+    simdattn_module_destroy(module);
+    simdattn_module_destroy(plain);
+    return;
+  }
+  Fill(x, sizeof(x) / sizeof(float), 43);
+  CHECK_OK(simdattn_module_forward(module, Const3(Dense3(x, kB, kT, kIn)),
+                                   Dense3(full, kB, kT, kOut), NULL));
+  CHECK_OK(simdattn_module_forward(plain, Const3(Dense3(x, kB, kT, kIn)),
+                                   Dense3(unrotated, kB, kT, kOut), NULL));
+  for (i = 0; i < kB * kT * kOut; ++i) {
+    const double d = fabs((double)full[i] - unrotated[i]);
+    if (d > difference) difference = d;
+  }
+  CHECK(difference > 1e-4);
+  cache_config.rope = &rope;
+  for (rotating = 0; rotating < 2; ++rotating) {
+    simdattn_kv_cache* cache = NULL;
+    CHECK_OK(simdattn_kv_cache_create(kB, kKvHeads, kT, kOut / kHeads,
+                                      rotating ? &cache_config : NULL, &cache));
+    if (cache == NULL) continue;
+    memset(steps, 0, sizeof(steps));
+    for (t = 0; t < kT; ++t) {
+      simdattn_tensor3 xs = Dense3(x + t * kIn, kB, 1, kIn);
+      simdattn_tensor3 ys = Dense3(steps + t * kOut, kB, 1, kOut);
+      xs.batch_stride = kT * kIn;
+      ys.batch_stride = kT * kOut;
+      CHECK_OK(
+          simdattn_module_forward_step(module, Const3(xs), cache, ys, NULL));
+    }
+    for (i = 0; i < kB * kT * kOut; ++i) CHECK_NEAR(steps[i], full[i], 1e-5);
+    if (rotating) {
+      CHECK_ERROR(simdattn_module_forward_step(
+                      plain, Const3(Dense3(x, kB, 0, kIn)), cache,
+                      Dense3(steps, kB, 0, kOut), NULL),
+                  INVALID, "no rotary embedding for its queries");
+    }
+    simdattn_kv_cache_destroy(cache);
+  }
+  simdattn_module_destroy(module);
+  simdattn_module_destroy(plain);
 }
 
 /* Rotary embeddings against a double computation, both pairings; the
@@ -2285,6 +2349,7 @@ int main(void) {
   TestKVCacheRope();
   TestKVCacheBFloat16Attention();
   TestUnboundedContext();
+  TestModuleRope();
   if (g_failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;

@@ -172,6 +172,129 @@ TEST_P(DecodeTest, VariantsStepsMatchFullForward) {
   ExpectStepsMatchFullForward(4, 2, 40, 9, 1, all);
 }
 
+// A llama-style module (MultiHeadAttentionConfig::rope, grouped queries, no
+// biases): Forward equals the composition of the public kernels (projections,
+// ApplyRope on queries and keys, causal attention, out_proj), and generation
+// steps over a cache that rotates keys itself or not give its rows.
+TEST_P(DecodeTest, RopeModuleMatchesKernelsAndSteps) {
+  const size_t batch = 2, tokens = 19, d_in = 24, d_out = 32, heads = 4,
+               kv_heads = 2, head_dim = d_out / heads;
+  for (const RopePairing pairing :
+       {RopePairing::kHalfSplit, RopePairing::kInterleaved}) {
+    RopeOptions rope;
+    rope.pairing = pairing;
+    rope.theta = 500.0f;
+    rope.rotary_dim = pairing == RopePairing::kHalfSplit ? 0 : 4;  // Partial.
+    MultiHeadAttentionConfig config = test::MhaConfig(d_in, d_out, 0, heads);
+    config.num_kv_heads = kv_heads;
+    config.rope = rope;
+    MultiHeadAttention mha(config);
+    const std::vector<float> wq = test::RandomVector(d_out * d_in, 1);
+    const std::vector<float> wk = test::RandomVector(kv_heads * head_dim * d_in, 2);
+    const std::vector<float> wv = test::RandomVector(kv_heads * head_dim * d_in, 3);
+    const std::vector<float> wo = test::RandomVector(d_out * d_out, 4);
+    const std::vector<float> bo = test::RandomVector(d_out, 5);
+    mha.LoadStateDict({{"W_query.weight", {wq.data(), {d_out, d_in}}},
+                       {"W_key.weight", {wk.data(), {kv_heads * head_dim, d_in}}},
+                       {"W_value.weight", {wv.data(), {kv_heads * head_dim, d_in}}},
+                       {"out_proj.weight", {wo.data(), {d_out, d_out}}},
+                       {"out_proj.bias", {bo.data(), {d_out}}}});
+    const std::vector<float> x = test::RandomVector(batch * tokens * d_in, 6);
+    std::vector<float> full(batch * tokens * d_out);
+    mha.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
+                Tensor3(full.data(), batch, tokens, d_out));
+
+    // The same from the kernels.
+    const size_t rows = batch * tokens, kv_dim = kv_heads * head_dim;
+    std::vector<float> q(rows * d_out), k(rows * kv_dim), v(rows * kv_dim);
+    MatMulOptions linear;
+    linear.transpose_b = Transpose::kYes;
+    const ConstMatrix xm(x.data(), rows, d_in);
+    MatMul(xm, ConstMatrix(wq.data(), d_out, d_in), Matrix(q.data(), rows, d_out),
+           linear);
+    MatMul(xm, ConstMatrix(wk.data(), kv_dim, d_in), Matrix(k.data(), rows, kv_dim),
+           linear);
+    MatMul(xm, ConstMatrix(wv.data(), kv_dim, d_in), Matrix(v.data(), rows, kv_dim),
+           linear);
+    const Tensor4 q4 = Tensor4::FromTokenMajor(q.data(), batch, tokens, heads, head_dim);
+    const Tensor4 k4 =
+        Tensor4::FromTokenMajor(k.data(), batch, tokens, kv_heads, head_dim);
+    ApplyRope(q4, rope);
+    ApplyRope(k4, rope);
+    std::vector<float> context(rows * d_out), expected(rows * d_out);
+    AttentionOptions causal;
+    causal.mask.causal = true;
+    ScaledDotProductAttention(
+        q4, k4, Tensor4::FromTokenMajor(v.data(), batch, tokens, kv_heads, head_dim),
+        Tensor4::FromTokenMajor(context.data(), batch, tokens, heads, head_dim),
+        causal);
+    linear.bias = bo.data();
+    MatMul(ConstMatrix(context.data(), rows, d_out),
+           ConstMatrix(wo.data(), d_out, d_out),
+           Matrix(expected.data(), rows, d_out), linear);
+    const auto [worst, scale] = WorstDifference(full, expected);
+    EXPECT_LE(worst, 1e-6 * scale) << "rotary_dim " << rope.rotary_dim;
+
+    // Rotation matters: without it the outputs differ.
+    MultiHeadAttentionConfig plain_config = config;
+    plain_config.rope.reset();
+    MultiHeadAttention plain(plain_config);
+    std::vector<float> unrotated(full.size());
+    plain.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
+                  Tensor3(unrotated.data(), batch, tokens, d_out));
+    EXPECT_GT(WorstDifference(full, unrotated).first, 1e-4);
+
+    // Steps (a prefill of 5, then one token at a time), over a cache without
+    // RoPE (the module rotates keys) and one rotating them on append.
+    for (const bool cache_rotates : {false, true}) {
+      KVCacheConfig cache_config;
+      if (cache_rotates) cache_config.rope = rope;
+      KVCache cache(batch, kv_heads, tokens, head_dim, cache_config);
+      std::vector<float> y(full.size(), -1.0f);
+      for (size_t done = 0; done < tokens;) {
+        const size_t n = done == 0 ? 5 : 1;
+        mha.ForwardStep(ConstTensor3(x.data() + done * d_in, batch, n, d_in,
+                                     tokens * d_in, d_in),
+                        cache,
+                        Tensor3(y.data() + done * d_out, batch, n, d_out,
+                                tokens * d_out, d_out));
+        done += n;
+      }
+      const auto [step_worst, step_scale] = WorstDifference(full, y);
+      EXPECT_LE(step_worst, 1e-5 * step_scale)
+          << "cache rotates " << cache_rotates;
+    }
+  }
+}
+
+TEST(DecodeErrors, RopeOfModuleAndCacheMustAgree) {
+  MultiHeadAttentionConfig config = test::MhaConfig(8, 8, 16, 2);
+  const std::vector<float> x(8);
+  std::vector<float> y(8);
+  KVCacheConfig rotating;
+  rotating.rope = RopeOptions{};
+  KVCache cache(1, 2, 4, 4, rotating);
+  const auto step = [&](const MultiHeadAttention& mha) {
+    mha.ForwardStep(ConstTensor3(x.data(), 1, 1, 8), cache,
+                    Tensor3(y.data(), 1, 1, 8));
+  };
+  ExpectInvalid([&] { step(MultiHeadAttention(config)); },
+                "no rotary embedding for its queries");
+  config.rope = RopeOptions{};
+  config.rope->theta = 1e6f;
+  ExpectInvalid([&] { step(MultiHeadAttention(config)); },
+                "other rope options");
+  config.rope->theta = 10000.0f;
+  step(MultiHeadAttention(config));
+  EXPECT_EQ(cache.length(0), 1u);
+  size_t positions[1] = {0};
+  config.rope->positions = positions;
+  ExpectInvalid([&] { MultiHeadAttention{config}; }, "rope->positions");
+  config.rope->positions = nullptr;
+  config.rope->rotary_dim = 3;
+  ExpectInvalid([&] { MultiHeadAttention{config}; }, "rope");
+}
+
 TEST(DecodeErrors, VariantsAreChecked) {
   ExpectInvalid(
       [] {

@@ -81,6 +81,9 @@ struct AttentionConfig {
   bool projections = true;  // false: queries = keys = values = input.
   bool scaled = true;       // Scores scaled by 1/sqrt(head_dim).
   AttentionVariants variants;
+  // Rotary embeddings of queries and keys, each token at its position
+  // (rope->positions must be null).
+  std::optional<RopeOptions> rope;
   size_t d_out() const { return num_heads * head_dim; }
 };
 
@@ -297,6 +300,12 @@ struct MultiHeadAttentionConfig {
   AttentionVariants variants;
   // Initial weights drawn from PyTorch's distributions with this seed.
   uint64_t seed = 0;
+  // Rotary embeddings (Llama, Mistral, Qwen, ...): queries and keys rotated
+  // after the projections, token t of a sequence at position t; in
+  // ForwardStep at its position in the cache. rope->positions must be null.
+  // The cache may rotate the keys itself on append (KVCacheConfig::rope,
+  // then the same options) or not (the module rotates them).
+  std::optional<RopeOptions> rope;
 };
 
 // MultiHeadAttention: d_out split into num_heads heads of d_out / num_heads,

@@ -463,6 +463,11 @@ typedef struct simdattn_module_config {
   float softcap;
   int32_t alibi;
   int32_t sinks;
+  /* SIMDATTN_MULTI_HEAD_ATTENTION only: NULL, or rotary embeddings of the
+   * queries and keys (Llama), each token at its position in its sequence
+   * (rope->positions NULL); a cache may rotate keys itself with the same
+   * options (simdattn_kv_cache_config's rope) or not. */
+  const simdattn_rope_options* rope;
 } simdattn_module_config;
 #define SIMDATTN_MODULE_CONFIG_INIT SIMDATTN_STRUCT_INIT_(simdattn_module_config)
 

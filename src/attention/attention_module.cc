@@ -10,15 +10,18 @@
 // Heads are strided views into the projection buffers: no head is copied.
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "hwy/base.h"
 #include "simdattn/attention.h"
 #include "src/attention/state_dict.h"
 #include "src/common/check.h"
 #include "src/common/scratch.h"
 #include "src/ops/mask.h"
+#include "src/ops/rope.h"
 
 namespace simdattn {
 
@@ -274,6 +277,31 @@ class AttentionEngine {
     SIMDATTN_REQUIRE(c.causal || (v.window == 0 && v.softcap == 0.0f &&
                                   !v.alibi && !v.sinks),
                      name_, "variants need a causal module");
+    if (c.rope) {
+      SIMDATTN_REQUIRE(c.projections, name_, "rope needs projections");
+      internal::CheckRopeOptions(name_, "rope", *c.rope, c.head_dim);
+      SIMDATTN_REQUIRE(c.rope->positions == nullptr, name_,
+                       "rope->positions must be null: tokens are rotated at "
+                       "their positions in their sequences");
+    }
+  }
+
+  // Rotates the queries, and the keys if `keys`, in Project's output, token
+  // t of batch item b at positions[b] + t (positions null: t).
+  void Rotate(float* qkv, size_t batch, size_t tokens, const size_t* positions,
+              bool keys) const {
+    const AttentionConfig& c = config_;
+    RopeOptions rope = *c.rope;
+    rope.positions = positions;
+    ApplyRope(Tensor4::FromTokenMajor(qkv, batch, tokens, c.num_heads,
+                                      c.head_dim, qkv_width()),
+              rope);
+    if (keys) {
+      ApplyRope(Tensor4::FromTokenMajor(qkv + q_dim(), batch, tokens,
+                                        c.num_kv_heads, c.head_dim,
+                                        qkv_width()),
+                rope);
+    }
   }
 
   // The module's mask when the queries sit `offset` keys into the sequence.
@@ -365,6 +393,7 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
   ConstTensor4 q, k, v;
   if (c.projections) {
     Project(x, qkv_buffer.data(), options.compute);
+    if (c.rope) Rotate(qkv_buffer.data(), batch, tokens, nullptr, true);
     HeadViews(qkv_buffer.data(), batch, tokens, &q, &k, &v);
   } else {
     q = k = v = ConstTensor4(x.data, batch, 1, tokens, head_dim, x.batch_stride,
@@ -429,9 +458,19 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
       name_, "the cache holds (batch ", cache.batch(), ", kv_heads ",
       cache.kv_heads(), ", head_dim ", cache.head_dim(), "), expected (", batch,
       ", ", c.num_kv_heads, ", ", c.head_dim, ")");
-  SIMDATTN_REQUIRE(!cache.config().rope, name_,
+  const std::optional<RopeOptions>& cache_rope = cache.config().rope;
+  SIMDATTN_REQUIRE(!cache_rope || c.rope, name_,
                    "the cache rotates keys (config.rope) but the module has "
-                   "no rotary embedding for its queries");
+                   "no rotary embedding for its queries (config.rope)");
+  SIMDATTN_REQUIRE(
+      !cache_rope || (cache_rope->pairing == c.rope->pairing &&
+                      cache_rope->theta == c.rope->theta &&
+                      (cache_rope->rotary_dim == 0 ? c.head_dim
+                                                   : cache_rope->rotary_dim) ==
+                          (c.rope->rotary_dim == 0 ? c.head_dim
+                                                   : c.rope->rotary_dim)),
+      name_,
+      "the cache rotates keys with other rope options than the module's");
   // Compared as a difference: size() + tokens could wrap.
   SIMDATTN_REQUIRE(tokens <= cache.capacity() - cache.size(), name_,
                    "the cache holds ", cache.size(), " of ", cache.capacity(),
@@ -442,6 +481,15 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
 
   ScratchBuffer qkv_buffer(sizes.qkv);
   Project(x, qkv_buffer.data(), options.compute);
+  if (c.rope) {
+    // Each sequence's new tokens start at its length (scratch memory, used
+    // as size_t only: a step allocates nothing).
+    ScratchBuffer positions_buffer(
+        hwy::DivCeil(batch * sizeof(size_t), sizeof(float)));
+    size_t* positions = reinterpret_cast<size_t*>(positions_buffer.data());
+    for (size_t b = 0; b < batch; ++b) positions[b] = cache.length(b);
+    Rotate(qkv_buffer.data(), batch, tokens, positions, !cache_rope);
+  }
   ConstTensor4 q, k, v;
   HeadViews(qkv_buffer.data(), batch, tokens, &q, &k, &v);
   cache.Append(k, v);

@@ -55,6 +55,7 @@ AttentionConfig MultiHead(const MultiHeadAttentionConfig& m) {
   c.num_kv_heads = m.num_kv_heads == 0 ? m.num_heads : m.num_kv_heads;
   c.out_proj = true;
   c.variants = m.variants;
+  c.rope = m.rope;
   return c;
 }
 

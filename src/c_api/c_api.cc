@@ -108,7 +108,7 @@ SIMDATTN_GROWABLE(simdattn_attention_options, SIMDATTN_ATTENTION_OPTIONS_INIT,
                   compute)
 SIMDATTN_GROWABLE(simdattn_kv_cache_config, SIMDATTN_KV_CACHE_CONFIG_INIT,
                   rope)
-SIMDATTN_GROWABLE(simdattn_module_config, SIMDATTN_MODULE_CONFIG_INIT, sinks)
+SIMDATTN_GROWABLE(simdattn_module_config, SIMDATTN_MODULE_CONFIG_INIT, rope)
 SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT,
                   keep_dtype)
 SIMDATTN_GROWABLE(simdattn_forward_options, SIMDATTN_FORWARD_OPTIONS_INIT,
@@ -337,9 +337,10 @@ AttentionModule MakeModule(const simdattn_module_config& caller) {
   const bool bias = Flag(c.qkv_bias, kFn, "config->qkv_bias");
   SIMDATTN_REQUIRE(
       c.kind == SIMDATTN_MULTI_HEAD_ATTENTION ||
-          (c.window == 0 && c.softcap == 0.0f && c.alibi == 0 && c.sinks == 0),
+          (c.window == 0 && c.softcap == 0.0f && c.alibi == 0 &&
+           c.sinks == 0 && c.rope == nullptr),
       kFn,
-      "config->window, softcap, alibi and sinks apply to "
+      "config->window, softcap, alibi, sinks and rope apply to "
       "SIMDATTN_MULTI_HEAD_ATTENTION only");
   switch (c.kind) {
     case SIMDATTN_SIMPLIFIED_SELF_ATTENTION:
@@ -370,6 +371,7 @@ AttentionModule MakeModule(const simdattn_module_config& caller) {
       m.num_kv_heads = c.num_kv_heads;
       m.variants = variants;
       m.seed = c.seed;
+      if (c.rope != nullptr) m.rope = ToRope(*c.rope, kFn, "config->rope");
       return MultiHeadAttention(m);
     }
   }
