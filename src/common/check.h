@@ -99,6 +99,18 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
                         const size_t (&scores)[4], const char* keys_name,
                         Footprint output, const char* output_name);
 
+// Validates a KV cache's layout (kernels.h's KVCacheView) for attention of
+// q_tokens queries per sequence, the type and the shapes against q checked
+// by the caller: block size and table entries, capacity, lengths (each at
+// least q_tokens), and the memory of keys, values and scales. Returns what
+// they span, and the longest length.
+struct KVCacheViewSpans {
+  Footprint keys, values, key_scales, value_scales;
+  size_t longest = 0;
+};
+KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
+                                  size_t q_tokens);
+
 // Validates a dropout probability `p` (named p_name; NaN fails) over a
 // weights tensor of shape `dims`, whose dims are named dim_names in messages.
 // The Philox counter of element (b, h, i, j) is (16 * (j / 128) + j % 16, i,

@@ -192,7 +192,6 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
       kFn, "options.compute is kBFloat16 but the cache's type is ",
       static_cast<int>(kv.type),
       ", not kBF16: bf16 arithmetic reads a bf16 cache");
-  const size_t element_size = KVTypeBytes(kv.type);
   SIMDATTN_REQUIRE(kv.batch == batch && kv.head_dim == q.dims[3], kFn,
                    "the cache holds (batch ", kv.batch, ", head_dim ",
                    kv.head_dim, ") but q has shape ", ShapeString(q.dims));
@@ -207,61 +206,13 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
                    kFn,
                    "mask.causal_offset(s) and mask.key_lengths must be unset: "
                    "the cache's lengths give them");
+  const internal::KVCacheViewSpans spans =
+      internal::CheckKVCacheView(kFn, kv, q_tokens);
   const bool paged = kv.block_table != nullptr;
-  SIMDATTN_REQUIRE(kv.block_size != 0 || !paged, kFn, "kv.block_size is 0");
-  if (paged) {
-    SIMDATTN_REQUIRE((kv.block_size & (kv.block_size - 1)) == 0, kFn,
-                     "kv.block_size (", kv.block_size,
-                     ") is not a power of two");
-  }
-  const size_t room =
-      internal::CheckedMul(kFn, "kv.blocks_per_sequence * kv.block_size",
-                           paged ? kv.blocks_per_sequence : 1, kv.block_size);
-  const size_t capacity = kv.capacity;
-  SIMDATTN_REQUIRE(capacity <= room, kFn, "kv.capacity (", capacity,
-                   ") exceeds the ", room, " tokens the layout holds");
-  const size_t blocks = paged ? kv.num_blocks : batch;
-  SIMDATTN_REQUIRE(kv.lengths != nullptr || batch == 0, kFn,
-                   "kv.lengths is null");
-  size_t longest = 0;
-  for (size_t b = 0; b < batch; ++b) {
-    const size_t length = kv.lengths[b];
-    SIMDATTN_REQUIRE(length <= capacity, kFn, "kv.lengths[", b, "] (", length,
-                     ") exceeds the capacity (", capacity, ")");
-    SIMDATTN_REQUIRE(length >= q_tokens, kFn, "kv.lengths[", b, "] (", length,
-                     ") is less than the ", q_tokens,
-                     " queries, the sequence's last tokens");
-    longest = std::max(longest, length);
-    if (!paged) continue;
-    for (size_t block = 0; block * kv.block_size < length; ++block) {
-      const int32_t entry = kv.block_table[b * kv.blocks_per_sequence + block];
-      SIMDATTN_REQUIRE(entry >= 0 && static_cast<size_t>(entry) < blocks, kFn,
-                       "kv.block_table[", b, " * ", kv.blocks_per_sequence,
-                       " + ", block, "] (", entry, ") is not a block of the ",
-                       blocks, " in the pool");
-    }
-  }
-  // What the cache's memory spans, as (blocks, kv_heads, block_size, dim).
-  const size_t dims[4] = {blocks, kv.kv_heads, kv.block_size, kv.head_dim};
-  const size_t strides[3] = {kv.block_stride, kv.head_stride, kv.row_stride};
-  const Footprint rk = internal::CheckTensor4(kFn, "kv.keys", kv.keys, dims,
-                                              strides, element_size);
-  const Footprint rv = internal::CheckTensor4(kFn, "kv.values", kv.values, dims,
-                                              strides, element_size);
-  Footprint rks, rvs;
-  if (ElementTraitsOf(kv.type).scaled) {
-    const size_t scale_dims[4] = {blocks, kv.kv_heads, kv.block_size, 1};
-    const size_t scale_strides[3] = {kv.scale_block_stride,
-                                     kv.scale_head_stride, 1};
-    rks = internal::CheckTensor4(kFn, "kv.key_scales", kv.key_scales,
-                                 scale_dims, scale_strides, sizeof(float));
-    rvs = internal::CheckTensor4(kFn, "kv.value_scales", kv.value_scales,
-                                 scale_dims, scale_strides, sizeof(float));
-  }
   KVSource source;
   source.type = kv.type;
   source.kv_heads = kv.kv_heads;
-  source.tokens = longest;
+  source.tokens = spans.longest;
   if (paged) {
     source.block_table = kv.block_table;
     source.blocks_per_sequence = kv.blocks_per_sequence;
@@ -293,11 +244,11 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
     for (size_t b = 0; b < batch; ++b) offsets[b] = kv.lengths[b] - q_tokens;
     mask.causal_offsets = offsets;
   }
-  Attend(kFn, q, source, capacity,
-         {{rk, "kv.keys"},
-          {rv, "kv.values"},
-          {rks, "kv.key_scales"},
-          {rvs, "kv.value_scales"}},
+  Attend(kFn, q, source, kv.capacity,
+         {{spans.keys, "kv.keys"},
+          {spans.values, "kv.values"},
+          {spans.key_scales, "kv.key_scales"},
+          {spans.value_scales, "kv.value_scales"}},
          out, options, mask);
 }
 
