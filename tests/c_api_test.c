@@ -1075,8 +1075,9 @@ static void TestTypedWeights(void) {
                                    Dense3(y_wide, 1, kT, kOut), NULL));
   for (i = 0; i < kT * kOut; ++i) CHECK(y_kept[i] == y_wide[i]);
   typed[1].dtype = 5;
-  CHECK_ERROR(simdattn_module_load_weights(kept, typed, 3, &keep), INVALID,
-              "tensors[1] ('W_key.weight') has dtype 5, not a simdattn_element_type");
+  CHECK_ERROR(
+      simdattn_module_load_weights(kept, typed, 3, &keep), INVALID,
+      "tensors[1] ('W_key.weight') has dtype 5, not a simdattn_element_type");
   typed[1].dtype = SIMDATTN_F16;
   CHECK_ERROR(simdattn_module_load_weights(kept, typed, 3, &keep), INVALID,
               "keep_dtype: tensor 'W_key.weight' is of another 16-bit type");
@@ -1396,10 +1397,10 @@ static void TestModuleRope(void) {
     }
     for (i = 0; i < kB * kT * kOut; ++i) CHECK_NEAR(steps[i], full[i], 1e-5);
     if (rotating) {
-      CHECK_ERROR(simdattn_module_forward_step(
-                      plain, Const3(Dense3(x, kB, 0, kIn)), cache,
-                      Dense3(steps, kB, 0, kOut), NULL),
-                  INVALID, "no rotary embedding for its queries");
+      CHECK_ERROR(
+          simdattn_module_forward_step(plain, Const3(Dense3(x, kB, 0, kIn)),
+                                       cache, Dense3(steps, kB, 0, kOut), NULL),
+          INVALID, "no rotary embedding for its queries");
     }
     simdattn_kv_cache_destroy(cache);
   }
@@ -2006,8 +2007,8 @@ static void TestKVCacheRead(void) {
     kStride = kD + 3,
     kOutTokens = kN + kMore
   };
-  static const int32_t kTypes[4] = {SIMDATTN_F32, SIMDATTN_BF16,
-                                    SIMDATTN_F16, SIMDATTN_INT8};
+  static const int32_t kTypes[4] = {SIMDATTN_F32, SIMDATTN_BF16, SIMDATTN_F16,
+                                    SIMDATTN_INT8};
   static float k[2 * kHeads * kN * kD], v[2 * kHeads * kN * kD];
   static float k2[kHeads * kMore * kD], v2[kHeads * kMore * kD];
   static float keys[kHeads * kOutTokens * kStride];

@@ -190,15 +190,18 @@ TEST_P(DecodeTest, RopeModuleMatchesKernelsAndSteps) {
     config.rope = rope;
     MultiHeadAttention mha(config);
     const std::vector<float> wq = test::RandomVector(d_out * d_in, 1);
-    const std::vector<float> wk = test::RandomVector(kv_heads * head_dim * d_in, 2);
-    const std::vector<float> wv = test::RandomVector(kv_heads * head_dim * d_in, 3);
+    const std::vector<float> wk =
+        test::RandomVector(kv_heads * head_dim * d_in, 2);
+    const std::vector<float> wv =
+        test::RandomVector(kv_heads * head_dim * d_in, 3);
     const std::vector<float> wo = test::RandomVector(d_out * d_out, 4);
     const std::vector<float> bo = test::RandomVector(d_out, 5);
-    mha.LoadStateDict({{"W_query.weight", {wq.data(), {d_out, d_in}}},
-                       {"W_key.weight", {wk.data(), {kv_heads * head_dim, d_in}}},
-                       {"W_value.weight", {wv.data(), {kv_heads * head_dim, d_in}}},
-                       {"out_proj.weight", {wo.data(), {d_out, d_out}}},
-                       {"out_proj.bias", {bo.data(), {d_out}}}});
+    mha.LoadStateDict(
+        {{"W_query.weight", {wq.data(), {d_out, d_in}}},
+         {"W_key.weight", {wk.data(), {kv_heads * head_dim, d_in}}},
+         {"W_value.weight", {wv.data(), {kv_heads * head_dim, d_in}}},
+         {"out_proj.weight", {wo.data(), {d_out, d_out}}},
+         {"out_proj.bias", {bo.data(), {d_out}}}});
     const std::vector<float> x = test::RandomVector(batch * tokens * d_in, 6);
     std::vector<float> full(batch * tokens * d_out);
     mha.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
@@ -210,13 +213,14 @@ TEST_P(DecodeTest, RopeModuleMatchesKernelsAndSteps) {
     MatMulOptions linear;
     linear.transpose_b = Transpose::kYes;
     const ConstMatrix xm(x.data(), rows, d_in);
-    MatMul(xm, ConstMatrix(wq.data(), d_out, d_in), Matrix(q.data(), rows, d_out),
-           linear);
-    MatMul(xm, ConstMatrix(wk.data(), kv_dim, d_in), Matrix(k.data(), rows, kv_dim),
-           linear);
-    MatMul(xm, ConstMatrix(wv.data(), kv_dim, d_in), Matrix(v.data(), rows, kv_dim),
-           linear);
-    const Tensor4 q4 = Tensor4::FromTokenMajor(q.data(), batch, tokens, heads, head_dim);
+    MatMul(xm, ConstMatrix(wq.data(), d_out, d_in),
+           Matrix(q.data(), rows, d_out), linear);
+    MatMul(xm, ConstMatrix(wk.data(), kv_dim, d_in),
+           Matrix(k.data(), rows, kv_dim), linear);
+    MatMul(xm, ConstMatrix(wv.data(), kv_dim, d_in),
+           Matrix(v.data(), rows, kv_dim), linear);
+    const Tensor4 q4 =
+        Tensor4::FromTokenMajor(q.data(), batch, tokens, heads, head_dim);
     const Tensor4 k4 =
         Tensor4::FromTokenMajor(k.data(), batch, tokens, kv_heads, head_dim);
     ApplyRope(q4, rope);
@@ -225,7 +229,8 @@ TEST_P(DecodeTest, RopeModuleMatchesKernelsAndSteps) {
     AttentionOptions causal;
     causal.mask.causal = true;
     ScaledDotProductAttention(
-        q4, k4, Tensor4::FromTokenMajor(v.data(), batch, tokens, kv_heads, head_dim),
+        q4, k4,
+        Tensor4::FromTokenMajor(v.data(), batch, tokens, kv_heads, head_dim),
         Tensor4::FromTokenMajor(context.data(), batch, tokens, heads, head_dim),
         causal);
     linear.bias = bo.data();

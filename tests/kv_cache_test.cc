@@ -338,8 +338,9 @@ TEST_P(KVCacheTest, AppendConvertsAsTheScalarConversions) {
 // and random rows, each element checked exactly as scale * q.
 TEST_P(KVCacheTest, Int8RoundsTheQuotientToNearestEven) {
   const std::vector<std::vector<float>> rows = {
-      {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 126.5f, -125.5f, 3.49f, 127.0f,
-       -126.5f, 64.5f, 0.25f, 1.0f, 2.0f, 3.5f, 4.5f, 5.5f, -6.5f, 7.5f},
+      {0.5f,    1.5f,  2.5f,   -0.5f,   -1.5f, -2.5f, 126.5f,
+       -125.5f, 3.49f, 127.0f, -126.5f, 64.5f, 0.25f, 1.0f,
+       2.0f,    3.5f,  4.5f,   5.5f,    -6.5f, 7.5f},
       {2.030925750732422f, 2.1404776573181152f},
       RandomVector(37, 11, -3, 3)};
   for (const std::vector<float>& row : rows) {

@@ -269,19 +269,23 @@ TEST(ModulesErrors, NameTheArgumentAndValues) {
 TEST(ModulesConfig, ContextLengthZeroIsUnbounded) {
   const size_t tokens = 70, d = 16, heads = 4;
   MultiHeadAttention unbounded(test::MhaConfig(d, d, 0, heads, true, 3));
-  const MultiHeadAttention bounded(test::MhaConfig(d, d, tokens, heads, true, 3));
+  const MultiHeadAttention bounded(
+      test::MhaConfig(d, d, tokens, heads, true, 3));
   EXPECT_EQ(unbounded.StateDictShapes().count("mask"), 0u);
   EXPECT_EQ(bounded.StateDictShapes().count("mask"), 1u);
   EXPECT_EQ(CausalAttention(d, d, 0, 0.0f).StateDictShapes().count("mask"), 0u);
   const std::vector<float> x = test::RandomVector(tokens * d, 4);
   std::vector<float> y0(tokens * d), y1(tokens * d);
-  unbounded.Forward(ConstMatrix(x.data(), tokens, d), Matrix(y0.data(), tokens, d));
-  bounded.Forward(ConstMatrix(x.data(), tokens, d), Matrix(y1.data(), tokens, d));
+  unbounded.Forward(ConstMatrix(x.data(), tokens, d),
+                    Matrix(y0.data(), tokens, d));
+  bounded.Forward(ConstMatrix(x.data(), tokens, d),
+                  Matrix(y1.data(), tokens, d));
   EXPECT_EQ(y0, y1);
   // The seed's positional constructor builds the same module as its config.
   MultiHeadAttention positional(d, d, tokens, 0.0f, heads, true);
   positional.InitializeWeights(3);
-  positional.Forward(ConstMatrix(x.data(), tokens, d), Matrix(y0.data(), tokens, d));
+  positional.Forward(ConstMatrix(x.data(), tokens, d),
+                     Matrix(y0.data(), tokens, d));
   EXPECT_EQ(y0, y1);
 }
 

@@ -310,8 +310,10 @@ TEST(Robustness, GenerationStepsAllocateNothing) {
   const MultiHeadAttention mha = MakeMha();
   constexpr size_t kSteps = 40, kCapacity = 64, kHeadDim = kDOut / kHeads;
   const std::vector<float> x = test::RandomVector(kBatch * kDIn, 5);
-  const std::vector<float> kv = test::RandomVector(kBatch * kHeads * kHeadDim, 6);
-  const std::vector<float> q = test::RandomVector(kBatch * kHeads * kHeadDim, 7);
+  const std::vector<float> kv =
+      test::RandomVector(kBatch * kHeads * kHeadDim, 6);
+  const std::vector<float> q =
+      test::RandomVector(kBatch * kHeads * kHeadDim, 7);
   std::vector<float> y(kBatch * kDOut), out(kBatch * kHeads * kHeadDim);
   const ConstTensor4 kv_view =
       ConstTensor4::Dense(kv.data(), kBatch, kHeads, 1, kHeadDim);

@@ -182,8 +182,8 @@ class SIMDATTN_API KVCache {
                    size_t count) const;
   // Both Appends: keys[i] to sequences[i], or to sequence i when sequences
   // is null (count = batch).
-  void AppendTo(ConstTensor4 keys, ConstTensor4 values,
-                const size_t* sequences, size_t count);
+  void AppendTo(ConstTensor4 keys, ConstTensor4 values, const size_t* sequences,
+                size_t count);
 
   size_t batch_ = 0, kv_heads_ = 0, capacity_ = 0, head_dim_ = 0;
   KVCacheConfig config_;

@@ -230,13 +230,13 @@ SIMDATTN_API void ScaledDotProductAttention(
     ConstTensor4 q, ConstTensor4 k, ConstTensor4 v, Tensor4 out,
     const AttentionOptions& options = {});
 
-// How a KV cache stores keys and values (KVType, element.h: any
-// ElementType). Attention widens bf16 and f16 exactly; int8 holds q = round(x / scale), the float32 quotient rounded to
-// nearest with ties to even, scale = max |x| / 127 in float32 over the
-// token's head (one scale per token and head), so |x - scale q| <= scale / 2
-// up to float32 rounding (relative 2^-24); a head whose max |x| is below
-// 2^-100 is stored as zeros with scale 0, one with a NaN or infinity as
-// zeros with scale NaN.
+// KV caches store keys and values as any KVType (element.h). Attention
+// widens bf16 and f16 exactly. int8 holds q = round(x / scale): the float32
+// quotient rounded to nearest, ties to even, with scale = max |x| / 127 in
+// float32 over the token's head (one scale per token and head), so
+// |x - scale q| <= scale / 2 up to float32 rounding (relative 2^-24). A head
+// whose max |x| is below 2^-100 is stored as zeros with scale 0, one holding
+// a NaN or an infinity as zeros with scale NaN.
 
 // Keys and values where a KV cache keeps them (attention.h's KVCache::View
 // gives one), read in place by attention: no converted copy is made. Keys and

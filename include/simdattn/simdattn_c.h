@@ -52,14 +52,15 @@ extern "C" {
 /* The value of a growable struct with struct_size set and every other field
  * zero (its defaults), for declarations: `T x = SIMDATTN_T_INIT;`. */
 #ifdef __cplusplus
-#define SIMDATTN_STRUCT_INIT_(type) \
-  ([] {                             \
-    type init_{};                   \
+#define SIMDATTN_STRUCT_INIT_(type)   \
+  ([] {                               \
+    type init_{};                     \
     init_.struct_size = sizeof(type); \
-    return init_;                   \
+    return init_;                     \
   }())
 #else
-#define SIMDATTN_STRUCT_INIT_(type) {.struct_size = sizeof(type)}
+#define SIMDATTN_STRUCT_INIT_(type) \
+  { .struct_size = sizeof(type) }
 #endif
 
 /* ------------------------------------------------------------------------ */
@@ -194,7 +195,8 @@ typedef struct simdattn_matmul_options {
   const float* bias;
   int32_t compute; /* SIMDATTN_COMPUTE_* */
 } simdattn_matmul_options;
-#define SIMDATTN_MATMUL_OPTIONS_INIT SIMDATTN_STRUCT_INIT_(simdattn_matmul_options)
+#define SIMDATTN_MATMUL_OPTIONS_INIT \
+  SIMDATTN_STRUCT_INIT_(simdattn_matmul_options)
 
 /* The kernel bf16 arithmetic uses here: "AMX", "AVX512_BF16" or
  * "float32 fallback" (static storage). */
@@ -282,8 +284,8 @@ typedef struct simdattn_rope_options {
 
 /* Rotates queries or keys x (batch, heads, tokens, head_dim) in place;
  * options NULL: the defaults. */
-SIMDATTN_API simdattn_status simdattn_apply_rope(
-    simdattn_tensor4 x, const simdattn_rope_options* options);
+SIMDATTN_API simdattn_status
+simdattn_apply_rope(simdattn_tensor4 x, const simdattn_rope_options* options);
 
 /* In place: keeps each element with probability 1 - p (p rounded to a
  * multiple of 2^-16), scaled by 1 / (1 - p). The mask is a pure function of
@@ -318,7 +320,8 @@ typedef struct simdattn_attention_options {
    * (kernels.h's AttentionOptions::compute); over a KV cache, a bf16 one. */
   int32_t compute;
 } simdattn_attention_options;
-#define SIMDATTN_ATTENTION_OPTIONS_INIT SIMDATTN_STRUCT_INIT_(simdattn_attention_options)
+#define SIMDATTN_ATTENTION_OPTIONS_INIT \
+  SIMDATTN_STRUCT_INIT_(simdattn_attention_options)
 
 /* out = softmax(scale * Q K^T + mask) V, fused (the weights are never
  * stored):
@@ -351,7 +354,8 @@ typedef struct simdattn_kv_cache_config {
    * (rope->positions must be NULL). */
   const simdattn_rope_options* rope;
 } simdattn_kv_cache_config;
-#define SIMDATTN_KV_CACHE_CONFIG_INIT SIMDATTN_STRUCT_INIT_(simdattn_kv_cache_config)
+#define SIMDATTN_KV_CACHE_CONFIG_INIT \
+  SIMDATTN_STRUCT_INIT_(simdattn_kv_cache_config)
 
 /* A cache owning zeroed memory for `capacity` tokens per sequence, stored as
  * config says (NULL: the defaults); *cache is set on success and left alone
@@ -404,9 +408,9 @@ SIMDATTN_API simdattn_status simdattn_kv_cache_reorder(simdattn_kv_cache* cache,
  * dequantized to float, whatever the type and layout: into (kv_heads,
  * length, head_dim) views (batch = kv_heads, tokens = the sequence's
  * length), which must not overlap; on error they are left untouched. */
-SIMDATTN_API simdattn_status simdattn_kv_cache_read(
-    const simdattn_kv_cache* cache, size_t sequence, simdattn_tensor3 keys,
-    simdattn_tensor3 values);
+SIMDATTN_API simdattn_status
+simdattn_kv_cache_read(const simdattn_kv_cache* cache, size_t sequence,
+                       simdattn_tensor3 keys, simdattn_tensor3 values);
 
 /* Views (batch, kv_heads, size, head_dim) of what was appended, valid until
  * the cache changes; either pointer may be NULL. Float contiguous caches
@@ -469,7 +473,8 @@ typedef struct simdattn_module_config {
    * options (simdattn_kv_cache_config's rope) or not. */
   const simdattn_rope_options* rope;
 } simdattn_module_config;
-#define SIMDATTN_MODULE_CONFIG_INIT SIMDATTN_STRUCT_INIT_(simdattn_module_config)
+#define SIMDATTN_MODULE_CONFIG_INIT \
+  SIMDATTN_STRUCT_INIT_(simdattn_module_config)
 
 typedef struct simdattn_module simdattn_module;
 
@@ -487,7 +492,6 @@ SIMDATTN_API void simdattn_module_destroy(simdattn_module* module);
 SIMDATTN_API simdattn_status
 simdattn_module_shape(const simdattn_module* module, size_t* d_in,
                       size_t* d_out, size_t* num_heads);
-
 
 /* One tensor of a PyTorch state_dict in caller memory: row-major,
  * contiguous, `rank` dimensions (the count of elements is their product),
@@ -526,8 +530,8 @@ SIMDATTN_API simdattn_status simdattn_module_weight_info(
  * failed load leaves the weights as they were. The causal "mask" buffers may
  * be left out. options NULL: the defaults. */
 SIMDATTN_API simdattn_status simdattn_module_load_weights(
-    simdattn_module* module, const simdattn_named_tensor* tensors,
-    size_t count, const simdattn_load_options* options);
+    simdattn_module* module, const simdattn_named_tensor* tensors, size_t count,
+    const simdattn_load_options* options);
 
 /* SIMDATTN_FORWARD_OPTIONS_INIT: eval, float32, no attention weights. */
 typedef struct simdattn_forward_options {
@@ -544,7 +548,8 @@ typedef struct simdattn_forward_options {
    * attention weights then, and forward steps need a bf16 cache. */
   int32_t compute;
 } simdattn_forward_options;
-#define SIMDATTN_FORWARD_OPTIONS_INIT SIMDATTN_STRUCT_INIT_(simdattn_forward_options)
+#define SIMDATTN_FORWARD_OPTIONS_INIT \
+  SIMDATTN_STRUCT_INIT_(simdattn_forward_options)
 
 /* x (batch, tokens, d_in) -> y (batch, tokens, d_out), y not overlapping x.
  * tokens may not exceed context_length. options NULL: eval, no weights.

@@ -187,17 +187,16 @@ class AttentionEngine {
     projection.transpose_b = Transpose::kYes;
     projection.bias = c.qkv_bias ? weights_.b_qkv.data() : nullptr;
     weights_.w_qkv.View(width, c.d_in, [&](auto w) {
-          if (x.batch == 1 || x.batch_stride == tokens * x.token_stride) {
-            MatMul(
-                ConstMatrix(x.data, x.batch * tokens, c.d_in, x.token_stride),
-                w, Matrix(qkv, x.batch * tokens, width), projection);
-            return;
-          }
-          for (size_t b = 0; b < x.batch; ++b) {
-            MatMul(x.Sequence(b), w,
-                   Matrix(qkv + b * tokens * width, tokens, width), projection);
-          }
-        });
+      if (x.batch == 1 || x.batch_stride == tokens * x.token_stride) {
+        MatMul(ConstMatrix(x.data, x.batch * tokens, c.d_in, x.token_stride), w,
+               Matrix(qkv, x.batch * tokens, width), projection);
+        return;
+      }
+      for (size_t b = 0; b < x.batch; ++b) {
+        MatMul(x.Sequence(b), w,
+               Matrix(qkv + b * tokens * width, tokens, width), projection);
+      }
+    });
   }
 
   // The (batch, heads, tokens, head_dim) views of Q, K and V in Project's
@@ -222,17 +221,16 @@ class AttentionEngine {
     out.transpose_b = Transpose::kYes;
     out.bias = weights_.b_out.data();
     weights_.w_out.View(q_dim(), q_dim(), [&](auto w) {
-          if (y.batch == 1 || y.batch_stride == tokens * y.token_stride) {
-            MatMul(ConstMatrix(context, y.batch * tokens, q_dim()), w,
-                   Matrix(y.data, y.batch * tokens, q_dim(), y.token_stride),
-                   out);
-            return;
-          }
-          for (size_t b = 0; b < y.batch; ++b) {
-            MatMul(ConstMatrix(context + b * tokens * q_dim(), tokens, q_dim()),
-                   w, y.Sequence(b), out);
-          }
-        });
+      if (y.batch == 1 || y.batch_stride == tokens * y.token_stride) {
+        MatMul(ConstMatrix(context, y.batch * tokens, q_dim()), w,
+               Matrix(y.data, y.batch * tokens, q_dim(), y.token_stride), out);
+        return;
+      }
+      for (size_t b = 0; b < y.batch; ++b) {
+        MatMul(ConstMatrix(context + b * tokens * q_dim(), tokens, q_dim()), w,
+               y.Sequence(b), out);
+      }
+    });
   }
 
   void CheckCompute(const ForwardOptions& options) const {
@@ -297,10 +295,10 @@ class AttentionEngine {
                                       c.head_dim, qkv_width()),
               rope);
     if (keys) {
-      ApplyRope(Tensor4::FromTokenMajor(qkv + q_dim(), batch, tokens,
-                                        c.num_kv_heads, c.head_dim,
-                                        qkv_width()),
-                rope);
+      ApplyRope(
+          Tensor4::FromTokenMajor(qkv + q_dim(), batch, tokens, c.num_kv_heads,
+                                  c.head_dim, qkv_width()),
+          rope);
     }
   }
 
@@ -463,12 +461,12 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
                    "the cache rotates keys (config.rope) but the module has "
                    "no rotary embedding for its queries (config.rope)");
   SIMDATTN_REQUIRE(
-      !cache_rope || (cache_rope->pairing == c.rope->pairing &&
-                      cache_rope->theta == c.rope->theta &&
-                      (cache_rope->rotary_dim == 0 ? c.head_dim
-                                                   : cache_rope->rotary_dim) ==
-                          (c.rope->rotary_dim == 0 ? c.head_dim
-                                                   : c.rope->rotary_dim)),
+      !cache_rope ||
+          (cache_rope->pairing == c.rope->pairing &&
+           cache_rope->theta == c.rope->theta &&
+           (cache_rope->rotary_dim == 0 ? c.head_dim
+                                        : cache_rope->rotary_dim) ==
+               (c.rope->rotary_dim == 0 ? c.head_dim : c.rope->rotary_dim)),
       name_,
       "the cache rotates keys with other rope options than the module's");
   // Compared as a difference: size() + tokens could wrap.

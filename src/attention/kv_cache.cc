@@ -255,9 +255,8 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
       config_(config),
       storage_(std::make_unique<Storage>()) {
   constexpr const char* kFn = "KVCache";
-  SIMDATTN_REQUIRE(IsElementType(config.type), kFn,
-                   "config.type (", static_cast<int>(config.type),
-                   ") is not a KVType");
+  SIMDATTN_REQUIRE(IsElementType(config.type), kFn, "config.type (",
+                   static_cast<int>(config.type), ") is not a KVType");
   SIMDATTN_REQUIRE(!config.rope || config.rope->positions == nullptr, kFn,
                    "config.rope->positions must be null: keys are rotated at "
                    "their positions in their sequences");
@@ -559,11 +558,10 @@ void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {
   for (int i = 0; i < 2; ++i) {
     const Tensor3& t = i == 0 ? keys : values;
     const char* name = i == 0 ? "keys" : "values";
-    SIMDATTN_REQUIRE(t.batch == kv_heads_ && t.tokens == length &&
-                         t.features == head_dim_,
-                     kFn, name, " are (", t.batch, ", ", t.tokens, ", ",
-                     t.features, "), expected (", kv_heads_, ", ", length, ", ",
-                     head_dim_, ")");
+    SIMDATTN_REQUIRE(
+        t.batch == kv_heads_ && t.tokens == length && t.features == head_dim_,
+        kFn, name, " are (", t.batch, ", ", t.tokens, ", ", t.features,
+        "), expected (", kv_heads_, ", ", length, ", ", head_dim_, ")");
     const Tensor4 view(t.data, 1, t.batch, t.tokens, t.features, 0,
                        t.batch_stride, t.token_stride);
     spans[i] = internal::CheckTensor4(kFn, name, view);

@@ -38,8 +38,7 @@ AttentionConfig Wrapper(size_t d_in, size_t d_out, size_t context_length,
                         float dropout, size_t num_heads, bool qkv_bias) {
   constexpr const char* kName = "MultiHeadAttentionWrapper";
   SIMDATTN_REQUIRE(num_heads > 0, kName, "num_heads must be positive");
-  AttentionConfig c =
-      Causal(d_in, d_out, context_length, dropout, qkv_bias);
+  AttentionConfig c = Causal(d_in, d_out, context_length, dropout, qkv_bias);
   c.num_heads = c.num_kv_heads = num_heads;
   return c;
 }

@@ -183,8 +183,8 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
           }
         }
         if (c.context_length != 0) {
-          slots.push_back({prefix + "mask", Slot::Kind::kCausalMask,
-                           mask_shape, nullptr, 0.0f, 0.0f});
+          slots.push_back({prefix + "mask", Slot::Kind::kCausalMask, mask_shape,
+                           nullptr, 0.0f, 0.0f});
         }
       }
       break;

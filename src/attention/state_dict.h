@@ -32,12 +32,11 @@ class WeightMatrix {
   // Zeroed float storage for n elements.
   void Assign(size_t n) { storage_ = AlignedVector<float>(n, 0.0f); }
   ElementType type() const {
-    return std::visit(
-        [](const auto& v) { return TypeOf(v.data()); }, storage_);
+    return std::visit([](const auto& v) { return TypeOf(v.data()); }, storage_);
   }
   size_t bytes() const {
-    return std::visit(
-        [](const auto& v) { return v.size() * sizeof(v[0]); }, storage_);
+    return std::visit([](const auto& v) { return v.size() * sizeof(v[0]); },
+                      storage_);
   }
   // The float storage (type() kF32: Widen first).
   float* floats() { return std::get<AlignedVector<float>>(storage_).data(); }

@@ -91,26 +91,24 @@ bool Flag(int32_t value, const char* function, const char* what) {
 // field leaves kFirstSize as it is.
 template <typename S>
 struct Growable;
-#define SIMDATTN_GROWABLE(S, macro, last_field)                         \
-  template <>                                                           \
-  struct Growable<S> {                                                  \
-    static constexpr const char* kName = #S;                            \
-    static constexpr const char* kMacro = #macro;                       \
-    static constexpr size_t kFirstSize =                                \
-        offsetof(S, last_field) + sizeof(static_cast<S*>(nullptr)->last_field); \
+#define SIMDATTN_GROWABLE(S, macro, last_field)       \
+  template <>                                         \
+  struct Growable<S> {                                \
+    static constexpr const char* kName = #S;          \
+    static constexpr const char* kMacro = #macro;     \
+    static constexpr size_t kFirstSize =              \
+        offsetof(S, last_field) +                     \
+        sizeof(static_cast<S*>(nullptr)->last_field); \
   };
 SIMDATTN_GROWABLE(simdattn_matmul_options, SIMDATTN_MATMUL_OPTIONS_INIT,
                   compute)
 SIMDATTN_GROWABLE(simdattn_mask, SIMDATTN_MASK_INIT, sinks)
-SIMDATTN_GROWABLE(simdattn_rope_options, SIMDATTN_ROPE_OPTIONS_INIT,
-                  positions)
+SIMDATTN_GROWABLE(simdattn_rope_options, SIMDATTN_ROPE_OPTIONS_INIT, positions)
 SIMDATTN_GROWABLE(simdattn_attention_options, SIMDATTN_ATTENTION_OPTIONS_INIT,
                   compute)
-SIMDATTN_GROWABLE(simdattn_kv_cache_config, SIMDATTN_KV_CACHE_CONFIG_INIT,
-                  rope)
+SIMDATTN_GROWABLE(simdattn_kv_cache_config, SIMDATTN_KV_CACHE_CONFIG_INIT, rope)
 SIMDATTN_GROWABLE(simdattn_module_config, SIMDATTN_MODULE_CONFIG_INIT, rope)
-SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT,
-                  keep_dtype)
+SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT, keep_dtype)
 SIMDATTN_GROWABLE(simdattn_forward_options, SIMDATTN_FORWARD_OPTIONS_INIT,
                   compute)
 #undef SIMDATTN_GROWABLE
@@ -133,8 +131,8 @@ S ReadGrowable(const S& caller, const char* function, const char* what) {
   const unsigned char* bytes = reinterpret_cast<const unsigned char*>(&caller);
   for (size_t i = sizeof(S); i < size; ++i) {
     SIMDATTN_REQUIRE(bytes[i] == 0, function, what, "->struct_size (", size,
-                     ") covers a field this version (", Version(),
-                     ", ", sizeof(S), " bytes) does not know, and it is set");
+                     ") covers a field this version (", Version(), ", ",
+                     sizeof(S), " bytes) does not know, and it is set");
   }
   S known;
   std::memset(&known, 0, sizeof(S));
@@ -250,9 +248,8 @@ simdattn_status LoadWeights(const char* kFn, simdattn_module* module,
                      "tensors is null but count is ", count);
     LoadOptions load;
     if (options != nullptr) {
-      load.keep_dtype =
-          Flag(ReadGrowable(*options, kFn, "options").keep_dtype, kFn,
-               "options->keep_dtype");
+      load.keep_dtype = Flag(ReadGrowable(*options, kFn, "options").keep_dtype,
+                             kFn, "options->keep_dtype");
     }
     simdattn::StateDict state_dict;
     for (size_t i = 0; i < count; ++i) {
@@ -265,12 +262,12 @@ simdattn_status LoadWeights(const char* kFn, simdattn_module* module,
       SIMDATTN_REQUIRE(t.rank <= 8, kFn, "tensors[", i, "] ('", t.name,
                        "') has rank ", t.rank, " (at most 8)");
       const int32_t dtype = t.dtype;
-      SIMDATTN_REQUIRE(dtype == SIMDATTN_F32 || dtype == SIMDATTN_BF16 ||
-                           dtype == SIMDATTN_F16,
-                       kFn, "tensors[", i, "] ('", t.name, "') has dtype ",
-                       dtype,
-                       ", not a simdattn_element_type of weights (SIMDATTN_F32, "
-                       "SIMDATTN_BF16 or SIMDATTN_F16)");
+      SIMDATTN_REQUIRE(
+          dtype == SIMDATTN_F32 || dtype == SIMDATTN_BF16 ||
+              dtype == SIMDATTN_F16,
+          kFn, "tensors[", i, "] ('", t.name, "') has dtype ", dtype,
+          ", not a simdattn_element_type of weights (SIMDATTN_F32, "
+          "SIMDATTN_BF16 or SIMDATTN_F16)");
       const bool inserted =
           state_dict
               .emplace(t.name,
@@ -327,7 +324,8 @@ KVCacheConfig ToConfig(const simdattn_kv_cache_config* caller,
   c.type = static_cast<KVType>(config.type);
   c.block_size = config.block_size;
   c.num_blocks = config.num_blocks;
-  if (config.rope != nullptr) c.rope = ToRope(*config.rope, kFn, "config->rope");
+  if (config.rope != nullptr)
+    c.rope = ToRope(*config.rope, kFn, "config->rope");
   return c;
 }
 
@@ -335,13 +333,12 @@ AttentionModule MakeModule(const simdattn_module_config& caller) {
   constexpr const char* kFn = "simdattn_module_create";
   const simdattn_module_config c = ReadGrowable(caller, kFn, "config");
   const bool bias = Flag(c.qkv_bias, kFn, "config->qkv_bias");
-  SIMDATTN_REQUIRE(
-      c.kind == SIMDATTN_MULTI_HEAD_ATTENTION ||
-          (c.window == 0 && c.softcap == 0.0f && c.alibi == 0 &&
-           c.sinks == 0 && c.rope == nullptr),
-      kFn,
-      "config->window, softcap, alibi, sinks and rope apply to "
-      "SIMDATTN_MULTI_HEAD_ATTENTION only");
+  SIMDATTN_REQUIRE(c.kind == SIMDATTN_MULTI_HEAD_ATTENTION ||
+                       (c.window == 0 && c.softcap == 0.0f && c.alibi == 0 &&
+                        c.sinks == 0 && c.rope == nullptr),
+                   kFn,
+                   "config->window, softcap, alibi, sinks and rope apply to "
+                   "SIMDATTN_MULTI_HEAD_ATTENTION only");
   switch (c.kind) {
     case SIMDATTN_SIMPLIFIED_SELF_ATTENTION:
       return SimplifiedSelfAttention(c.d_in);

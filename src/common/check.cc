@@ -306,7 +306,8 @@ void CheckDropout(const char* function, const char* p_name, float p,
 KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
                                   size_t q_tokens) {
   const bool paged = kv.block_table != nullptr;
-  SIMDATTN_REQUIRE(kv.block_size != 0 || !paged, function, "kv.block_size is 0");
+  SIMDATTN_REQUIRE(kv.block_size != 0 || !paged, function,
+                   "kv.block_size is 0");
   if (paged) {
     SIMDATTN_REQUIRE((kv.block_size & (kv.block_size - 1)) == 0, function,
                      "kv.block_size (", kv.block_size,
@@ -314,7 +315,7 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
   }
   const size_t room =
       CheckedMul(function, "kv.blocks_per_sequence * kv.block_size",
-                           paged ? kv.blocks_per_sequence : 1, kv.block_size);
+                 paged ? kv.blocks_per_sequence : 1, kv.block_size);
   const size_t capacity = kv.capacity;
   SIMDATTN_REQUIRE(capacity <= room, function, "kv.capacity (", capacity,
                    ") exceeds the ", room, " tokens the layout holds");
@@ -325,19 +326,19 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
   KVCacheViewSpans spans;
   for (size_t b = 0; b < batch; ++b) {
     const size_t length = kv.lengths[b];
-    SIMDATTN_REQUIRE(length <= capacity, function, "kv.lengths[", b, "] (", length,
-                     ") exceeds the capacity (", capacity, ")");
-    SIMDATTN_REQUIRE(length >= q_tokens, function, "kv.lengths[", b, "] (", length,
-                     ") is less than the ", q_tokens,
+    SIMDATTN_REQUIRE(length <= capacity, function, "kv.lengths[", b, "] (",
+                     length, ") exceeds the capacity (", capacity, ")");
+    SIMDATTN_REQUIRE(length >= q_tokens, function, "kv.lengths[", b, "] (",
+                     length, ") is less than the ", q_tokens,
                      " queries, the sequence's last tokens");
     spans.longest = std::max(spans.longest, length);
     if (!paged) continue;
     for (size_t block = 0; block * kv.block_size < length; ++block) {
       const int32_t entry = kv.block_table[b * kv.blocks_per_sequence + block];
-      SIMDATTN_REQUIRE(entry >= 0 && static_cast<size_t>(entry) < blocks, function,
-                       "kv.block_table[", b, " * ", kv.blocks_per_sequence,
-                       " + ", block, "] (", entry, ") is not a block of the ",
-                       blocks, " in the pool");
+      SIMDATTN_REQUIRE(entry >= 0 && static_cast<size_t>(entry) < blocks,
+                       function, "kv.block_table[", b, " * ",
+                       kv.blocks_per_sequence, " + ", block, "] (", entry,
+                       ") is not a block of the ", blocks, " in the pool");
     }
   }
   // What the cache's memory spans, as (blocks, kv_heads, block_size, dim).
@@ -352,9 +353,8 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
     const size_t scale_dims[4] = {blocks, kv.kv_heads, kv.block_size, 1};
     const size_t scale_strides[3] = {kv.scale_block_stride,
                                      kv.scale_head_stride, 1};
-    spans.key_scales =
-        CheckTensor4(function, "kv.key_scales", kv.key_scales, scale_dims,
-                     scale_strides, sizeof(float));
+    spans.key_scales = CheckTensor4(function, "kv.key_scales", kv.key_scales,
+                                    scale_dims, scale_strides, sizeof(float));
     spans.value_scales =
         CheckTensor4(function, "kv.value_scales", kv.value_scales, scale_dims,
                      scale_strides, sizeof(float));

@@ -5,7 +5,8 @@
 namespace simdattn {
 
 bool IsElementType(ElementType type) {
-  return static_cast<unsigned>(type) <= static_cast<unsigned>(ElementType::kInt8);
+  return static_cast<unsigned>(type) <=
+         static_cast<unsigned>(ElementType::kInt8);
 }
 
 ElementTraits ElementTraitsOf(ElementType type) {

@@ -238,12 +238,14 @@ struct AmxWorkspace {
     return hwy::RoundUpTo(hwy::DivCeil(head_dim, 2), internal::kAmxTilePairs);
   }
   static size_t Floats(size_t head_dim, size_t value_dim) {
-    const size_t hp = HeadPairs(head_dim), vc = hwy::RoundUpTo(value_dim, kTile);
+    const size_t hp = HeadPairs(head_dim),
+                 vc = hwy::RoundUpTo(value_dim, kTile);
     return kTaskRows * hp + hp * kKeyBlock + kKeyPairs * vc +
            kQueryBlock * kKeyPairs + kQueryBlock * vc;
   }
   AmxWorkspace(float* base, size_t head_dim, size_t value_dim)
-      : head_pairs(HeadPairs(head_dim)), value_cols(hwy::RoundUpTo(value_dim, kTile)) {
+      : head_pairs(HeadPairs(head_dim)),
+        value_cols(hwy::RoundUpTo(value_dim, kTile)) {
     q = reinterpret_cast<uint32_t*>(base);
     k = q + kTaskRows * head_pairs;
     v = k + head_pairs * kKeyBlock;

@@ -126,7 +126,8 @@ inline void StoreRow(const float* row, size_t n, T* dst, float* scale) {
   }
   // Whole vectors, then one lane at a time.
   size_t c = 0;
-  for (; c + N <= n; c += N) Store(d, hn::LoadU(d, row + c), row_scale, dst + c);
+  for (; c + N <= n; c += N)
+    Store(d, hn::LoadU(d, row + c), row_scale, dst + c);
   for (; c < n; ++c) Store(d1, hn::LoadU(d1, row + c), row_scale, dst + c);
 }
 

@@ -86,7 +86,6 @@ constexpr size_t kPanel = 64;  // Columns per panel of packed B.
 constexpr size_t kPairBlock = kAmxTilePairs;
 constexpr size_t kTileRows = kAmxTileRows;
 
-
 using PackedOperands = BFloat16Pairs<kPanel>;
 
 // Row of C = alpha acc + beta C + bias over `cols` columns, 16 per vector
@@ -283,10 +282,10 @@ void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
   // K2 rounded up to kPairBlock and A's rows to a tile: AMX reads whole
   // tiles.
-  const PackedOperands packed(a, b, c.cols,
-                              options.transpose_b == Transpose::kYes,
-                              hwy::RoundUpTo(hwy::DivCeil(a.cols, 2), kPairBlock),
-                              hwy::RoundUpTo(a.rows, kTileRows), PairsOfRow);
+  const PackedOperands packed(
+      a, b, c.cols, options.transpose_b == Transpose::kYes,
+      hwy::RoundUpTo(hwy::DivCeil(a.cols, 2), kPairBlock),
+      hwy::RoundUpTo(a.rows, kTileRows), PairsOfRow);
   if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(packed, c, options);
   DotProducts(packed, c, options);
 #endif

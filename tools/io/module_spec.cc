@@ -34,8 +34,7 @@ AttentionModule MakeModule(const ModuleSpec& s) {
     case ModuleKind::kWrapper:
       return MultiHeadAttentionWrapper(s.d_in, s.d_out, s.context_length,
                                        s.dropout, s.num_heads, s.qkv_bias);
-    case ModuleKind::kMha:
-    {
+    case ModuleKind::kMha: {
       MultiHeadAttentionConfig config;
       config.d_in = s.d_in;
       config.d_out = s.d_out;

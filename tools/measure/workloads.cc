@@ -544,8 +544,7 @@ std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape, Library library,
   // The other libraries are measured on float32 (arithmetic and storage),
   // warm B only.
   if (library != Library::kSimdattn &&
-      (shape.b_storage != ElementType::kF32 || shape.cold ||
-       shape.bf16dot)) {
+      (shape.b_storage != ElementType::kF32 || shape.cold || shape.bf16dot)) {
     return nullptr;
   }
   switch (library) {

@@ -47,8 +47,7 @@ class ShapeMask {
 class StoredB {
  public:
   // `values`: rows x cols floats, row-major.
-  StoredB(const float* values, size_t rows, size_t cols,
-          ElementType storage);
+  StoredB(const float* values, size_t rows, size_t cols, ElementType storage);
   // B's values as stored, widened back to float: what the product uses.
   ConstMatrix widened() const { return {widened_.data(), rows_, cols_}; }
   // MatMul(a, B, c, options) with the overload of B's storage.
