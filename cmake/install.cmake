@@ -20,7 +20,7 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/simdattnConfig.cmake.i
   ${PROJECT_BINARY_DIR}/simdattnConfig.cmake
   INSTALL_DESTINATION ${SIMDATTN_CMAKE_DIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/simdattnConfigVersion.cmake
-  COMPATIBILITY SameMajorVersion)
+  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/simdattnConfig.cmake
               ${PROJECT_BINARY_DIR}/simdattnConfigVersion.cmake
         DESTINATION ${SIMDATTN_CMAKE_DIR})

@@ -808,6 +808,18 @@ TEST(KVCacheErrors, BadArgumentsNameThemselves) {
       },
       {"KVCache::Read", "keys is null"});
   cache.Clear();
+  // A cache over the caller's buffers: reading into them is refused.
+  std::vector<float> held_k(2 * 1 * 8 * 4, 0.0f), held_v(held_k.size(), 0.0f);
+  KVCache over(Tensor4::Dense(held_k.data(), 2, 1, 8, 4),
+               Tensor4::Dense(held_v.data(), 2, 1, 8, 4));
+  over.Append(ConstTensor4::Dense(k.data(), 2, 1, 3, 4),
+              ConstTensor4::Dense(k.data(), 2, 1, 3, 4));
+  ExpectInvalid(
+      [&] {
+        over.Read(1, Tensor3(held_k.data(), 1, 3, 4),
+                  Tensor3(read.data(), 1, 3, 4));
+      },
+      {"KVCache::Read", "keys overlap the cache's own memory"});
   ExpectInvalid([&] { cache.Reorder({0}); }, "order has 1 entries");
   ExpectInvalid([&] { cache.Copy(0, 5); }, "dst (5)");
   ExpectInvalid([&] { (void)cache.length(2); }, "sequence (2)");

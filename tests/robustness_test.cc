@@ -115,12 +115,13 @@ using test::ExpectInvalid;
 
 constexpr size_t kBatch = 2, kTokens = 48, kDIn = 32, kDOut = 64, kHeads = 4;
 
-MultiHeadAttention MakeMha() {
+MultiHeadAttention MakeMha(bool rope = false) {
   // Dropout is set so that eval mode demonstrably ignores it.
   MultiHeadAttentionConfig config = test::MhaConfig(
       kDIn, kDOut, /*context_length=*/64, kHeads, /*qkv_bias=*/true,
       /*seed=*/11);
   config.dropout = 0.25f;
+  if (rope) config.rope = RopeOptions{};
   return MultiHeadAttention(config);
 }
 
@@ -276,7 +277,7 @@ TEST(Robustness, ArenaOfOneRunsOnTheCallingThreadOnly) {
 // with the attention weights returned. In an arena of one thread the number
 // of scratch buffers in flight is fixed, so this is exact.
 TEST(Robustness, SteadyStateAllocatesNothing) {
-  const MultiHeadAttention mha = MakeMha();
+  const MultiHeadAttention plain = MakeMha(), rope = MakeMha(true);
   const std::vector<float> x = test::RandomVector(kBatch * kTokens * kDIn, 3);
   std::vector<float> y(kBatch * kTokens * kDOut);
   std::vector<float> weights(kBatch * kHeads * kTokens * kTokens);
@@ -284,8 +285,12 @@ TEST(Robustness, SteadyStateAllocatesNothing) {
   const Tensor3 yv(y.data(), kBatch, kTokens, kDOut);
   tbb::task_arena arena(1);
   arena.execute([&] {
-    for (int mode = 0; mode < 3; ++mode) {
-      SCOPED_TRACE(mode == 0 ? "eval" : mode == 1 ? "training" : "weights");
+    for (int mode = 0; mode < 4; ++mode) {
+      SCOPED_TRACE(mode == 0   ? "eval"
+                   : mode == 1 ? "training"
+                   : mode == 2 ? "weights"
+                               : "rope");
+      const MultiHeadAttention& mha = mode == 3 ? rope : plain;
       ForwardOptions options;
       options.training = mode == 1;
       if (mode == 2) {
@@ -304,10 +309,11 @@ TEST(Robustness, SteadyStateAllocatesNothing) {
 }
 
 // Generation steps allocate nothing once warm, whatever the cache's type and
-// layout: the module's ForwardStep, and Append + attention over the cache as
-// an engine calls them, over 40 steps crossing paged blocks.
+// layout: the module's ForwardStep (a llama-style one with RoPE too), and
+// Append + attention over the cache as an engine calls them, over 40 steps
+// crossing paged blocks.
 TEST(Robustness, GenerationStepsAllocateNothing) {
-  const MultiHeadAttention mha = MakeMha();
+  const MultiHeadAttention mha = MakeMha(), rope_mha = MakeMha(true);
   constexpr size_t kSteps = 40, kCapacity = 64, kHeadDim = kDOut / kHeads;
   const std::vector<float> x = test::RandomVector(kBatch * kDIn, 5);
   const std::vector<float> kv =
@@ -327,10 +333,13 @@ TEST(Robustness, GenerationStepsAllocateNothing) {
         config.type = type;
         config.block_size = block_size;
         KVCache module_cache(kBatch, kHeads, kCapacity, kHeadDim, config);
+        KVCache rope_cache(kBatch, kHeads, kCapacity, kHeadDim, config);
         KVCache engine_cache(kBatch, kHeads, kCapacity, kHeadDim, config);
         const auto step = [&] {
           mha.ForwardStep(ConstTensor3(x.data(), kBatch, 1, kDIn), module_cache,
                           Tensor3(y.data(), kBatch, 1, kDOut));
+          rope_mha.ForwardStep(ConstTensor3(x.data(), kBatch, 1, kDIn),
+                               rope_cache, Tensor3(y.data(), kBatch, 1, kDOut));
           engine_cache.Append(kv_view, kv_view);
           AttentionOptions options;
           options.mask.causal = true;

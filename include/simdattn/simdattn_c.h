@@ -28,8 +28,9 @@
  * header keeps working (the fields it does not know take their defaults),
  * and one compiled against a newer header works with this library as long
  * as it leaves the fields this version does not know at zero (a set one is
- * an error: this version would ignore it). A struct_size that does not
- * cover the fields of the struct's first version, or above 4096, is an
+ * an error: this version would ignore it). The structs have no tail
+ * padding, so every byte struct_size covers is a field. A struct_size that does
+ * not cover the fields of the struct's first version, or above 4096, is an
  * error naming the macro.
  *
  * Threads: every function may be called from any thread.
@@ -191,9 +192,10 @@ typedef struct simdattn_matmul_options {
   float alpha;
   /* 0: C is write-only (its old contents, even NaN, are never read). */
   float beta;
+  /* SIMDATTN_COMPUTE_*; simdattn_batched_matmul: SIMDATTN_COMPUTE_FP32. */
+  int32_t compute;
   /* Optional N floats added to every row of C; NULL for none. */
   const float* bias;
-  int32_t compute; /* SIMDATTN_COMPUTE_* */
 } simdattn_matmul_options;
 #define SIMDATTN_MATMUL_OPTIONS_INIT \
   SIMDATTN_STRUCT_INIT_(simdattn_matmul_options)
@@ -307,6 +309,9 @@ typedef struct simdattn_attention_options {
   /* Dropout on the attention weights with the bits simdattn_dropout would
    * draw for the (batch, q_heads, q_tokens, k_tokens) weights. */
   float dropout;
+  /* SIMDATTN_COMPUTE_BF16 rounds Q, K, V and the weights P to bf16
+   * (kernels.h's AttentionOptions::compute); over a KV cache, a bf16 one. */
+  int32_t compute;
   uint64_t dropout_seed;
   uint64_t dropout_offset;
   /* NULL, or an output of (batch, q_heads, q_tokens) contiguous floats: each
@@ -316,9 +321,6 @@ typedef struct simdattn_attention_options {
    * (sinks in one of them) merge exactly: L = logaddexp(L1, L2),
    * out = exp(L1 - L) out1 + exp(L2 - L) out2. */
   float* log_sum_exp;
-  /* SIMDATTN_COMPUTE_BF16 rounds Q, K, V and the weights P to bf16
-   * (kernels.h's AttentionOptions::compute); over a KV cache, a bf16 one. */
-  int32_t compute;
 } simdattn_attention_options;
 #define SIMDATTN_ATTENTION_OPTIONS_INIT \
   SIMDATTN_STRUCT_INIT_(simdattn_attention_options)
@@ -511,6 +513,7 @@ typedef struct simdattn_load_options {
   /* 1 keeps bf16 or f16 projection matrices in their type (half the bytes,
    * the results of the widened weights); all of them must share one type. */
   int32_t keep_dtype;
+  int32_t reserved; /* 0 (so the struct has no tail padding) */
 } simdattn_load_options;
 #define SIMDATTN_LOAD_OPTIONS_INIT SIMDATTN_STRUCT_INIT_(simdattn_load_options)
 
@@ -539,14 +542,14 @@ typedef struct simdattn_forward_options {
   /* 0: eval. 1: training, dropout on the attention weights with the key
    * (dropout_seed, dropout_offset); advance the offset every step. */
   int32_t training;
+  /* SIMDATTN_COMPUTE_BF16: projections and attention in bf16 arithmetic; no
+   * attention weights then, and forward steps need a bf16 cache. */
+  int32_t compute;
   uint64_t dropout_seed;
   uint64_t dropout_offset;
   /* Optional output (batch, num_heads, tokens, tokens): the attention
    * weights after softmax (and dropout). data NULL: not wanted. */
   simdattn_tensor4 attention_weights;
-  /* SIMDATTN_COMPUTE_BF16: projections and attention in bf16 arithmetic; no
-   * attention weights then, and forward steps need a bf16 cache. */
-  int32_t compute;
 } simdattn_forward_options;
 #define SIMDATTN_FORWARD_OPTIONS_INIT \
   SIMDATTN_STRUCT_INIT_(simdattn_forward_options)

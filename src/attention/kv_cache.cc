@@ -568,6 +568,17 @@ void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {
     internal::CheckDistinctElements(kFn, name, view.dims, view.strides);
   }
   SIMDATTN_REQUIRE(!spans[0].Overlaps(spans[1]), kFn, "values overlap keys");
+  // Nor the cache's own memory (a cache over the caller's buffers).
+  const internal::KVCacheViewSpans cache = internal::CheckKVCacheView(
+      kFn, View(), 0);
+  for (int i = 0; i < 2; ++i) {
+    for (const internal::Footprint* held :
+         {&cache.keys, &cache.values, &cache.key_scales, &cache.value_scales}) {
+      SIMDATTN_REQUIRE(!spans[i].Overlaps(*held), kFn,
+                       i == 0 ? "keys" : "values",
+                       " overlap the cache's own memory");
+    }
+  }
   if (head_dim_ == 0) return;  // Nothing to read (views may be null).
   const bool int8 = s.scaled;
   for (size_t h = 0; h < kv_heads_; ++h) {

@@ -88,7 +88,8 @@ bool Flag(int32_t value, const char* function, const char* what) {
 
 // What each growable struct was in its first version (0.2.0): its name, the
 // macro that initializes it, and the end of its last field then. Appending a
-// field leaves kFirstSize as it is.
+// field leaves kFirstSize as it is. No struct has tail padding: a field
+// appended into it would not change the size callers pass.
 template <typename S>
 struct Growable;
 #define SIMDATTN_GROWABLE(S, macro, last_field)       \
@@ -99,18 +100,19 @@ struct Growable;
     static constexpr size_t kFirstSize =              \
         offsetof(S, last_field) +                     \
         sizeof(static_cast<S*>(nullptr)->last_field); \
-  };
-SIMDATTN_GROWABLE(simdattn_matmul_options, SIMDATTN_MATMUL_OPTIONS_INIT,
-                  compute)
+  };                                                  \
+  static_assert(Growable<S>::kFirstSize == sizeof(S), \
+                #S " has tail padding, or last_field is not last");
+SIMDATTN_GROWABLE(simdattn_matmul_options, SIMDATTN_MATMUL_OPTIONS_INIT, bias)
 SIMDATTN_GROWABLE(simdattn_mask, SIMDATTN_MASK_INIT, sinks)
 SIMDATTN_GROWABLE(simdattn_rope_options, SIMDATTN_ROPE_OPTIONS_INIT, positions)
 SIMDATTN_GROWABLE(simdattn_attention_options, SIMDATTN_ATTENTION_OPTIONS_INIT,
-                  compute)
+                  log_sum_exp)
 SIMDATTN_GROWABLE(simdattn_kv_cache_config, SIMDATTN_KV_CACHE_CONFIG_INIT, rope)
 SIMDATTN_GROWABLE(simdattn_module_config, SIMDATTN_MODULE_CONFIG_INIT, rope)
-SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT, keep_dtype)
+SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT, reserved)
 SIMDATTN_GROWABLE(simdattn_forward_options, SIMDATTN_FORWARD_OPTIONS_INIT,
-                  compute)
+                  attention_weights)
 #undef SIMDATTN_GROWABLE
 
 // Larger than any struct of this API will grow to: a struct_size beyond it
@@ -248,8 +250,10 @@ simdattn_status LoadWeights(const char* kFn, simdattn_module* module,
                      "tensors is null but count is ", count);
     LoadOptions load;
     if (options != nullptr) {
-      load.keep_dtype = Flag(ReadGrowable(*options, kFn, "options").keep_dtype,
-                             kFn, "options->keep_dtype");
+      const simdattn_load_options o = ReadGrowable(*options, kFn, "options");
+      load.keep_dtype = Flag(o.keep_dtype, kFn, "options->keep_dtype");
+      SIMDATTN_REQUIRE(o.reserved == 0, kFn, "options->reserved (", o.reserved,
+                       ") is not 0");
     }
     simdattn::StateDict state_dict;
     for (size_t i = 0; i < count; ++i) {

@@ -10,11 +10,11 @@
 
 #include <cmath>
 #include <cstddef>
-#include <vector>
 
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
 #include "src/common/parallel.h"
+#include "src/common/scratch.h"
 #include "src/ops/rope.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -73,21 +73,26 @@ inline void RopeImpl(Tensor4 x, RopePairing pairing, float theta,
                      size_t rotary_dim, const size_t* positions) {
   const size_t batch = x.dims[0], heads = x.dims[1], tokens = x.dims[2];
   const size_t half = rotary_dim / 2;
-  const std::vector<double> frequency =
-      internal::RopeFrequencies(theta, rotary_dim);
+  // Tables from the scratch pool (a call allocates nothing once warm); the
+  // frequencies are doubles in float-sized scratch, 64-byte aligned.
+  internal::ScratchBuffer frequency_buffer(2 * half);
+  double* frequency = reinterpret_cast<double*>(frequency_buffer.data());
+  internal::RopeFrequencies(theta, rotary_dim, frequency);
   // A task per (batch item, token): its tables serve every head.
   internal::ParallelFor(
       0, batch * tokens, std::max<size_t>(1, 4096 / (heads * rotary_dim + 1)),
       [&](size_t first, size_t last) {
-        std::vector<float> cos(half), sin(half);
+        internal::ScratchBuffer tables(2 * half);
+        float* cos = tables.data();
+        float* sin = cos + half;
         for (size_t index = first; index != last; ++index) {
           const size_t b = index / tokens, t = index % tokens;
           const double position =
               double(positions != nullptr ? positions[b] : 0) + double(t);
-          internal::RopeAngles(frequency, position, cos.data(), sin.data());
+          internal::RopeAngles(frequency, half, position, cos, sin);
           for (size_t h = 0; h < heads; ++h) {
-            rope_detail::RotateRow(x.Slice(b, h).Row(t), cos.data(), sin.data(),
-                                   half, pairing);
+            rope_detail::RotateRow(x.Slice(b, h).Row(t), cos, sin, half,
+                                   pairing);
           }
         }
       });

@@ -20,17 +20,15 @@ HWY_EXPORT(RopeImpl);
 
 namespace internal {
 
-std::vector<double> RopeFrequencies(float theta, size_t rotary_dim) {
-  std::vector<double> frequency(rotary_dim / 2);
-  for (size_t i = 0; i < frequency.size(); ++i) {
+void RopeFrequencies(float theta, size_t rotary_dim, double* frequency) {
+  for (size_t i = 0; i < rotary_dim / 2; ++i) {
     frequency[i] = std::pow(double(theta), -2.0 * double(i) / rotary_dim);
   }
-  return frequency;
 }
 
-void RopeAngles(const std::vector<double>& frequency, double position,
+void RopeAngles(const double* frequency, size_t half, double position,
                 float* cos, float* sin) {
-  for (size_t i = 0; i < frequency.size(); ++i) {
+  for (size_t i = 0; i < half; ++i) {
     const double angle = position * frequency[i];
     cos[i] = static_cast<float>(std::cos(angle));
     sin[i] = static_cast<float>(std::sin(angle));
@@ -40,7 +38,9 @@ void RopeAngles(const std::vector<double>& frequency, double position,
 RopeTables::RopeTables(const RopeOptions& options, size_t head_dim)
     : pairing_(options.pairing),
       half_((options.rotary_dim == 0 ? head_dim : options.rotary_dim) / 2),
-      frequency_(RopeFrequencies(options.theta, 2 * half_)) {}
+      frequency_(half_) {
+  RopeFrequencies(options.theta, 2 * half_, frequency_.data());
+}
 
 void RopeTables::Reserve(size_t count) {
   if (half_ == 0 || count <= cos_.size() / half_) return;
@@ -48,7 +48,8 @@ void RopeTables::Reserve(size_t count) {
   cos_.resize(count * half_);
   sin_.resize(count * half_);
   for (size_t p = have; p < count; ++p) {
-    RopeAngles(frequency_, double(p), &cos_[p * half_], &sin_[p * half_]);
+    RopeAngles(frequency_.data(), half_, double(p), &cos_[p * half_],
+               &sin_[p * half_]);
   }
 }
 

@@ -32,11 +32,12 @@ class RopeTables {
 };
 
 // The cos and sin (rounded to float) of pair i's angle at `position`, i <
-// frequency.size(): one definition for ApplyRope and RopeTables.
-void RopeAngles(const std::vector<double>& frequency, double position,
+// half: one definition for ApplyRope and RopeTables.
+void RopeAngles(const double* frequency, size_t half, double position,
                 float* cos, float* sin);
-// Pair i's frequency theta^(-2i / rotary_dim), in double.
-std::vector<double> RopeFrequencies(float theta, size_t rotary_dim);
+// frequency[i] = pair i's frequency theta^(-2i / rotary_dim), in double, for
+// the rotary_dim / 2 pairs.
+void RopeFrequencies(float theta, size_t rotary_dim, double* frequency);
 
 // Throws, naming `function` and the options as `name`, unless rotary_dim
 // is even and <= head_dim, theta finite and > 0, and the pairing known.

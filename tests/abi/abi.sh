@@ -12,7 +12,7 @@
 # LIB: build/release/abi/libsimdattn.so (the SIMDATTN_ABI_CHECK build).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-mode=$1 lib=$2 version=$3
+mode=${1:-} lib=${2:-} version=${3:-}
 baseline=$here/simdattn-$version.abi.xz
 headers=$(cd "$here/../../include/simdattn" && pwd)
 export_dir=$(dirname "$lib")/include/simdattn
