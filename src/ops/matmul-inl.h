@@ -231,17 +231,20 @@ HWY_NOINLINE void MicroKernel(D d, const float* HWY_RESTRICT a, size_t lda,
     SIMDATTN_ROW(5)
 #undef SIMDATTN_ROW
   }
-  const float* bias = e.bias;
-#define SIMDATTN_STORE_ROW(r)                                            \
-  if (R > r) {                                                           \
-    float* row = c + r * ldc;                                            \
-    StoreTile(d, c##r##0, row, bias, cols, e);                           \
-    if (V > 1 && cols > N)                                               \
-      StoreTile(d, c##r##1, row + N, bias + N, cols - N, e);             \
-    if (V > 2 && cols > 2 * N)                                           \
-      StoreTile(d, c##r##2, row + 2 * N, bias + 2 * N, cols - 2 * N, e); \
-    if (V > 3 && cols > 3 * N)                                           \
-      StoreTile(d, c##r##3, row + 3 * N, bias + 3 * N, cols - 3 * N, e); \
+  // Vector v's bias, or null: no arithmetic on a null bias (UB).
+  const auto bias = [&e, N](size_t v) -> const float* {
+    return e.bias == nullptr ? nullptr : e.bias + v * N;
+  };
+#define SIMDATTN_STORE_ROW(r)                                                  \
+  if (R > r) {                                                                 \
+    float* row = c + r * ldc;                                                  \
+    StoreTile(d, c##r##0, row, bias(0), cols, e);                              \
+    if (V > 1 && cols > N)                                                     \
+      StoreTile(d, c##r##1, row + N, bias(1), cols - N, e);                    \
+    if (V > 2 && cols > 2 * N)                                                 \
+      StoreTile(d, c##r##2, row + 2 * N, bias(2), cols - 2 * N, e);            \
+    if (V > 3 && cols > 3 * N)                                                 \
+      StoreTile(d, c##r##3, row + 3 * N, bias(3), cols - 3 * N, e);            \
   }
   SIMDATTN_STORE_ROW(0)
   SIMDATTN_STORE_ROW(1)
