@@ -142,22 +142,22 @@ inline void StoreKVRowsImpl(KVType type, ConstMatrix src, void* dst,
   float stack[512];
   std::vector<float> heap(rope != nullptr && src.cols > 512 ? src.cols : 0);
   float* rotated = heap.empty() ? stack : heap.data();
-  for (size_t r = 0; r < src.rows; ++r) {
-    const float* row = src.Row(r);
-    if (rope != nullptr) {
-      std::memcpy(rotated, row, src.cols * sizeof(float));
-      const size_t p = first_position + r;
-      rope_detail::RotateRow(rotated, rope->Cos(p), rope->Sin(p), rope->half(),
-                             rope->pairing());
-      row = rotated;
-    }
-    internal::VisitElementType(type, [&](auto tag) {
-      using T = typename decltype(tag)::type;
+  internal::VisitElementType(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (size_t r = 0; r < src.rows; ++r) {
+      const float* row = src.Row(r);
+      if (rope != nullptr) {
+        std::memcpy(rotated, row, src.cols * sizeof(float));
+        const size_t p = first_position + r;
+        rope_detail::RotateRow(rotated, rope->Cos(p), rope->Sin(p),
+                               rope->half(), rope->pairing());
+        row = rotated;
+      }
       kv_store_detail::StoreRow(row, src.cols,
                                 static_cast<T*>(dst) + r * dst_stride,
                                 scales != nullptr ? scales + r : nullptr);
-    });
-  }
+    }
+  });
 }
 
 }  // namespace HWY_NAMESPACE
