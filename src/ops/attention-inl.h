@@ -121,6 +121,18 @@ struct Problem {
   }
 };
 
+// The query rows of one task: `heads` query heads from h0, all sharing one
+// key/value head, times the tokens from i0, stacked token-major (row r is
+// head h0 + r % heads of token i0 + r / heads). The heads of a group thus
+// see each tile of K and V together, read once, and the mask's limits,
+// which depend on the token only, still grow with the row.
+struct QueryRows {
+  size_t b, h0, heads, i0, rows;
+
+  size_t Head(size_t r) const { return h0 + r % heads; }
+  size_t Token(size_t r) const { return i0 + r / heads; }
+};
+
 // The running softmax state of a block's rows: max and sum of exp(s - max)
 // per row, and whether a score was NaN (as 0 or 1: everything here lives in
 // float scratch).
@@ -168,18 +180,21 @@ HWY_INLINE void FindNonFiniteValues(D d, const internal::KVRows<T>& v,
   }
 }
 
-// acc[r] += P[r][jj] V[j0 + jj] for the listed keys and the rows r (query
-// i0 + r of (b, h)) that see them; P's rows are kKeyBlock apart.
+// acc[r] += P[r][jj] V[j0 + jj] for the listed keys and the rows r (row
+// r0 + r of the task) that see them; P's rows are kKeyBlock apart.
 template <typename T>
 inline void AddNonFiniteValues(const Problem& pr, const NonFiniteValues& nf,
-                               const internal::KVRows<T>& v, size_t b, size_t h,
-                               size_t i0, size_t rows, size_t j0,
-                               const float* p, float* acc, size_t acc_stride) {
+                               const internal::KVRows<T>& v,
+                               const QueryRows& t, size_t r0, size_t rows,
+                               size_t j0, const float* p, float* acc,
+                               size_t acc_stride) {
   const hn::CappedTag<float, 1> d1;
   for (size_t n = 0; n < nf.count; ++n) {
     const size_t jj = nf.keys[n];
     for (size_t r = 0; r < rows; ++r) {
-      if (!pr.mask.Visible(b, h, i0 + r, j0 + jj)) continue;
+      if (!pr.mask.Visible(t.b, t.Head(r0 + r), t.Token(r0 + r), j0 + jj)) {
+        continue;
+      }
       const float weight = p[r * kKeyBlock + jj];
       float* out = acc + r * acc_stride;
       for (size_t c = 0; c < v.cols; ++c) {
@@ -348,15 +363,16 @@ HWY_INLINE float ExpRow(D d, float* srow, size_t from, size_t limit,
 }
 
 // Online softmax and dropout over the tile's scores S (rows x cols, rows
-// kKeyBlock apart) of query rows i0.. of (b, h), keys j0..: S becomes P, the
-// row states are updated and ws.corr[r] gets the factor that rescales row
-// r's accumulator.
-inline void SoftmaxTile(const Problem& pr, size_t b, size_t h, size_t i0,
+// kKeyBlock apart) of the task's rows r0.., keys j0..: S becomes P, the row
+// states are updated and ws.corr[r] gets the factor that rescales row r's
+// accumulator.
+inline void SoftmaxTile(const Problem& pr, const QueryRows& t, size_t r0,
                         size_t rows, size_t j0, size_t cols,
                         const RowStates& st, Workspace& ws) {
   const hn::ScalableTag<float> d;
+  const size_t b = t.b;
   for (size_t r = 0; r < rows; ++r) {
-    const size_t i = i0 + r;
+    const size_t i = t.Token(r0 + r), h = t.Head(r0 + r);
     float* srow = ws.scores + r * kKeyBlock;
     const size_t row_limit = pr.mask.End(b, i);
     const size_t row_begin = pr.mask.Begin(b, i);
@@ -436,43 +452,42 @@ HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
   }
 }
 
-// Attends a few query rows [i0, i1) (decode) to keys [j_begin, j_end):
-// packing tiles of K and V would not pay for itself, so K and V rows are
-// read where they lie, as MatMul's skinny path does. Leaves the
-// unnormalised outputs in acc (rows acc_stride apart) and the rows' softmax
-// states in st; returns false if no key was in reach (acc left unwritten).
+// Attends a task's few query rows (decode; `queries`, one row each) to keys
+// [j_begin, j_end): packing tiles of K and V would not pay for itself, so K
+// and V rows are read where they lie, as MatMul's skinny path does. Leaves
+// the unnormalised outputs in acc (rows acc_stride apart) and the rows'
+// softmax states in st; returns false if no key was in reach (acc left
+// unwritten).
 template <typename T>
-inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
-                          size_t i1, size_t j_begin, size_t j_end, float* acc,
-                          size_t acc_stride, const RowStates& st,
+inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
+                          ConstMatrix queries, size_t j_begin, size_t j_end,
+                          float* acc, size_t acc_stride, const RowStates& st,
                           Workspace& ws) {
   using namespace matmul_detail;
-  const size_t rows = i1 - i0;
-  const size_t head_dim = pr.q.dims[3], value_dim = pr.value_dim;
-  const ConstMatrix q = pr.q.Slice(b, h);
-  const internal::KVRows<T> k = pr.Keys<T>(b, h);
-  const internal::KVRows<T> v = pr.Values<T>(b, h);
+  const size_t b = t.b, rows = t.rows, value_dim = pr.value_dim;
+  const internal::KVRows<T> k = pr.Keys<T>(b, t.h0);
+  const internal::KVRows<T> v = pr.Values<T>(b, t.h0);
   MatMulOptions scores_options;
   scores_options.transpose_b = Transpose::kYes;
   scores_options.alpha = pr.scale;
-  const size_t j_start = FirstKey(pr, b, i0, j_begin);
-  const size_t j_stop = std::min(j_end, pr.mask.End(b, i1 - 1));
+  const size_t j_start = FirstKey(pr, b, t.Token(0), j_begin);
+  const size_t j_stop = std::min(j_end, pr.mask.End(b, t.Token(rows - 1)));
   const hn::ScalableTag<float> d;
   for (size_t j0 = j_start; j0 < j_stop; j0 += kKeyBlock) {
     const size_t cols = std::min(kKeyBlock, j_stop - j0);
     const size_t next_end = std::min(j_stop, j0 + cols + kKeyBlock);
     PrefetchPagedRows(k, j0 + cols, next_end);
-    DirectColumns(ConstMatrix(q.Row(i0), rows, head_dim, q.stride), k.From(j0),
-                  Matrix(ws.scores, rows, cols, kKeyBlock), scores_options, 0,
-                  cols);
-    SoftmaxTile(pr, b, h, i0, rows, j0, cols, st, ws);
+    DirectColumns(queries, k.From(j0), Matrix(ws.scores, rows, cols, kKeyBlock),
+                  scores_options, 0, cols);
+    SoftmaxTile(pr, t, 0, rows, j0, cols, st, ws);
     const bool first = j0 == j_start;
     if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);
     MatMulOptions accumulate;
     accumulate.beta = first ? 0.0f : 1.0f;
     PrefetchPagedRows(v, j0 + cols, next_end);
     ws.nonfinite.count = 0;
-    if (pr.mask.Classify(b, i0, i1, j0, j0 + cols) != TileKind::kFull) {
+    if (pr.mask.Classify(b, t.Token(0), t.Token(rows - 1) + 1, j0,
+                         j0 + cols) != TileKind::kFull) {
       FindNonFiniteValues(d, v, j0, cols, ws.nonfinite);
     }
     const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
@@ -506,7 +521,7 @@ inline bool AttendFewRows(const Problem& pr, size_t b, size_t h, size_t i0,
       DirectColumns(p, ConstMatrix(ws.v_panels, cols, value_dim, value_dim),
                     acc_rows, accumulate, 0, value_dim);
     }
-    AddNonFiniteValues(pr, ws.nonfinite, v, b, h, i0, rows, j0, ws.scores, acc,
+    AddNonFiniteValues(pr, ws.nonfinite, v, t, 0, rows, j0, ws.scores, acc,
                        acc_stride);
   }
   return j_start < j_stop;
@@ -538,13 +553,12 @@ HWY_INLINE void RoundRows(D d, ConstMatrix m, float* HWY_RESTRICT out) {
   }
 }
 
-// AMX: query rows [i0, i1) of q as A's pairs, rows past i1 up to a whole
+// AMX: the task's query rows as A's pairs, rows past them up to a whole
 // tile zero.
-inline void AmxQueryPairs(ConstMatrix q, size_t i0, size_t i1,
-                          const AmxWorkspace& aw) {
-  const size_t rows = i1 - i0, hp = aw.head_pairs;
+inline void AmxQueryPairs(ConstMatrix queries, const AmxWorkspace& aw) {
+  const size_t rows = queries.rows, hp = aw.head_pairs;
   for (size_t r = 0; r < rows; ++r) {
-    internal::PairsOfRow(q.Row(i0 + r), q.cols, hp, aw.q + r * hp);
+    internal::PairsOfRow(queries.Row(r), queries.cols, hp, aw.q + r * hp);
   }
   const size_t padded = hwy::RoundUpTo(rows, AmxWorkspace::kTile);
   std::fill(aw.q + rows * hp, aw.q + padded * hp, 0u);
@@ -630,23 +644,47 @@ inline void AmxWeightsTimesValues(const float* weights, size_t rows,
   }
 }
 
-// Attends query rows [i0, i1) of (b, h) (up to kTaskRows) to keys
+// The task's query rows as one matrix: Q's own rows for one head as given,
+// else gathered into `buffer` (kTaskRows x head_dim floats), rounded to
+// bf16 if `round`.
+inline ConstMatrix TaskQueries(const Problem& pr, const QueryRows& t,
+                               bool round, float* buffer) {
+  const size_t head_dim = pr.q.dims[3];
+  if (buffer == nullptr) {
+    const ConstMatrix q = pr.q.Slice(t.b, t.h0);
+    return ConstMatrix(q.Row(t.i0), t.rows, head_dim, q.stride);
+  }
+  const hn::ScalableTag<float> d;
+  for (size_t r = 0; r < t.rows; ++r) {
+    const float* row = pr.q.Slice(t.b, t.Head(r)).Row(t.Token(r));
+    if (round) {
+      RoundRows(d, ConstMatrix(row, 1, head_dim, head_dim),
+                buffer + r * head_dim);
+    } else {
+      std::copy(row, row + head_dim, buffer + r * head_dim);
+    }
+  }
+  return ConstMatrix(buffer, t.rows, head_dim, head_dim);
+}
+
+// Attends a task's query rows (up to kTaskRows; `queries`, one row each,
+// rounded to bf16 where the dense path must round them) to keys
 // [j_begin, j_end) (j_begin a multiple of kKeyBlock), key tile by key tile
-// from the first row's window on:
-// each tile of K and V is packed once for all the task's query blocks that
-// see it. Leaves the unnormalised outputs in acc (rows of value_dim floats,
-// acc_stride apart) and the rows' softmax states in st.
+// from the first row's window on: each tile of K and V is packed once for
+// all the task's query blocks that see it. Leaves the unnormalised outputs
+// in acc (rows of value_dim floats, acc_stride apart) and the rows' softmax
+// states in st.
 template <typename T>
-inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
-                        size_t i1, size_t j_begin, size_t j_end, float* acc,
-                        size_t acc_stride, const RowStates& st, Workspace& ws,
-                        const AmxWorkspace* aw, float* rounded_q) {
+inline void AttendBlock(const Problem& pr, const QueryRows& t,
+                        ConstMatrix queries, size_t j_begin, size_t j_end,
+                        float* acc, size_t acc_stride, const RowStates& st,
+                        Workspace& ws, const AmxWorkspace* aw) {
   using namespace matmul_detail;
-  const size_t rows = i1 - i0;
+  const size_t b = t.b, rows = t.rows;
   const size_t value_dim = pr.value_dim;
-  // The sink joins the first split's state: exp(sink - max) in the sum.
-  const float sink = j_begin == 0 ? pr.mask.Sink(h) : -kInf;
   for (size_t r = 0; r < rows; ++r) {
+    // The sink joins the first split's state: exp(sink - max) in the sum.
+    const float sink = j_begin == 0 ? pr.mask.Sink(t.Head(r)) : -kInf;
     st.max[r] = sink;
     st.sum[r] = sink == -kInf ? 0.0f : 1.0f;
     st.nan[r] = 0.0f;
@@ -655,31 +693,24 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
   bool started[kTaskRows / kQueryBlock] = {};
   // Limits grow with the row, so a block's last row bounds its keys.
   const auto stop = [&](size_t last_row) {
-    return std::min(j_end, pr.mask.End(b, last_row));
+    return std::min(j_end, pr.mask.End(b, t.Token(last_row)));
+  };
+  const auto begin = [&](size_t row) {
+    return pr.mask.Begin(b, t.Token(row));
   };
   if (rows <= kSkinnyRows && !pr.round_inputs) {
-    started[0] = AttendFewRows<T>(pr, b, h, i0, i1, j_begin, j_end, acc,
+    started[0] = AttendFewRows<T>(pr, t, queries, j_begin, j_end, acc,
                                   acc_stride, st, ws);
   } else {
     const hn::ScalableTag<float> d;
     const size_t nr = kVectors * hn::Lanes(d);
     const size_t head_dim = pr.q.dims[3];
-    const ConstMatrix q = pr.q.Slice(b, h);
-    const internal::KVRows<T> k = pr.Keys<T>(b, h);
-    const internal::KVRows<T> v = pr.Values<T>(b, h);
+    const internal::KVRows<T> k = pr.Keys<T>(b, t.h0);
+    const internal::KVRows<T> v = pr.Values<T>(b, t.h0);
     const Epilogue scores_epilogue{pr.scale, 0.0f, true, nullptr};
-    const size_t task_stop = stop(i1 - 1);
-    if (aw != nullptr) AmxQueryPairs(q, i0, i1, *aw);
-    // Rows of Q for the float32 kernel: rounded into rounded_q when the
-    // inputs come unrounded.
-    if (rounded_q != nullptr) {
-      RoundRows(d, ConstMatrix(q.Row(i0), rows, head_dim, q.stride), rounded_q);
-    }
-    const auto query_row = [&](size_t i) {
-      return rounded_q != nullptr ? rounded_q + (i - i0) * head_dim : q.Row(i);
-    };
-    const size_t query_stride = rounded_q != nullptr ? head_dim : q.stride;
-    for (size_t j0 = FirstKey(pr, b, i0, j_begin); j0 < task_stop;
+    const size_t task_stop = stop(rows - 1);
+    if (aw != nullptr) AmxQueryPairs(queries, *aw);
+    for (size_t j0 = FirstKey(pr, b, t.Token(0), j_begin); j0 < task_stop;
          j0 += kKeyBlock) {
       // Pack K^T and V for the keys the task's last row sees.
       const size_t tile_cols = std::min(kKeyBlock, task_stop - j0);
@@ -694,7 +725,8 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
                   ws.v_panels + n0 * kKeyBlock);
       }
       ws.nonfinite.count = 0;
-      if (pr.mask.Classify(b, i0, i1, j0, j0 + tile_cols) != TileKind::kFull) {
+      if (pr.mask.Classify(b, t.Token(0), t.Token(rows - 1) + 1, j0,
+                           j0 + tile_cols) != TileKind::kFull) {
         FindNonFiniteValues(d, v, j0, tile_cols, ws.nonfinite);
       }
       for (size_t n = 0; n < ws.nonfinite.count; ++n) {
@@ -712,14 +744,13 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
           RoundInPlace(d, ws.v_panels + n0 * kKeyBlock, tile_cols * nr);
         }
       }
-      for (size_t qb = i0; qb < i1; qb += kQueryBlock) {
-        const size_t qb_end = std::min(i1, qb + kQueryBlock);
-        const size_t qb_stop = stop(qb_end - 1);
+      for (size_t qb = 0; qb < rows; qb += kQueryBlock) {
+        const size_t qb_rows = std::min(rows - qb, kQueryBlock);
+        const size_t qb_stop = stop(qb + qb_rows - 1);
         if (qb_stop <= j0) continue;  // This block saw its last key.
         const size_t cols = std::min(kKeyBlock, qb_stop - j0);
         // Not yet in this block's window.
-        if (pr.mask.Begin(b, qb) >= j0 + cols) continue;
-        const size_t qb_rows = qb_end - qb;
+        if (begin(qb) >= j0 + cols) continue;
         // Each micro-tile of rows stops at the keys its last row may see
         // and starts, in whole panels, at its first row's window: on the
         // causal diagonal and the window's edge that skips the masked part
@@ -729,30 +760,30 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
           return last <= j0 ? 0 : std::min(cols, last - j0);
         };
         const auto micro_from = [&](size_t m) {
-          const size_t first = pr.mask.Begin(b, qb + m);
+          const size_t first = begin(qb + m);
           return first <= j0 ? 0 : std::min(cols, first - j0) / nr * nr;
         };
         // 1. S = scale * Q K^T.
         if (aw != nullptr) {
-          AmxScores(pr, qb - i0, qb_rows, cols, *aw, ws.scores);
+          AmxScores(pr, qb, qb_rows, cols, *aw, ws.scores);
         }
         for (size_t m = 0; m < qb_rows && aw == nullptr; m += kRows) {
           const size_t m_cols = micro_cols(m);
           for (size_t n0 = micro_from(m); n0 < m_cols; n0 += nr) {
-            MicroKernelRows(d, std::min(kRows, qb_rows - m), query_row(qb + m),
-                            query_stride, ws.k_panels + n0 * head_dim, head_dim,
+            MicroKernelRows(d, std::min(kRows, qb_rows - m),
+                            queries.Row(qb + m), queries.stride,
+                            ws.k_panels + n0 * head_dim, head_dim,
                             ws.scores + m * kKeyBlock + n0, kKeyBlock,
                             std::min(nr, m_cols - n0), scores_epilogue);
           }
         }
         // 2. Online softmax and dropout.
-        const RowStates qb_states{st.max + (qb - i0), st.sum + (qb - i0),
-                                  st.nan + (qb - i0)};
-        SoftmaxTile(pr, b, h, qb, qb_rows, j0, cols, qb_states, ws);
+        const RowStates qb_states{st.max + qb, st.sum + qb, st.nan + qb};
+        SoftmaxTile(pr, t, qb, qb_rows, j0, cols, qb_states, ws);
         // 3. acc = corr * acc + P V; P is 0 outside a micro-tile's keys.
-        const bool first = !started[(qb - i0) / kQueryBlock];
-        started[(qb - i0) / kQueryBlock] = true;
-        float* qb_acc = acc + (qb - i0) * acc_stride;
+        const bool first = !started[qb / kQueryBlock];
+        started[qb / kQueryBlock] = true;
+        float* qb_acc = acc + qb * acc_stride;
         if (!first)
           RescaleRows(ws.corr, qb_rows, qb_acc, acc_stride, value_dim);
         const Epilogue accumulate{1.0f, 0.0f, first, nullptr};
@@ -772,16 +803,15 @@ inline void AttendBlock(const Problem& pr, size_t b, size_t h, size_t i0,
                             accumulate);
           }
         }
-        AddNonFiniteValues(pr, ws.nonfinite, v, b, h, qb, qb_rows, j0,
-                           ws.scores, qb_acc, acc_stride);
+        AddNonFiniteValues(pr, ws.nonfinite, v, t, qb, qb_rows, j0, ws.scores,
+                           qb_acc, acc_stride);
       }
     }
   }
   // Rows of blocks that saw no key accumulated nothing: zeros.
-  for (size_t qb = i0; qb < i1; qb += kQueryBlock) {
-    const size_t qb_end = std::min(i1, qb + kQueryBlock);
-    if (started[(qb - i0) / kQueryBlock]) continue;
-    for (size_t r = qb - i0; r < qb_end - i0; ++r) {
+  for (size_t qb = 0; qb < rows; qb += kQueryBlock) {
+    if (started[qb / kQueryBlock]) continue;
+    for (size_t r = qb; r < std::min(rows, qb + kQueryBlock); ++r) {
       std::fill(acc + r * acc_stride, acc + r * acc_stride + value_dim, 0.0f);
     }
   }
@@ -850,8 +880,15 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);
-  const size_t row_blocks = hwy::DivCeil(q_tokens, kTaskRows);
-  const size_t tasks = batch * heads * row_blocks;
+  const size_t head_dim = q.dims[3];
+  // A task: task_heads query heads of one group (the largest divisor of the
+  // group that fits) times up to task_tokens tokens.
+  size_t task_heads = std::min(pr.group, kTaskRows);
+  while (pr.group % task_heads != 0) --task_heads;
+  const size_t task_tokens = kTaskRows / task_heads;
+  const size_t head_blocks = heads / task_heads;
+  const size_t row_blocks = hwy::DivCeil(q_tokens, task_tokens);
+  const size_t tasks = batch * head_blocks * row_blocks;
   size_t splits = 1;
   if (tasks < kMinTasks && k_tokens >= 2 * kMinSplitKeys) {
     splits = std::min(hwy::DivCeil(kMinTasks, tasks), k_tokens / kMinSplitKeys);
@@ -862,61 +899,74 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
   splits = std::max<size_t>(1, hwy::DivCeil(k_tokens, chunk));
 
   // With splits, every (task, split) leaves its partial accumulator and
-  // states here; without, the accumulator is the output itself.
-  const size_t block_rows = std::min(kTaskRows, q_tokens);
+  // states here; without, the accumulator is the output itself (one head
+  // per task) or the task's own scratch.
+  const size_t block_rows = task_heads * std::min(task_tokens, q_tokens);
   const size_t partial_rows = splits > 1 ? tasks * splits * block_rows : 0;
   internal::ScratchBuffer partials(partial_rows * (value_dim + 3) + 1);
   float* partial_acc = partials.data();
   const RowStates partial_states{partial_acc + partial_rows * value_dim,
                                  partial_acc + partial_rows * (value_dim + 1),
                                  partial_acc + partial_rows * (value_dim + 2)};
-  const size_t workspace_floats = Workspace::Floats(nr, q.dims[3], value_dim);
+  const size_t workspace_floats = Workspace::Floats(nr, head_dim, value_dim);
 
   // Heavy tasks first: with a causal mask, later row blocks see more keys.
-  const auto locate = [&](size_t index, size_t* b, size_t* h, size_t* block,
-                          size_t* split) {
+  const auto locate = [&](size_t index, size_t* split) {
     *split = index % splits;
     const size_t task = index / splits;
-    *block = row_blocks - 1 - task % row_blocks;
-    *h = task / row_blocks % heads;
-    *b = task / row_blocks / heads;
+    const size_t block = row_blocks - 1 - task % row_blocks;
+    const size_t head_block = task / row_blocks % head_blocks;
+    const size_t i0 = block * task_tokens;
+    return QueryRows{task / row_blocks / head_blocks, head_block * task_heads,
+                     task_heads, i0,
+                     task_heads * std::min(task_tokens, q_tokens - i0)};
   };
-  // bf16 arithmetic's part of a task's scratch: AMX's pairs, or the rows of
-  // Q rounded for the float32 kernel.
+  const auto out_row = [&](const QueryRows& t, size_t r) {
+    return out.Slice(t.b, t.Head(r)).Row(t.Token(r));
+  };
+  // A task's scratch past its workspace and row states: AMX's pairs; the
+  // query rows, gathered when they come from several heads or must be
+  // rounded for the float32 kernel; the accumulator of several heads.
   const bool round_q = pr.round_inputs && !pr.amx;
-  const size_t bf16_floats = pr.amx ? AmxWorkspace::Floats(q.dims[3], value_dim)
-                             : round_q ? kTaskRows * q.dims[3]
-                                       : 0;
+  const size_t amx_floats =
+      pr.amx ? AmxWorkspace::Floats(head_dim, value_dim) : 0;
+  const size_t gather_floats =
+      task_heads > 1 || round_q ? kTaskRows * head_dim : 0;
+  const size_t acc_floats =
+      task_heads > 1 && splits == 1 ? kTaskRows * value_dim : 0;
   internal::ParallelFor(0, tasks * splits, 1, [&](size_t first, size_t last) {
     internal::ScratchBuffer scratch(workspace_floats + 3 * kTaskRows +
-                                    bf16_floats);
-    Workspace ws(scratch.data(), nr, q.dims[3], value_dim);
-    float* bf16_part = scratch.data() + workspace_floats + 3 * kTaskRows;
+                                    amx_floats + gather_floats + acc_floats);
+    Workspace ws(scratch.data(), nr, head_dim, value_dim);
+    float* own = scratch.data() + workspace_floats;
+    const RowStates own_states{own, own + kTaskRows, own + 2 * kTaskRows};
+    float* amx_part = own + 3 * kTaskRows;
+    float* gathered = gather_floats != 0 ? amx_part + amx_floats : nullptr;
+    float* own_acc = amx_part + amx_floats + gather_floats;
     std::optional<AmxWorkspace> amx_ws;
     std::optional<internal::AmxScope> tiles;  // Per task: tiles are per thread.
     if (pr.amx) {
-      amx_ws.emplace(bf16_part, q.dims[3], value_dim);
+      amx_ws.emplace(amx_part, head_dim, value_dim);
       tiles.emplace();
     }
     const AmxWorkspace* aw = amx_ws ? &*amx_ws : nullptr;
-    float* rounded_q = round_q ? bf16_part : nullptr;
-    float* own = scratch.data() + workspace_floats;
-    const RowStates own_states{own, own + kTaskRows, own + 2 * kTaskRows};
     for (size_t index = first; index != last; ++index) {
-      size_t b, h, block, split;
-      locate(index, &b, &h, &block, &split);
-      const size_t i0 = block * kTaskRows;
-      const size_t i1 = std::min(q_tokens, i0 + kTaskRows);
-      const Matrix o = out.Slice(b, h);
+      size_t split;
+      const QueryRows t = locate(index, &split);
+      const ConstMatrix queries = TaskQueries(pr, t, round_q, gathered);
       if (splits == 1) {
-        AttendBlock<T>(pr, b, h, i0, i1, 0, k_tokens, o.Row(i0), o.stride,
-                       own_states, ws, aw, rounded_q);
-        for (size_t r = 0; r < i1 - i0; ++r) {
+        // One head: the output rows are one strided matrix.
+        const Matrix o = out.Slice(t.b, t.h0);
+        float* acc = t.heads == 1 ? o.Row(t.i0) : own_acc;
+        const size_t acc_stride = t.heads == 1 ? o.stride : value_dim;
+        AttendBlock<T>(pr, t, queries, 0, k_tokens, acc, acc_stride,
+                       own_states, ws, aw);
+        for (size_t r = 0; r < t.rows; ++r) {
           const bool nan = own_states.nan[r] != 0;
-          FinishRow(o.Row(i0 + r), own_states.sum[r], nan, value_dim,
-                    o.Row(i0 + r));
+          FinishRow(acc + r * acc_stride, own_states.sum[r], nan, value_dim,
+                    out_row(t, r));
           if (log_sum_exp != nullptr) {
-            lse(b, h, i0 + r) =
+            lse(t.b, t.Head(r), t.Token(r)) =
                 LogSumExp(own_states.max[r], own_states.sum[r], nan);
           }
         }
@@ -926,10 +976,9 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
       const RowStates states{partial_states.max + row0,
                              partial_states.sum + row0,
                              partial_states.nan + row0};
-      AttendBlock<T>(pr, b, h, i0, i1, split * chunk,
+      AttendBlock<T>(pr, t, queries, split * chunk,
                      std::min(k_tokens, (split + 1) * chunk),
-                     partial_acc + row0 * value_dim, value_dim, states, ws, aw,
-                     rounded_q);
+                     partial_acc + row0 * value_dim, value_dim, states, ws, aw);
     }
   });
   if (splits == 1) return drop_all ? zero_outputs() : void();
@@ -937,11 +986,9 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
   // Merge the splits: weights exp(max_s - max) bring every partial to the
   // common max. A few rows per task: not worth spawning for.
   for (size_t task = 0; task < tasks; ++task) {
-    size_t b, h, block, split;
-    locate(task * splits, &b, &h, &block, &split);
-    const size_t i0 = block * kTaskRows;
-    const size_t i1 = std::min(q_tokens, i0 + kTaskRows);
-    for (size_t r = 0; r < i1 - i0; ++r) {
+    size_t split;
+    const QueryRows t = locate(task * splits, &split);
+    for (size_t r = 0; r < t.rows; ++r) {
       float row_max = -kInf;
       bool nan = false;
       for (size_t s = 0; s < splits; ++s) {
@@ -949,7 +996,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
         row_max = std::max(row_max, partial_states.max[row]);
         nan = nan || partial_states.nan[row] != 0;
       }
-      float* o = out.Slice(b, h).Row(i0 + r);
+      float* o = out_row(t, r);
       std::fill(o, o + value_dim, 0.0f);
       float sum = 0.0f;
       if (row_max != -kInf) {
@@ -964,7 +1011,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
       }
       FinishRow(o, sum, nan, value_dim, o);
       if (log_sum_exp != nullptr)
-        lse(b, h, i0 + r) = LogSumExp(row_max, sum, nan);
+        lse(t.b, t.Head(r), t.Token(r)) = LogSumExp(row_max, sum, nan);
     }
   }
   if (drop_all) zero_outputs();
