@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -393,6 +394,40 @@ TEST_P(AttentionTest, BooleanAndAdditiveMasks) {
   }
 }
 
+// Grouped heads share their tiles of K and V (the heads of a group in one
+// task, rows stacked token-major) yet each row keeps its own head's masks:
+// per-head boolean and additive masks, ALiBi slopes and sinks, for decode
+// (a few stacked rows, keys split) and for several tokens.
+TEST_P(AttentionTest, GroupedHeadsKeepTheirOwnMasks) {
+  const Shape shapes[] = {{1, 8, 2, 1, 600, 16, 16}, {2, 6, 2, 9, 300, 16, 24}};
+  for (const Shape& s : shapes) {
+    Operands o(s, 9);
+    const size_t per_head = s.q_tokens * s.k_tokens;
+    std::vector<uint8_t> masked(s.batch * s.q_heads * per_head);
+    std::vector<float> additive(masked.size());
+    std::mt19937 rng(11);
+    for (size_t e = 0; e < masked.size(); ++e) {
+      masked[e] = rng() % 3 == 0;
+      additive[e] = float(rng() % 100) / 25.0f - 2.0f;
+    }
+    std::vector<float> slopes = AlibiSlopes(s.q_heads), sinks(s.q_heads);
+    for (size_t h = 0; h < s.q_heads; ++h) sinks[h] = 0.4f * float(h) - 1.0f;
+    AttentionOptions options;
+    AttentionMask& m = options.mask;
+    m.boolean = Tensor4View<const uint8_t>::Dense(
+        masked.data(), s.batch, s.q_heads, s.q_tokens, s.k_tokens);
+    m.additive = ConstTensor4::Dense(additive.data(), s.batch, s.q_heads,
+                                     s.q_tokens, s.k_tokens);
+    m.alibi_slopes = slopes.data();
+    m.sinks = sinks.data();
+    m.causal = true;
+    m.causal_offset = s.k_tokens - s.q_tokens;
+    options.scale = 0.5f;
+    ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+    ExpectNear(o.out, Reference(o, 0.5, m), 4e-6, Describe(s));
+  }
+}
+
 // The (batch, tokens, heads, head_dim) layout a projection writes, with
 // padding between tokens: used in place, no transpose.
 TEST_P(AttentionTest, TokenMajorStridedViews) {
@@ -511,6 +546,7 @@ void Unfused(const Operands& o, const AttentionOptions& options,
 TEST_P(AttentionTest, DropoutDropsTheSameWeightsAsUnfused) {
   const Shape shapes[] = {{2, 3, 3, 70, 70, 16, 16},
                           {1, 2, 1, 1, 1100, 32, 32},
+                          {1, 4, 2, 30, 300, 16, 16},
                           {1, 1, 1, 130, 200, 8, 8}};
   for (const Shape& s : shapes) {
     for (float p : {0.1f, 0.5f}) {

@@ -184,10 +184,9 @@ HWY_INLINE void FindNonFiniteValues(D d, const internal::KVRows<T>& v,
 // r0 + r of the task) that see them; P's rows are kKeyBlock apart.
 template <typename T>
 inline void AddNonFiniteValues(const Problem& pr, const NonFiniteValues& nf,
-                               const internal::KVRows<T>& v,
-                               const QueryRows& t, size_t r0, size_t rows,
-                               size_t j0, const float* p, float* acc,
-                               size_t acc_stride) {
+                               const internal::KVRows<T>& v, const QueryRows& t,
+                               size_t r0, size_t rows, size_t j0,
+                               const float* p, float* acc, size_t acc_stride) {
   const hn::CappedTag<float, 1> d1;
   for (size_t n = 0; n < nf.count; ++n) {
     const size_t jj = nf.keys[n];
@@ -486,8 +485,8 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     accumulate.beta = first ? 0.0f : 1.0f;
     PrefetchPagedRows(v, j0 + cols, next_end);
     ws.nonfinite.count = 0;
-    if (pr.mask.Classify(b, t.Token(0), t.Token(rows - 1) + 1, j0,
-                         j0 + cols) != TileKind::kFull) {
+    if (pr.mask.Classify(b, t.Token(0), t.Token(rows - 1) + 1, j0, j0 + cols) !=
+        TileKind::kFull) {
       FindNonFiniteValues(d, v, j0, cols, ws.nonfinite);
     }
     const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
@@ -695,9 +694,7 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
   const auto stop = [&](size_t last_row) {
     return std::min(j_end, pr.mask.End(b, t.Token(last_row)));
   };
-  const auto begin = [&](size_t row) {
-    return pr.mask.Begin(b, t.Token(row));
-  };
+  const auto begin = [&](size_t row) { return pr.mask.Begin(b, t.Token(row)); };
   if (rows <= kSkinnyRows && !pr.round_inputs) {
     started[0] = AttendFewRows<T>(pr, t, queries, j_begin, j_end, acc,
                                   acc_stride, st, ws);
@@ -959,8 +956,8 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
         const Matrix o = out.Slice(t.b, t.h0);
         float* acc = t.heads == 1 ? o.Row(t.i0) : own_acc;
         const size_t acc_stride = t.heads == 1 ? o.stride : value_dim;
-        AttendBlock<T>(pr, t, queries, 0, k_tokens, acc, acc_stride,
-                       own_states, ws, aw);
+        AttendBlock<T>(pr, t, queries, 0, k_tokens, acc, acc_stride, own_states,
+                       ws, aw);
         for (size_t r = 0; r < t.rows; ++r) {
           const bool nan = own_states.nan[r] != 0;
           FinishRow(acc + r * acc_stride, own_states.sum[r], nan, value_dim,
