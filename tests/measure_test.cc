@@ -101,6 +101,18 @@ TEST(Shapes, MatMulStorageFlags) {
   }
 }
 
+TEST(Shapes, DecodeFromMemory) {
+  const measure::AttentionShape s =
+      measure::ParseAttentionShape("1x32x32768x128_cold_kv8_kvbf16", true);
+  EXPECT_TRUE(s.cold);
+  EXPECT_TRUE(s.InCache());  // The copies are caches.
+  EXPECT_EQ(s.Name(), "1x32x32768x128_kv8_kvbf16_cold");
+  EXPECT_THROW(measure::ParseAttentionShape("1x2x8x8_cold_cold", true),
+               std::invalid_argument);
+  EXPECT_THROW(measure::ParseAttentionShape("1x2x8x8_cold", false),
+               std::invalid_argument);
+}
+
 TEST(Shapes, VariantsParseInAnyOrderAndPrintInOne) {
   const measure::AttentionShape s = measure::ParseAttentionShape(
       "1x32x4096x128_kv8_causal_softcap50_sinks_alibi_window512", false);

@@ -506,15 +506,17 @@ const std::vector<OpSpec>& Ops() {
       {"decode",
        Metric::kGbPerSec,
        "BxHxNxD[_kvG][_windowW][_softcapC][_sinks][_alibi][_kvbf16|_kvf16|"
-       "_kvint8][_pagedN]  one query per sequence against N cached keys (the "
-       "last W with a window), in a KVCache of that type and layout; bytes "
-       "of K and V read",
+       "_kvint8][_pagedN][_cold]  one query per sequence against N cached "
+       "keys (the last W with a window), in a KVCache of that type and "
+       "layout, with _cold a copy per call past the L3; bytes of K and V "
+       "read",
        Names(measure::StandardDecodeShapes()),
        {"1x2x5x8", "2x4x300x16_kv2", "1x3x1000x64", "2x4x300x16_window40",
         "1x6x100x8_kv3_softcap30.5_sinks_alibi", "2x4x300x16_kv2_kvbf16",
         "2x4x300x16_kvf16_paged16", "1x6x1000x64_kv3_kvint8",
         "2x4x300x16_kv2_kvint8_paged32_window40_sinks", "2x2x70x8_paged16",
-        "2x4x300x16_kvbf16_paged64", "1x2x70x8_kvf16"},
+        "2x4x300x16_kvbf16_paged64", "1x2x70x8_kvf16",
+        "1x16x500x16_kv2_kvbf16_paged16", "2x8x300x16_kv1_kvint8_cold"},
        [](const std::string& text) { return AttentionCase(text, true); }},
       {"append",
        Metric::kGbPerSec,

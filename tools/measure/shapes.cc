@@ -214,6 +214,7 @@ std::string AttentionShape::Name() const {
   name += TypeSuffix("_kv", cache);
   if (page != 0) name += "_paged" + std::to_string(page);
   if (rope) name += "_rope";
+  if (cold) name += "_cold";
   if (bf16dot) name += "_bf16dot";
   return name;
 }
@@ -319,6 +320,7 @@ const std::vector<AttentionShape>& StandardDecodeShapes() {
       {1, 12, 12, 4096, 64, false, false, true},
       {8, 12, 12, 1024, 64, false, false, true},
       {8, 12, 12, 4096, 64, false, false, true},
+      {1, 32, 8, 4096, 128, false, false, true},
   };
   return shapes;
 }
@@ -432,7 +434,7 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   const char* const form =
       decode ? "BxHxNxD with optional _kvG (G dividing H), _windowW, "
                "_softcapC, _sinks, _alibi, _kvbf16, _kvf16 or _kvint8, "
-               "_pagedN (N a power of two, 16 to 256) (e.g. "
+               "_pagedN (N a power of two, 16 to 256), _cold (e.g. "
                "1x12x4096x64_kvbf16_paged16)"
              : "BxHxTxD with optional _kvG (G dividing H), _causal, "
                "_dropout, _windowW, _softcapC, _sinks, _alibi, _bf16dot "
@@ -446,6 +448,8 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
       s.kv_heads = std::stoul(flag.substr(2));
       if (s.kv_heads == 0 || s.heads % s.kv_heads != 0) Fail(text, form);
     } else if (decode && ParseCacheFlag(flag, &s)) {
+    } else if (flag == "cold" && decode && !s.cold) {
+      s.cold = true;
     } else if (flag == "causal" && !decode && !s.causal) {
       s.causal = true;
     } else if (flag == "dropout" && !decode && !s.dropout) {

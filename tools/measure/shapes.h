@@ -125,11 +125,15 @@ struct AttentionShape {
   KVType cache = KVType::kF32;
   size_t page = 0;
   bool rope = false;  // Append: keys rotated on the way in (_rope).
+  // Decode: each call reads its own copy of the cache, the copies together
+  // past any L3 (MatMulShape::kColdBytes), as a model's step reads each
+  // layer's cache from memory (_cold).
+  bool cold = false;
   // Prefill: bf16 arithmetic (AttentionOptions::compute, _bf16dot).
   bool bf16dot = false;
 
   size_t QueryTokens() const { return decode ? 1 : tokens; }
-  bool InCache() const { return cache != KVType::kF32 || page != 0; }
+  bool InCache() const { return cache != KVType::kF32 || page != 0 || cold; }
   // "BxHxTxD", then "_kvN" when kv_heads != heads, "_causal", "_dropout",
   // the variants and the cache.
   std::string Name() const;
@@ -160,7 +164,8 @@ const std::vector<MhaShape>& StandardMhaShapes();
 // (1,12,4096,64), (1,25,1024,64), with dropout 0.1 at the first, and
 // Llama-style grouped-query (1, 32 q / 8 kv, 2048, 128).
 const std::vector<AttentionShape>& StandardAttentionShapes();
-// Decode with 12 heads of 64 against caches of 1024 and 4096, at b = 1, 8.
+// Decode with 12 heads of 64 against caches of 1024 and 4096, at b = 1, 8,
+// and Llama-3-8B's grouped layout (32 query heads, 8 of K/V, 128) at 4096.
 const std::vector<AttentionShape>& StandardDecodeShapes();
 
 // Parse the Name() syntax; throw std::invalid_argument naming the text and

@@ -268,22 +268,31 @@ class FusedAttention : public AttentionWorkload {
 };
 
 // Decode over a KVCache of the shape's type and layout, filled once with
-// the same keys and values.
+// the same keys and values; _cold: over copies of it in turn.
 class CachedAttention : public AttentionWorkload {
  public:
   explicit CachedAttention(const AttentionShape& s)
-      : AttentionWorkload(s),
-        cache_(s.batch, s.kv_heads, s.tokens, s.head_dim, CacheConfig(s)),
-        cache_mask_(s.variants, s.heads, true, 0) {
-    cache_.Append(k_view_, v_view_);
+      : AttentionWorkload(s), cache_mask_(s.variants, s.heads, true, 0) {
+    const size_t copies = s.cold
+                              ? std::max<size_t>(2, MatMulShape::kColdBytes /
+                                                        (size_t(s.Bytes()) + 1))
+                              : 1;
+    for (size_t i = 0; i < copies; ++i) {
+      caches_.push_back(std::make_unique<KVCache>(s.batch, s.kv_heads, s.tokens,
+                                                  s.head_dim, CacheConfig(s)));
+      caches_.back()->Append(k_view_, v_view_);
+    }
     options_.mask = cache_mask_.mask();
   }
   void Run() override {
-    ScaledDotProductAttention(q_view_, cache_.View(), out_view_, options_);
+    ScaledDotProductAttention(q_view_, caches_[next_]->View(), out_view_,
+                              options_);
+    next_ = (next_ + 1) % caches_.size();
   }
 
  private:
-  KVCache cache_;
+  std::vector<std::unique_ptr<KVCache>> caches_;  // One, or the cold copies.
+  size_t next_ = 0;
   ShapeMask cache_mask_;  // The cache gives the causal offsets.
 };
 
