@@ -451,6 +451,36 @@ HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
   }
 }
 
+// S = alpha Q K^T for keys j0 + [0, cols) (S's rows kKeyBlock apart), K
+// read where it lies. One row streams K a dot product at a time; several
+// (a group's heads) go by dot-product tiles, each vector of K loaded once
+// for up to kDotRows rows, over each run of keys contiguous in memory (a
+// block of a paged cache), int8 keys' scales applied to the products.
+template <typename T>
+inline void TileScores(ConstMatrix queries, const internal::KVRows<T>& k,
+                       size_t j0, size_t cols, const MatMulOptions& options,
+                       float* scores) {
+  using namespace matmul_detail;
+  const size_t rows = queries.rows;
+  if (rows < kDotMinRows) {
+    return DirectColumns(queries, k.From(j0),
+                         Matrix(scores, rows, cols, kKeyBlock), options, 0,
+                         cols);
+  }
+  for (size_t n = 0, run = 0; n < cols; n += run) {
+    run = std::min(cols - n, k.RunFrom(j0 + n));
+    DotColumns(queries,
+               MatrixView<const T>(k.Row(j0 + n), run, k.cols, k.stride),
+               Matrix(scores + n, rows, run, kKeyBlock), options, 0, run);
+    if constexpr (std::is_same_v<T, int8_t>) {
+      for (size_t j = n; j < n + run; ++j) {
+        const float scale = k.Scale(j0 + j);
+        for (size_t r = 0; r < rows; ++r) scores[r * kKeyBlock + j] *= scale;
+      }
+    }
+  }
+}
+
 // Attends a task's few query rows (decode; `queries`, one row each) to keys
 // [j_begin, j_end): packing tiles of K and V would not pay for itself, so K
 // and V rows are read where they lie, as MatMul's skinny path does. Leaves
@@ -476,8 +506,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     const size_t cols = std::min(kKeyBlock, j_stop - j0);
     const size_t next_end = std::min(j_stop, j0 + cols + kKeyBlock);
     PrefetchPagedRows(k, j0 + cols, next_end);
-    DirectColumns(queries, k.From(j0), Matrix(ws.scores, rows, cols, kKeyBlock),
-                  scores_options, 0, cols);
+    TileScores(queries, k, j0, cols, scores_options, ws.scores);
     SoftmaxTile(pr, t, 0, rows, j0, cols, st, ws);
     const bool first = j0 == j_start;
     if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);

@@ -43,6 +43,10 @@ struct KVRows {
     return scales + Block(t) * scale_block_stride + ((t + first) & offset_mask);
   }
   float Scale(size_t t) const { return *ScaleAt(t); }
+  // Rows from t on that lie `stride` apart: to the end of t's block.
+  size_t RunFrom(size_t t) const {
+    return offset_mask + 1 - ((t + first) & offset_mask);
+  }
   // The rows from token j on.
   KVRows From(size_t j) const {
     KVRows rows = *this;
