@@ -111,6 +111,14 @@ struct KVCacheConfig {
   // Rotates keys as they are appended, each token at its position in its
   // sequence (rope->positions must be null).
   std::optional<RopeOptions> rope;
+  // Elements per value row; 0: head_dim (MLA's prefill form: keys of 192,
+  // values of 128). Values are stored with the keys' row length, the longer.
+  size_t value_dim = 0;
+  // Values are the first value_dim elements of each key row (MLA's latent
+  // cache: rows [c_kv | k_rope], c_kv serving as the value; value_dim <
+  // head_dim): one row per token, written by Append's keys, whose values
+  // must then be empty (ConstTensor4{}). int8 rows keep one scale for both.
+  bool latent = false;
 };
 
 // The keys and values of the tokens seen so far, for one attention layer:
@@ -133,8 +141,9 @@ class SIMDATTN_API KVCache {
   KVCache(const KVCache&) = delete;  // Would alias or copy caller memory.
   KVCache& operator=(const KVCache&) = delete;
 
-  // Appends n tokens' keys and values, (batch, kv_heads, n, head_dim) views
-  // (e.g. a projection's output, in place), to every sequence. Throws,
+  // Appends n tokens' keys and values, (batch, kv_heads, n, head_dim) and
+  // (batch, kv_heads, n, value_dim) views (e.g. a projection's output, in
+  // place), to every sequence. Throws,
   // changing nothing, if they do not fit.
   void Append(ConstTensor4 keys, ConstTensor4 values);
   // Appends keys[s] and values[s] (s < keys.dims[0]) to the distinct
@@ -158,7 +167,8 @@ class SIMDATTN_API KVCache {
   // next change to the cache.
   KVCacheView View() const;
   // A sequence's keys and values as attention sees them (widened or
-  // dequantized to float): (kv_heads, length(sequence), head_dim) each.
+  // dequantized to float): (kv_heads, length(sequence), head_dim) and
+  // (kv_heads, length(sequence), value_dim).
   void Read(size_t sequence, Tensor3 keys, Tensor3 values) const;
 
   size_t length(size_t sequence) const;
@@ -168,16 +178,18 @@ class SIMDATTN_API KVCache {
   size_t batch() const { return batch_; }
   size_t kv_heads() const { return kv_heads_; }
   size_t head_dim() const { return head_dim_; }
+  size_t value_dim() const { return value_dim_; }
   const KVCacheConfig& config() const { return config_; }
-  // Float contiguous caches only: (batch, kv_heads, size(), head_dim) views;
-  // tokens past a shorter sequence's length are stale.
+  // Float contiguous caches only: (batch, kv_heads, size(), head_dim or
+  // value_dim) views; tokens past a shorter sequence's length are stale.
   ConstTensor4 keys() const;
   ConstTensor4 values() const;
 
  private:
   struct Storage;
-  // Throws (naming `function`) unless the keys and values are
-  // (count, kv_heads, n, head_dim) views.
+  // Throws (naming `function`) unless the keys are (count, kv_heads, n,
+  // head_dim) views and the values (count, kv_heads, n, value_dim) ones, or
+  // empty in a latent cache.
   void CheckTokens(const char* function, ConstTensor4 keys, ConstTensor4 values,
                    size_t count) const;
   // Both Appends: keys[i] to sequences[i], or to sequence i when sequences
@@ -186,6 +198,7 @@ class SIMDATTN_API KVCache {
                 size_t count);
 
   size_t batch_ = 0, kv_heads_ = 0, capacity_ = 0, head_dim_ = 0;
+  size_t value_dim_ = 0;
   KVCacheConfig config_;
   std::unique_ptr<Storage> storage_;
 };

@@ -169,8 +169,12 @@ struct RopeOptions {
   RopePairing pairing = RopePairing::kHalfSplit;
   // Pair i turns by position * theta^(-2i / rotary_dim); finite, > 0.
   float theta = 10000.0f;
-  // The leading dims rotated, even and <= head_dim (partial rotary); 0: all.
+  // The dims rotated, even (partial rotary); 0: all from rotary_offset on.
   size_t rotary_dim = 0;
+  // The first rotated dim: dims [rotary_offset, rotary_offset + rotary_dim)
+  // turn, within head_dim (DeepSeek's MLA rotates the last 64 of its
+  // 576-dim latent keys).
+  size_t rotary_offset = 0;
   // Per batch item, the position of its token 0 (token t is at
   // positions[b] + t); null: 0.
   const size_t* positions = nullptr;
@@ -252,6 +256,10 @@ SIMDATTN_API void ScaledDotProductAttention(
 struct KVCacheView {
   KVType type = KVType::kF32;
   size_t batch = 0, kv_heads = 0, head_dim = 0;
+  // Elements per value row, read with the keys' strides; 0: head_dim. With
+  // values == keys, each key row's first value_dim elements are its value
+  // (MLA's latent rows: [c_kv | k_rope] keys, c_kv values).
+  size_t value_dim = 0;
   const size_t* lengths = nullptr;
   const void* keys = nullptr;
   const void* values = nullptr;

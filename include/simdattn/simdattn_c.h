@@ -277,10 +277,12 @@ typedef struct simdattn_rope_options {
   int32_t interleaved;
   /* Pair i turns by position * theta^(-2i / rotary_dim); 0: 10000. */
   float theta;
-  size_t rotary_dim; /* 0: head_dim */
+  size_t rotary_dim; /* even; 0: all from rotary_offset on */
   /* NULL, or dims[0] entries: token t of item b is at positions[b] + t
    * (simdattn_apply_rope only; a cache knows its positions). */
   const size_t* positions;
+  /* 0.3: the first rotated dim (MLA: the last 64 of 576). */
+  size_t rotary_offset;
 } simdattn_rope_options;
 #define SIMDATTN_ROPE_OPTIONS_INIT SIMDATTN_STRUCT_INIT_(simdattn_rope_options)
 
@@ -355,6 +357,13 @@ typedef struct simdattn_kv_cache_config {
   /* NULL, or keys rotated on append, each at its position in its sequence
    * (rope->positions must be NULL). */
   const simdattn_rope_options* rope;
+  /* 0.3: elements per value row; 0: head_dim. */
+  size_t value_dim;
+  /* 0.3: 1 for a latent cache (MLA): values are the first value_dim
+   * (< head_dim) elements of each key row, one row per token; appends then
+   * pass an empty (zeroed) values tensor. */
+  int32_t latent;
+  int32_t reserved; /* 0 */
 } simdattn_kv_cache_config;
 #define SIMDATTN_KV_CACHE_CONFIG_INIT \
   SIMDATTN_STRUCT_INIT_(simdattn_kv_cache_config)
@@ -408,15 +417,16 @@ SIMDATTN_API simdattn_status simdattn_kv_cache_reorder(simdattn_kv_cache* cache,
 
 /* A sequence's keys and values as attention sees them, widened or
  * dequantized to float, whatever the type and layout: into (kv_heads,
- * length, head_dim) views (batch = kv_heads, tokens = the sequence's
- * length), which must not overlap; on error they are left untouched. */
+ * length, head_dim) and (kv_heads, length, value_dim) views (batch =
+ * kv_heads, tokens = the sequence's length), which must not overlap; on
+ * error they are left untouched. */
 SIMDATTN_API simdattn_status
 simdattn_kv_cache_read(const simdattn_kv_cache* cache, size_t sequence,
                        simdattn_tensor3 keys, simdattn_tensor3 values);
 
-/* Views (batch, kv_heads, size, head_dim) of what was appended, valid until
- * the cache changes; either pointer may be NULL. Float contiguous caches
- * only (simdattn_kv_cache_read reads any). */
+/* Views (batch, kv_heads, size, head_dim or value_dim) of what was
+ * appended, valid until the cache changes; either pointer may be NULL.
+ * Float contiguous caches only (simdattn_kv_cache_read reads any). */
 SIMDATTN_API simdattn_status simdattn_kv_cache_view(
     const simdattn_kv_cache* cache, simdattn_const_tensor4* keys,
     simdattn_const_tensor4* values);

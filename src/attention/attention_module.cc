@@ -452,10 +452,13 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
                    static_cast<int>(cache.config().type));
   SIMDATTN_REQUIRE(
       cache.batch() == batch && cache.kv_heads() == c.num_kv_heads &&
-          cache.head_dim() == c.head_dim,
+          cache.head_dim() == c.head_dim && cache.value_dim() == c.head_dim &&
+          !cache.config().latent,
       name_, "the cache holds (batch ", cache.batch(), ", kv_heads ",
-      cache.kv_heads(), ", head_dim ", cache.head_dim(), "), expected (", batch,
-      ", ", c.num_kv_heads, ", ", c.head_dim, ")");
+      cache.kv_heads(), ", head_dim ", cache.head_dim(), ") with value_dim ",
+      cache.value_dim(), cache.config().latent ? " (latent)" : "",
+      ", expected (", batch, ", ", c.num_kv_heads, ", ", c.head_dim,
+      ") with value_dim ", c.head_dim);
   const std::optional<RopeOptions>& cache_rope = cache.config().rope;
   SIMDATTN_REQUIRE(!cache_rope || c.rope, name_,
                    "the cache rotates keys (config.rope) but the module has "
@@ -464,9 +467,9 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
       !cache_rope ||
           (cache_rope->pairing == c.rope->pairing &&
            cache_rope->theta == c.rope->theta &&
-           (cache_rope->rotary_dim == 0 ? c.head_dim
-                                        : cache_rope->rotary_dim) ==
-               (c.rope->rotary_dim == 0 ? c.head_dim : c.rope->rotary_dim)),
+           cache_rope->rotary_offset == c.rope->rotary_offset &&
+           internal::RotaryDim(*cache_rope, c.head_dim) ==
+               internal::RotaryDim(*c.rope, c.head_dim)),
       name_,
       "the cache rotates keys with other rope options than the module's");
   // Compared as a difference: size() + tokens could wrap.

@@ -92,7 +92,9 @@ struct KVCache::Storage {
   bool scaled = false;  // A scale per row (ElementTraits::scaled).
   CacheMemory owned_keys, owned_values;
   uint8_t* keys = nullptr;
-  uint8_t* values = nullptr;
+  uint8_t* values = nullptr;  // keys when latent.
+  size_t head_dim = 0, value_dim = 0;
+  bool latent = false;  // Values are the keys' rows' first value_dim.
   size_t block_stride = 0, head_stride = 0, row_stride = 0;
   std::vector<float> key_scales, value_scales;  // int8.
   size_t scale_block_stride = 0, scale_head_stride = 0;
@@ -182,9 +184,12 @@ struct KVCache::Storage {
         const int32_t copy = TakeBlock();
         const size_t bytes = block_stride * element;
         std::memcpy(keys + copy * bytes, keys + entry * bytes, bytes);
-        std::memcpy(values + copy * bytes, values + entry * bytes, bytes);
+        if (!latent) {
+          std::memcpy(values + copy * bytes, values + entry * bytes, bytes);
+        }
         if (scaled) {
           for (std::vector<float>* s : {&key_scales, &value_scales}) {
+            if (s->empty()) continue;  // Latent: no value scales.
             std::copy_n(s->data() + entry * scale_block_stride,
                         scale_block_stride,
                         s->data() + copy * scale_block_stride);
@@ -199,47 +204,54 @@ struct KVCache::Storage {
     }
   }
 
+  // Bytes of a token's key row and of its value row (none when latent).
+  size_t KeyRowBytes() const { return head_dim * element; }
+  size_t ValueRowBytes() const { return latent ? 0 : value_dim * element; }
+  bool ValueScales() const { return scaled && !latent; }
+
   // The raw bytes (and scales) of a sequence's tokens, and back: how
   // contiguous storage copies and reorders sequences.
-  void SaveSequence(size_t b, size_t kv_heads, size_t head_dim,
-                    std::vector<uint8_t>* bytes,
+  void SaveSequence(size_t b, size_t kv_heads, std::vector<uint8_t>* bytes,
                     std::vector<float>* scales) const {
-    const size_t row = head_dim * element;
-    bytes->resize(2 * kv_heads * lengths[b] * row);
+    const size_t key_row = KeyRowBytes(), value_row = ValueRowBytes();
+    bytes->resize(kv_heads * lengths[b] * (key_row + value_row));
     scales->resize(2 * kv_heads * lengths[b]);
     uint8_t* out = bytes->data();
     float* scale = scales->data();
     for (size_t h = 0; h < kv_heads; ++h) {
       for (size_t t = 0; t < lengths[b]; ++t) {
-        if (row != 0) {  // Empty rows: no bytes (and maybe no buffer).
-          std::memcpy(out, keys + Offset(b, h, t) * element, row);
-          std::memcpy(out + row, values + Offset(b, h, t) * element, row);
+        // Empty rows: no bytes (and maybe no buffer).
+        if (key_row != 0) {
+          std::memcpy(out, keys + Offset(b, h, t) * element, key_row);
         }
-        out += 2 * row;
-        if (scaled) {
-          *scale++ = key_scales[ScaleOffset(b, h, t)];
-          *scale++ = value_scales[ScaleOffset(b, h, t)];
+        if (value_row != 0) {
+          std::memcpy(out + key_row, values + Offset(b, h, t) * element,
+                      value_row);
         }
+        out += key_row + value_row;
+        if (scaled) *scale++ = key_scales[ScaleOffset(b, h, t)];
+        if (ValueScales()) *scale++ = value_scales[ScaleOffset(b, h, t)];
       }
     }
   }
-  void RestoreSequence(size_t b, size_t kv_heads, size_t head_dim,
-                       size_t length, const std::vector<uint8_t>& bytes,
+  void RestoreSequence(size_t b, size_t kv_heads, size_t length,
+                       const std::vector<uint8_t>& bytes,
                        const std::vector<float>& scales) {
-    const size_t row = head_dim * element;
+    const size_t key_row = KeyRowBytes(), value_row = ValueRowBytes();
     const uint8_t* in = bytes.data();
     const float* scale = scales.data();
     for (size_t h = 0; h < kv_heads; ++h) {
       for (size_t t = 0; t < length; ++t) {
-        if (row != 0) {
-          std::memcpy(keys + Offset(b, h, t) * element, in, row);
-          std::memcpy(values + Offset(b, h, t) * element, in + row, row);
+        if (key_row != 0) {
+          std::memcpy(keys + Offset(b, h, t) * element, in, key_row);
         }
-        in += 2 * row;
-        if (scaled) {
-          key_scales[ScaleOffset(b, h, t)] = *scale++;
-          value_scales[ScaleOffset(b, h, t)] = *scale++;
+        if (value_row != 0) {
+          std::memcpy(values + Offset(b, h, t) * element, in + key_row,
+                      value_row);
         }
+        in += key_row + value_row;
+        if (scaled) key_scales[ScaleOffset(b, h, t)] = *scale++;
+        if (ValueScales()) value_scales[ScaleOffset(b, h, t)] = *scale++;
       }
     }
     lengths[b] = length;
@@ -262,9 +274,17 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
                    "their positions in their sequences");
   Storage& s = *storage_;
   CheckBatch(kFn, batch);
+  value_dim_ = config.value_dim == 0 ? head_dim : config.value_dim;
+  SIMDATTN_REQUIRE(!config.latent || value_dim_ < head_dim, kFn,
+                   "config.latent: config.value_dim (", config.value_dim,
+                   ") must be below the head_dim (", head_dim,
+                   "), the values being the first dims of each key row");
   s.type = config.type;
   s.element = ElementTraitsOf(config.type).bytes;
   s.scaled = ElementTraitsOf(config.type).scaled;
+  s.head_dim = head_dim;
+  s.value_dim = value_dim_;
+  s.latent = config.latent;
   if (config.rope) {
     internal::CheckRopeOptions(kFn, "config.rope", *config.rope, head_dim);
     s.rope.emplace(*config.rope, head_dim);
@@ -296,19 +316,24 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
   } else {
     s.block_size = capacity;
   }
-  s.row_stride = head_dim;
+  // Keys and values share the strides: rows of the longer of the two.
+  s.row_stride = std::max(head_dim, value_dim_);
   s.head_stride =
-      CheckedMul(kFn, "block_size * head_dim", s.block_size, head_dim);
-  s.block_stride = CheckedMul(kFn, "kv_heads * block_size * head_dim", kv_heads,
-                              s.head_stride);
+      CheckedMul(kFn, "block_size * row length", s.block_size, s.row_stride);
+  s.block_stride = CheckedMul(kFn, "kv_heads * block_size * row length",
+                              kv_heads, s.head_stride);
   const size_t elements =
       CheckedMul(kFn, "the cache's elements", blocks, s.block_stride);
   const size_t bytes =
       CheckedMul(kFn, "the cache's bytes", elements, s.element);
   s.owned_keys = CacheMemory(bytes);
-  s.owned_values = CacheMemory(bytes);
   s.keys = s.owned_keys.data();
-  s.values = s.owned_values.data();
+  if (s.latent) {
+    s.values = s.keys;
+  } else {
+    s.owned_values = CacheMemory(bytes);
+    s.values = s.owned_values.data();
+  }
   if (s.scaled) {
     s.scale_head_stride = s.block_size;
     s.scale_block_stride =
@@ -316,7 +341,7 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
     const size_t scales =
         CheckedMul(kFn, "the cache's scales", blocks, s.scale_block_stride);
     s.key_scales.assign(scales, 0.0f);
-    s.value_scales.assign(scales, 0.0f);
+    if (!s.latent) s.value_scales.assign(scales, 0.0f);
   }
 }
 
@@ -327,6 +352,7 @@ KVCache::KVCache(Tensor4 keys, Tensor4 values)
       head_dim_(keys.dims[3]),
       storage_(std::make_unique<Storage>()) {
   constexpr const char* kFn = "KVCache";
+  value_dim_ = head_dim_;
   SIMDATTN_REQUIRE(internal::SameDims(keys.dims, values.dims), kFn,
                    "keys have shape ", ShapeString(keys.dims),
                    " but values have shape ", ShapeString(values.dims));
@@ -343,6 +369,7 @@ KVCache::KVCache(Tensor4 keys, Tensor4 values)
   CheckBatch(kFn, batch_);
   s.keys = reinterpret_cast<uint8_t*>(keys.data);
   s.values = reinterpret_cast<uint8_t*>(values.data);
+  s.head_dim = s.value_dim = head_dim_;
   s.block_stride = keys.strides[0];
   s.head_stride = keys.strides[1];
   s.row_stride = keys.strides[2];
@@ -360,10 +387,21 @@ void KVCache::CheckTokens(const char* function, ConstTensor4 keys,
   SIMDATTN_REQUIRE(internal::SameDims(keys.dims, expected), function,
                    "keys have shape ", ShapeString(keys.dims), ", expected ",
                    ShapeString(expected));
-  SIMDATTN_REQUIRE(internal::SameDims(values.dims, expected), function,
-                   "values have shape ", ShapeString(values.dims),
-                   ", expected ", ShapeString(expected));
   internal::CheckTensor4(function, "keys", keys);
+  if (storage_->latent) {
+    const size_t none[4] = {0, 0, 0, 0};
+    SIMDATTN_REQUIRE(values.data == nullptr &&
+                         internal::SameDims(values.dims, none),
+                     function, "values have shape ", ShapeString(values.dims),
+                     ", but the cache is latent: the keys' rows hold the "
+                     "values, which must be empty (ConstTensor4{})");
+    return;
+  }
+  const size_t expected_values[4] = {count, kv_heads_, keys.dims[2],
+                                     value_dim_};
+  SIMDATTN_REQUIRE(internal::SameDims(values.dims, expected_values), function,
+                   "values have shape ", ShapeString(values.dims),
+                   ", expected ", ShapeString(expected_values));
   internal::CheckTensor4(function, "values", values);
 }
 
@@ -412,7 +450,8 @@ void KVCache::AppendTo(ConstTensor4 keys, ConstTensor4 values,
     if (s.paged) s.Reserve(b, n);
     longest = std::max(longest, s.lengths[b] + n);
   }
-  if (kv_heads_ == 0 || head_dim_ == 0) {
+  const size_t row = std::max(head_dim_, value_dim_);
+  if (kv_heads_ == 0 || row == 0) {
     for (size_t i = 0; i < count; ++i) s.lengths[sequence(i)] += n;
     return;
   }
@@ -421,7 +460,7 @@ void KVCache::AppendTo(ConstTensor4 keys, ConstTensor4 values,
   // rotated at their positions) where they go.
   const bool int8 = s.scaled;
   // Tasks of about 16K elements or more.
-  const size_t grain = std::max<size_t>(1, 16384 / (n * head_dim_));
+  const size_t grain = std::max<size_t>(1, 16384 / (n * row));
   internal::ParallelFor(
       0, count * kv_heads_, grain, [&](size_t first, size_t last) {
         for (size_t task = first; task != last; ++task) {
@@ -435,15 +474,17 @@ void KVCache::AppendTo(ConstTensor4 keys, ConstTensor4 values,
             const size_t scale = int8 ? s.ScaleOffset(b, h, position) : 0;
             const MatrixView<const float> k(keys.Slice(i, h).Row(t), run,
                                             head_dim_, keys.strides[2]);
-            const MatrixView<const float> v(values.Slice(i, h).Row(t), run,
-                                            head_dim_, values.strides[2]);
             internal::StoreKVRows(s.type, k, s.keys + at * s.element,
                                   s.row_stride,
                                   int8 ? &s.key_scales[scale] : nullptr,
                                   s.rope ? &*s.rope : nullptr, position);
-            internal::StoreKVRows(
-                s.type, v, s.values + at * s.element, s.row_stride,
-                int8 ? &s.value_scales[scale] : nullptr, nullptr, position);
+            if (!s.latent) {
+              const MatrixView<const float> v(values.Slice(i, h).Row(t), run,
+                                              value_dim_, values.strides[2]);
+              internal::StoreKVRows(
+                  s.type, v, s.values + at * s.element, s.row_stride,
+                  int8 ? &s.value_scales[scale] : nullptr, nullptr, position);
+            }
             t += run;
           }
         }
@@ -508,13 +549,12 @@ void KVCache::Reorder(const std::vector<size_t>& order) {
   std::vector<std::vector<float>> scales(batch_);
   for (size_t b = 0; b < batch_; ++b) {
     if (order[b] != b && bytes[order[b]].empty()) {
-      s.SaveSequence(order[b], kv_heads_, head_dim_, &bytes[order[b]],
-                     &scales[order[b]]);
+      s.SaveSequence(order[b], kv_heads_, &bytes[order[b]], &scales[order[b]]);
     }
   }
   for (size_t b = 0; b < batch_; ++b) {
     if (order[b] == b) continue;
-    s.RestoreSequence(b, kv_heads_, head_dim_, lengths[b], bytes[order[b]],
+    s.RestoreSequence(b, kv_heads_, lengths[b], bytes[order[b]],
                       scales[order[b]]);
   }
 }
@@ -526,6 +566,7 @@ KVCacheView KVCache::View() const {
   view.batch = batch_;
   view.kv_heads = kv_heads_;
   view.head_dim = head_dim_;
+  view.value_dim = value_dim_;
   view.lengths = s.lengths.data();
   view.keys = s.keys;
   view.values = s.values;
@@ -534,7 +575,7 @@ KVCacheView KVCache::View() const {
   view.row_stride = s.row_stride;
   if (s.scaled) {
     view.key_scales = s.key_scales.data();
-    view.value_scales = s.value_scales.data();
+    view.value_scales = s.latent ? view.key_scales : s.value_scales.data();
     view.scale_block_stride = s.scale_block_stride;
     view.scale_head_stride = s.scale_head_stride;
   }
@@ -558,10 +599,11 @@ void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {
   for (int i = 0; i < 2; ++i) {
     const Tensor3& t = i == 0 ? keys : values;
     const char* name = i == 0 ? "keys" : "values";
+    const size_t dim = i == 0 ? head_dim_ : value_dim_;
     SIMDATTN_REQUIRE(
-        t.batch == kv_heads_ && t.tokens == length && t.features == head_dim_,
-        kFn, name, " are (", t.batch, ", ", t.tokens, ", ", t.features,
-        "), expected (", kv_heads_, ", ", length, ", ", head_dim_, ")");
+        t.batch == kv_heads_ && t.tokens == length && t.features == dim, kFn,
+        name, " are (", t.batch, ", ", t.tokens, ", ", t.features,
+        "), expected (", kv_heads_, ", ", length, ", ", dim, ")");
     const Tensor4 view(t.data, 1, t.batch, t.tokens, t.features, 0,
                        t.batch_stride, t.token_stride);
     spans[i] = internal::CheckTensor4(kFn, name, view);
@@ -579,16 +621,22 @@ void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {
                        " overlap the cache's own memory");
     }
   }
-  if (head_dim_ == 0) return;  // Nothing to read (views may be null).
   const bool int8 = s.scaled;
+  const std::vector<float>& value_scales =
+      s.latent ? s.key_scales : s.value_scales;
   for (size_t h = 0; h < kv_heads_; ++h) {
     for (size_t t = 0; t < length; ++t) {
       const size_t at = s.Offset(sequence, h, t) * s.element;
       const size_t scale = int8 ? s.ScaleOffset(sequence, h, t) : 0;
-      ReadRow(s.type, s.keys + at, int8 ? s.key_scales[scale] : 1.0f, head_dim_,
-              keys.Sequence(h).Row(t));
-      ReadRow(s.type, s.values + at, int8 ? s.value_scales[scale] : 1.0f,
-              head_dim_, values.Sequence(h).Row(t));
+      // Empty rows: nothing to read (views may be null).
+      if (head_dim_ != 0) {
+        ReadRow(s.type, s.keys + at, int8 ? s.key_scales[scale] : 1.0f,
+                head_dim_, keys.Sequence(h).Row(t));
+      }
+      if (value_dim_ != 0) {
+        ReadRow(s.type, s.values + at, int8 ? value_scales[scale] : 1.0f,
+                value_dim_, values.Sequence(h).Row(t));
+      }
     }
   }
 }
@@ -619,7 +667,7 @@ ConstTensor4 KVCache::values() const {
   SIMDATTN_REQUIRE(s.type == KVType::kF32 && !s.paged, "KVCache::values",
                    "only a contiguous float cache is a tensor: use View()");
   return ConstTensor4(reinterpret_cast<const float*>(s.values), batch_,
-                      kv_heads_, size(), head_dim_, s.block_stride,
+                      kv_heads_, size(), value_dim_, s.block_stride,
                       s.head_stride, s.row_stride);
 }
 

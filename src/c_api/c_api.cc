@@ -86,34 +86,43 @@ bool Flag(int32_t value, const char* function, const char* what) {
   return value == 1;
 }
 
+// The end of field f of struct S.
+#define SIMDATTN_FIELD_END_(S, f) \
+  (offsetof(S, f) + sizeof(static_cast<S*>(nullptr)->f))
+
 // What each growable struct was in its first version (0.2.0): its name, the
-// macro that initializes it, and the end of its last field then. Appending a
-// field leaves kFirstSize as it is. No struct has tail padding: a field
-// appended into it would not change the size callers pass.
+// macro that initializes it, and the end of its last field then
+// (first_last); appended fields leave kFirstSize as it is. No struct has
+// tail padding after its last field now (last): a field appended into it
+// would not change the size callers pass.
 template <typename S>
 struct Growable;
-#define SIMDATTN_GROWABLE(S, macro, last_field)       \
-  template <>                                         \
-  struct Growable<S> {                                \
-    static constexpr const char* kName = #S;          \
-    static constexpr const char* kMacro = #macro;     \
-    static constexpr size_t kFirstSize =              \
-        offsetof(S, last_field) +                     \
-        sizeof(static_cast<S*>(nullptr)->last_field); \
-  };                                                  \
-  static_assert(Growable<S>::kFirstSize == sizeof(S), \
-                #S " has tail padding, or last_field is not last");
-SIMDATTN_GROWABLE(simdattn_matmul_options, SIMDATTN_MATMUL_OPTIONS_INIT, bias)
-SIMDATTN_GROWABLE(simdattn_mask, SIMDATTN_MASK_INIT, sinks)
-SIMDATTN_GROWABLE(simdattn_rope_options, SIMDATTN_ROPE_OPTIONS_INIT, positions)
+#define SIMDATTN_GROWABLE(S, macro, first_last, last)                     \
+  template <>                                                             \
+  struct Growable<S> {                                                    \
+    static constexpr const char* kName = #S;                              \
+    static constexpr const char* kMacro = #macro;                         \
+    static constexpr size_t kFirstSize = SIMDATTN_FIELD_END_(S, first_last); \
+  };                                                                      \
+  static_assert(SIMDATTN_FIELD_END_(S, last) == sizeof(S),                \
+                #S " has tail padding, or " #last " is not last");
+SIMDATTN_GROWABLE(simdattn_matmul_options, SIMDATTN_MATMUL_OPTIONS_INIT, bias,
+                  bias)
+SIMDATTN_GROWABLE(simdattn_mask, SIMDATTN_MASK_INIT, sinks, sinks)
+SIMDATTN_GROWABLE(simdattn_rope_options, SIMDATTN_ROPE_OPTIONS_INIT, positions,
+                  rotary_offset)
 SIMDATTN_GROWABLE(simdattn_attention_options, SIMDATTN_ATTENTION_OPTIONS_INIT,
-                  log_sum_exp)
-SIMDATTN_GROWABLE(simdattn_kv_cache_config, SIMDATTN_KV_CACHE_CONFIG_INIT, rope)
-SIMDATTN_GROWABLE(simdattn_module_config, SIMDATTN_MODULE_CONFIG_INIT, rope)
-SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT, reserved)
+                  log_sum_exp, log_sum_exp)
+SIMDATTN_GROWABLE(simdattn_kv_cache_config, SIMDATTN_KV_CACHE_CONFIG_INIT, rope,
+                  reserved)
+SIMDATTN_GROWABLE(simdattn_module_config, SIMDATTN_MODULE_CONFIG_INIT, rope,
+                  rope)
+SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT, reserved,
+                  reserved)
 SIMDATTN_GROWABLE(simdattn_forward_options, SIMDATTN_FORWARD_OPTIONS_INIT,
-                  attention_weights)
+                  attention_weights, attention_weights)
 #undef SIMDATTN_GROWABLE
+#undef SIMDATTN_FIELD_END_
 
 // Larger than any struct of this API will grow to: a struct_size beyond it
 // is garbage, not a newer header.
@@ -238,6 +247,7 @@ RopeOptions ToRope(const simdattn_rope_options& caller, const char* function,
   if (rope.theta != 0.0f) o.theta = rope.theta;
   o.rotary_dim = rope.rotary_dim;
   o.positions = rope.positions;
+  o.rotary_offset = rope.rotary_offset;
   return o;
 }
 
@@ -328,6 +338,10 @@ KVCacheConfig ToConfig(const simdattn_kv_cache_config* caller,
   c.type = static_cast<KVType>(config.type);
   c.block_size = config.block_size;
   c.num_blocks = config.num_blocks;
+  c.value_dim = config.value_dim;
+  c.latent = Flag(config.latent, kFn, "config->latent");
+  SIMDATTN_REQUIRE(config.reserved == 0, kFn, "config->reserved (",
+                   config.reserved, ") is not 0");
   if (config.rope != nullptr)
     c.rope = ToRope(*config.rope, kFn, "config->rope");
   return c;

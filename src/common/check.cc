@@ -347,8 +347,10 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
   const size_t element_size = ElementTraitsOf(kv.type).bytes;
   spans.keys =
       CheckTensor4(function, "kv.keys", kv.keys, dims, strides, element_size);
-  spans.values = CheckTensor4(function, "kv.values", kv.values, dims, strides,
-                              element_size);
+  const size_t value_dims[4] = {blocks, kv.kv_heads, kv.block_size,
+                                kv.value_dim == 0 ? kv.head_dim : kv.value_dim};
+  spans.values = CheckTensor4(function, "kv.values", kv.values, value_dims,
+                              strides, element_size);
   if (ElementTraitsOf(kv.type).scaled) {
     const size_t scale_dims[4] = {blocks, kv.kv_heads, kv.block_size, 1};
     const size_t scale_strides[3] = {kv.scale_block_stride,

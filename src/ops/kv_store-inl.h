@@ -138,9 +138,10 @@ inline void StoreKVRowsImpl(KVType type, ConstMatrix src, void* dst,
                             size_t dst_stride, float* scales,
                             const internal::RopeTables* rope,
                             size_t first_position) {
-  // Rotated rows go through a copy; head dims up to 512 on the stack.
-  float stack[512];
-  std::vector<float> heap(rope != nullptr && src.cols > 512 ? src.cols : 0);
+  // Rotated rows go through a copy; head dims up to 1024 (MLA's 576) on the
+  // stack.
+  float stack[1024];
+  std::vector<float> heap(rope != nullptr && src.cols > 1024 ? src.cols : 0);
   float* rotated = heap.empty() ? stack : heap.data();
   internal::VisitElementType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -149,8 +150,8 @@ inline void StoreKVRowsImpl(KVType type, ConstMatrix src, void* dst,
       if (rope != nullptr) {
         std::memcpy(rotated, row, src.cols * sizeof(float));
         const size_t p = first_position + r;
-        rope_detail::RotateRow(rotated, rope->Cos(p), rope->Sin(p),
-                               rope->half(), rope->pairing());
+        rope_detail::RotateRow(rotated + rope->offset(), rope->Cos(p),
+                               rope->Sin(p), rope->half(), rope->pairing());
         row = rotated;
       }
       kv_store_detail::StoreRow(row, src.cols,

@@ -37,7 +37,8 @@ void RopeAngles(const double* frequency, size_t half, double position,
 
 RopeTables::RopeTables(const RopeOptions& options, size_t head_dim)
     : pairing_(options.pairing),
-      half_((options.rotary_dim == 0 ? head_dim : options.rotary_dim) / 2),
+      offset_(options.rotary_offset),
+      half_(RotaryDim(options, head_dim) / 2),
       frequency_(half_) {
   RopeFrequencies(options.theta, 2 * half_, frequency_.data());
 }
@@ -53,14 +54,24 @@ void RopeTables::Reserve(size_t count) {
   }
 }
 
+size_t RotaryDim(const RopeOptions& options, size_t head_dim) {
+  if (options.rotary_dim != 0) return options.rotary_dim;
+  return options.rotary_offset <= head_dim ? head_dim - options.rotary_offset
+                                           : 0;
+}
+
 void CheckRopeOptions(const char* function, const char* name,
                       const RopeOptions& options, size_t head_dim) {
-  // 0 means all of head_dim, which must then be even.
-  const size_t rotary_dim =
-      options.rotary_dim == 0 ? head_dim : options.rotary_dim;
-  SIMDATTN_REQUIRE(rotary_dim % 2 == 0 && rotary_dim <= head_dim, function,
-                   name, ".rotary_dim (", options.rotary_dim,
-                   ") is not even and at most the head_dim (", head_dim, ")");
+  // 0 means all from the offset on, which must then be even in number.
+  const size_t rotary_dim = RotaryDim(options, head_dim);
+  SIMDATTN_REQUIRE(options.rotary_offset <= head_dim &&
+                       rotary_dim <= head_dim - options.rotary_offset,
+                   function, name, ".rotary_offset (", options.rotary_offset,
+                   ") + .rotary_dim (", options.rotary_dim,
+                   ") exceeds the head_dim (", head_dim, ")");
+  SIMDATTN_REQUIRE(rotary_dim % 2 == 0, function, name, ".rotary_dim (",
+                   options.rotary_dim, ") is not even: it rotates ", rotary_dim,
+                   " dims");
   SIMDATTN_REQUIRE(std::isfinite(options.theta) && options.theta > 0.0f,
                    function, name, ".theta (", options.theta,
                    ") is not finite and positive");
@@ -75,9 +86,8 @@ void CheckRopeOptions(const char* function, const char* name,
 void ApplyRope(Tensor4 x, const RopeOptions& options) {
   constexpr const char* kFn = "ApplyRope";
   const size_t head_dim = x.dims[3];
-  const size_t rotary_dim =
-      options.rotary_dim == 0 ? head_dim : options.rotary_dim;
   internal::CheckRopeOptions(kFn, "options", options, head_dim);
+  const size_t rotary_dim = internal::RotaryDim(options, head_dim);
   const internal::Footprint rx = internal::CheckTensor4(kFn, "x", x);
   internal::CheckDistinctElements(kFn, "x", x.dims, x.strides);
   if (options.positions != nullptr && x.dims[0] != 0) {
@@ -86,8 +96,12 @@ void ApplyRope(Tensor4 x, const RopeOptions& options) {
     SIMDATTN_REQUIRE(!rx.Overlaps(rp), kFn, "x overlaps options.positions");
   }
   if (x.empty() || rotary_dim == 0) return;
+  // The rotated dims as a tensor of their own.
+  Tensor4 rotated = x;
+  rotated.data += options.rotary_offset;
+  rotated.dims[3] = rotary_dim;
   HWY_DYNAMIC_DISPATCH(RopeImpl)
-  (x, options.pairing, options.theta, rotary_dim, options.positions);
+  (rotated, options.pairing, options.theta, rotary_dim, options.positions);
 }
 
 }  // namespace simdattn

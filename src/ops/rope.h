@@ -22,11 +22,12 @@ class RopeTables {
   const float* Cos(size_t p) const { return cos_.data() + p * half_; }
   const float* Sin(size_t p) const { return sin_.data() + p * half_; }
   size_t half() const { return half_; }
+  size_t offset() const { return offset_; }  // The first rotated dim.
   RopePairing pairing() const { return pairing_; }
 
  private:
   RopePairing pairing_;
-  size_t half_;
+  size_t offset_, half_;
   std::vector<double> frequency_;
   std::vector<float> cos_, sin_;
 };
@@ -39,8 +40,13 @@ void RopeAngles(const double* frequency, size_t half, double position,
 // the rotary_dim / 2 pairs.
 void RopeFrequencies(float theta, size_t rotary_dim, double* frequency);
 
-// Throws, naming `function` and the options as `name`, unless rotary_dim
-// is even and <= head_dim, theta finite and > 0, and the pairing known.
+// The dims rotated: rotary_dim, or 0's all from rotary_offset on (0 when
+// rotary_offset exceeds head_dim: CheckRopeOptions refuses it).
+size_t RotaryDim(const RopeOptions& options, size_t head_dim);
+
+// Throws, naming `function` and the options as `name`, unless the rotated
+// dims are even in number and within head_dim, theta finite and > 0, and
+// the pairing known.
 void CheckRopeOptions(const char* function, const char* name,
                       const RopeOptions& options, size_t head_dim);
 
