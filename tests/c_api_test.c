@@ -2324,6 +2324,76 @@ static void TestUnboundedContext(void) {
   }
 }
 
+/* A latent (MLA) cache: rows [latent (4) | rope (2)], the rope dims
+ * rotated on append (rotary_offset), values the first 4 dims of each row;
+ * appends pass an empty values tensor; attention over it equals attention
+ * over what it holds; the new fields' errors. */
+static void TestLatentKVCache(void) {
+  enum { kHeads = 3, kN = 5, kD = 6, kV = 4 };
+  float rows[kN * kD], q[kHeads * kD], out[kHeads * kV], ref[kHeads * kV];
+  float keys[kN * kD], values[kN * kV];
+  simdattn_kv_cache_config config = SIMDATTN_KV_CACHE_CONFIG_INIT;
+  simdattn_rope_options rope = SIMDATTN_ROPE_OPTIONS_INIT;
+  simdattn_attention_options options = SIMDATTN_ATTENTION_OPTIONS_INIT;
+  simdattn_mask mask = SIMDATTN_MASK_INIT;
+  simdattn_const_tensor4 none;
+  simdattn_kv_cache* cache = NULL;
+  size_t i;
+  memset(&none, 0, sizeof(none));
+  Fill(rows, kN * kD, 71);
+  Fill(q, kHeads * kD, 72);
+  CHECK(config.value_dim == 0 && config.latent == 0 && config.reserved == 0 &&
+        rope.rotary_offset == 0);
+  rope.rotary_offset = kV;
+  config.rope = &rope;
+  config.value_dim = kV;
+  config.latent = 1;
+  CHECK_OK(simdattn_kv_cache_create(1, 1, 8, kD, &config, &cache));
+  if (cache == NULL) return;
+  CHECK_OK(simdattn_kv_cache_append(cache, Const4(Dense4(rows, 1, 1, kN, kD)),
+                                    none, NULL));
+  CHECK_ERROR(simdattn_kv_cache_append(cache,
+                                       Const4(Dense4(rows, 1, 1, 1, kD)),
+                                       Const4(Dense4(rows, 1, 1, 1, kV)), NULL),
+              INVALID, "the cache is latent");
+  CHECK_OK(simdattn_kv_cache_read(cache, 0, Dense3(keys, 1, kN, kD),
+                                  Dense3(values, 1, kN, kV)));
+  for (i = 0; i < kN * kV; ++i) {
+    CHECK(values[i] == rows[i / kV * kD + i % kV]);
+    CHECK(keys[i / kV * kD + i % kV] == rows[i / kV * kD + i % kV]);
+  }
+  CHECK(keys[(kN - 1) * kD + kV] != rows[(kN - 1) * kD + kV]); /* Rotated. */
+  options.mask = &mask;
+  mask.causal = 1;
+  CHECK_OK(simdattn_kv_cache_attention(Const4(Dense4(q, 1, kHeads, 1, kD)),
+                                       cache, Dense4(out, 1, kHeads, 1, kV),
+                                       &options));
+  mask.causal = 0;
+  CHECK_OK(simdattn_scaled_dot_product_attention(
+      Const4(Dense4(q, 1, kHeads, 1, kD)), Const4(Dense4(keys, 1, 1, kN, kD)),
+      Const4(Dense4(values, 1, 1, kN, kV)), Dense4(ref, 1, kHeads, 1, kV),
+      &options));
+  for (i = 0; i < kHeads * kV; ++i) CHECK_NEAR(out[i], ref[i], 1e-6);
+  simdattn_kv_cache_destroy(cache);
+  cache = NULL;
+  config.latent = 2;
+  CHECK_ERROR(simdattn_kv_cache_create(1, 1, 8, kD, &config, &cache), INVALID,
+              "config->latent (2) is neither 0 nor 1");
+  config.latent = 1;
+  config.reserved = 1;
+  CHECK_ERROR(simdattn_kv_cache_create(1, 1, 8, kD, &config, &cache), INVALID,
+              "config->reserved (1) is not 0");
+  config.reserved = 0;
+  config.value_dim = kD;
+  CHECK_ERROR(simdattn_kv_cache_create(1, 1, 8, kD, &config, &cache), INVALID,
+              "must be below the head_dim (6)");
+  rope.rotary_offset = kD;
+  rope.rotary_dim = 2;
+  config.latent = 0;
+  CHECK_ERROR(simdattn_kv_cache_create(1, 1, 8, kD, &config, &cache), INVALID,
+              "config.rope.rotary_offset (6)");
+}
+
 int main(void) {
   TestRuntime();
   TestMatMul();
@@ -2350,6 +2420,7 @@ int main(void) {
   TestKVCacheRope();
   TestKVCacheBFloat16Attention();
   TestUnboundedContext();
+  TestLatentKVCache();
   TestModuleRope();
   if (g_failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);

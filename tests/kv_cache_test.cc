@@ -15,6 +15,7 @@
 #include "simdattn/attention.h"
 #include "simdattn/kernels.h"
 #include "tests/test_util.h"
+#include "tools/reference/reference.h"
 
 namespace simdattn {
 namespace {
@@ -744,6 +745,255 @@ TEST_P(KVCacheTest, MaskedNonFiniteValuesNeverReachOutputs) {
             Tensor4::Dense(out, kBatch, kHeads, q_tokens, kHeadDim), options);
       }
       ExpectSameBits(a, b, Name(kind) + " masked NaN");
+    }
+  }
+}
+
+// DeepSeek-V2's multi-head latent attention (MLA) from its published
+// definition, in float64: per token a latent c_kv (kLatent) and a shared
+// rope key k_r (kRope); per head k = [W_UK c_kv | rot(k_r)], v = W_UV c_kv,
+// q = [q_nope | rot(q_r)]. The absorbed form reads one latent cache row
+// [c_kv | k_r] per token for every head (values: its first kLatent dims),
+// with queries [W_UK^T q_nope | rot(q_r)], and W_UV applied after. Over a
+// generation (a prefill, then single-token steps) on every cache type and
+// layout: float32 caches against the per-head definition, every cache
+// against float64 attention over what it holds, paged equal to contiguous.
+constexpr size_t kLatent = 32, kRope = 8, kNope = 16, kVHead = 12;
+constexpr size_t kMlaHeads = 16;
+
+// RoPE in float64, halves split, theta 10000, at `position`.
+void RotateInDouble(double* x, size_t dims, size_t position) {
+  for (size_t i = 0; i < dims / 2; ++i) {
+    const double angle =
+        double(position) * std::pow(10000.0, -2.0 * double(i) / double(dims));
+    const double x1 = x[i], x2 = x[i + dims / 2];
+    x[i] = x1 * std::cos(angle) - x2 * std::sin(angle);
+    x[i + dims / 2] = x2 * std::cos(angle) + x1 * std::sin(angle);
+  }
+}
+
+TEST_P(KVCacheTest, LatentCacheIsDeepSeekAbsorbedAttention) {
+  constexpr size_t kBatchMla = 2, kPrefill = 40, kSteps = 3;
+  constexpr size_t kRow = kLatent + kRope, kTokens = kPrefill + kSteps;
+  const std::vector<float> w_uk = RandomVector(kMlaHeads * kNope * kLatent, 1);
+  const std::vector<float> w_uv = RandomVector(kMlaHeads * kVHead * kLatent, 2);
+  // Every token's latent row [c_kv | k_r], k_r not yet rotated.
+  const std::vector<float> rows = RandomVector(kBatchMla * kTokens * kRow, 3);
+  // DeepSeek's explicit scale: 1 / sqrt(nope + rope dims).
+  const float scale = 1.0f / std::sqrt(float(kNope + kRope));
+  RopeOptions rope;
+  rope.rotary_offset = kLatent;
+  for (const Kind& kind : kKinds) {
+    KVCacheConfig config;
+    config.type = kind.type;
+    config.block_size = kind.block_size;
+    config.value_dim = kLatent;
+    config.latent = true;
+    config.rope = rope;
+    KVCache cache(kBatchMla, 1, kTokens, kRow, config);
+    KVCacheConfig contiguous_config = config;
+    contiguous_config.block_size = 0;
+    KVCache contiguous(kBatchMla, 1, kTokens, kRow, contiguous_config);
+    size_t length = 0;
+    for (size_t step = 0; step <= kSteps; ++step) {
+      const size_t n = step == 0 ? kPrefill : 1;
+      std::vector<float> appended(kBatchMla * n * kRow);
+      for (size_t b = 0; b < kBatchMla; ++b) {
+        std::copy_n(rows.begin() + (b * kTokens + length) * kRow, n * kRow,
+                    appended.begin() + b * n * kRow);
+      }
+      const ConstTensor4 keys =
+          ConstTensor4::Dense(appended.data(), kBatchMla, 1, n, kRow);
+      cache.Append(keys, ConstTensor4{});
+      contiguous.Append(keys, ConstTensor4{});
+      length += n;
+      // The newest token's queries, and their absorbed form.
+      const std::vector<float> q_nope =
+          RandomVector(kBatchMla * kMlaHeads * kNope, 10 + step);
+      const std::vector<float> q_rope =
+          RandomVector(kBatchMla * kMlaHeads * kRope, 20 + step);
+      std::vector<float> q(kBatchMla * kMlaHeads * kRow);
+      for (size_t bh = 0; bh < kBatchMla * kMlaHeads; ++bh) {
+        const size_t h = bh % kMlaHeads;
+        for (size_t c = 0; c < kLatent; ++c) {
+          double sum = 0.0;
+          for (size_t e = 0; e < kNope; ++e) {
+            sum += double(w_uk[(h * kNope + e) * kLatent + c]) *
+                   q_nope[bh * kNope + e];
+          }
+          q[bh * kRow + c] = float(sum);
+        }
+        std::copy_n(q_rope.begin() + bh * kRope, kRope,
+                    q.begin() + bh * kRow + kLatent);
+      }
+      RopeOptions query_rope = rope;
+      const std::vector<size_t> positions(kBatchMla, length - 1);
+      query_rope.positions = positions.data();
+      const Tensor4 q_view =
+          Tensor4::Dense(q.data(), kBatchMla, kMlaHeads, 1, kRow);
+      ApplyRope(q_view, query_rope);
+      AttentionOptions options;
+      options.scale = scale;
+      options.mask.causal = true;
+      std::vector<float> latent_out(kBatchMla * kMlaHeads * kLatent);
+      const Tensor4 out_view =
+          Tensor4::Dense(latent_out.data(), kBatchMla, kMlaHeads, 1, kLatent);
+      ScaledDotProductAttention(q_view, cache.View(), out_view, options);
+      std::vector<float> contiguous_out(latent_out.size());
+      ScaledDotProductAttention(q_view, contiguous.View(),
+                                Tensor4::Dense(contiguous_out.data(), kBatchMla,
+                                               kMlaHeads, 1, kLatent),
+                                options);
+      ExpectSameBits(latent_out, contiguous_out, Name(kind) + " latent");
+      // Float64 attention over the rows the cache holds.
+      std::vector<float> held_keys(kBatchMla * length * kRow);
+      std::vector<float> held_values(kBatchMla * length * kLatent);
+      for (size_t b = 0; b < kBatchMla; ++b) {
+        cache.Read(
+            b, Tensor3(held_keys.data() + b * length * kRow, 1, length, kRow),
+            Tensor3(held_values.data() + b * length * kLatent, 1, length,
+                    kLatent));
+      }
+      AttentionMask mask;
+      mask.causal = true;
+      mask.causal_offset = length - 1;
+      ExpectNear(
+          latent_out,
+          reference::Attention(
+              ConstTensor4(q_view),
+              ConstTensor4::Dense(held_keys.data(), kBatchMla, 1, length, kRow),
+              ConstTensor4::Dense(held_values.data(), kBatchMla, 1, length,
+                                  kLatent),
+              scale, mask),
+          4e-6, Name(kind) + " latent over what it holds");
+      if (kind.type != KVType::kF32) continue;
+      // Float32 caches: the per-head definition, W_UV applied after.
+      for (size_t b = 0; b < kBatchMla; ++b) {
+        for (size_t h = 0; h < kMlaHeads; ++h) {
+          const size_t bh = b * kMlaHeads + h;
+          std::vector<double> query(kNope + kRope);
+          for (size_t e = 0; e < kNope; ++e) query[e] = q_nope[bh * kNope + e];
+          for (size_t e = 0; e < kRope; ++e) {
+            query[kNope + e] = q_rope[bh * kRope + e];
+          }
+          RotateInDouble(query.data() + kNope, kRope, length - 1);
+          std::vector<double> weights(length), value(kVHead, 0.0);
+          double max = -INFINITY, sum = 0.0;
+          for (size_t t = 0; t < length; ++t) {
+            const float* row = &rows[(b * kTokens + t) * kRow];
+            std::vector<double> key(kNope + kRope);
+            for (size_t e = 0; e < kNope; ++e) {
+              for (size_t c = 0; c < kLatent; ++c) {
+                key[e] += double(w_uk[(h * kNope + e) * kLatent + c]) * row[c];
+              }
+            }
+            for (size_t e = 0; e < kRope; ++e) {
+              key[kNope + e] = row[kLatent + e];
+            }
+            RotateInDouble(key.data() + kNope, kRope, t);
+            double dot = 0.0;
+            for (size_t e = 0; e < kNope + kRope; ++e) {
+              dot += query[e] * key[e];
+            }
+            weights[t] = double(scale) * dot;
+            max = std::max(max, weights[t]);
+          }
+          for (size_t t = 0; t < length; ++t) {
+            sum += weights[t] = std::exp(weights[t] - max);
+          }
+          for (size_t t = 0; t < length; ++t) {
+            const float* row = &rows[(b * kTokens + t) * kRow];
+            for (size_t e = 0; e < kVHead; ++e) {
+              double v = 0.0;
+              for (size_t c = 0; c < kLatent; ++c) {
+                v += double(w_uv[(h * kVHead + e) * kLatent + c]) * row[c];
+              }
+              value[e] += weights[t] / sum * v;
+            }
+          }
+          for (size_t e = 0; e < kVHead; ++e) {
+            double absorbed = 0.0;
+            for (size_t c = 0; c < kLatent; ++c) {
+              absorbed += double(w_uv[(h * kVHead + e) * kLatent + c]) *
+                          latent_out[bh * kLatent + c];
+            }
+            // The query's absorption and the output's projection each
+            // round to float once: |W| <= 1 over 16-32 terms.
+            ASSERT_NEAR(absorbed, value[e], 2e-5)
+                << "step " << step << " b " << b << " h " << h << " e " << e;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A latent cache's own checks: values come from the keys, value_dim below
+// head_dim; Read gives (kv_heads, length, value_dim) values.
+TEST(KVCacheErrors, LatentCacheArguments) {
+  KVCacheConfig config;
+  config.latent = true;
+  ExpectInvalid([&] { KVCache(1, 1, 8, 10, config); },
+                {"config.latent", "config.value_dim (0)", "head_dim (10)"});
+  config.value_dim = 6;
+  KVCache cache(1, 1, 8, 10, config);
+  EXPECT_EQ(cache.value_dim(), 6u);
+  std::vector<float> keys(20, 0.5f), values(12, 0.25f);
+  const ConstTensor4 k = ConstTensor4::Dense(keys.data(), 1, 1, 2, 10);
+  ExpectInvalid(
+      [&] { cache.Append(k, ConstTensor4::Dense(values.data(), 1, 1, 2, 6)); },
+      {"KVCache::Append", "values have shape (1, 1, 2, 6)", "latent"});
+  EXPECT_EQ(cache.length(0), 0u);
+  cache.Append(k, ConstTensor4{});
+  std::vector<float> read_keys(20), read_values(12);
+  cache.Read(0, Tensor3(read_keys.data(), 1, 2, 10),
+             Tensor3(read_values.data(), 1, 2, 6));
+  EXPECT_EQ(read_keys, keys);
+  EXPECT_EQ(read_values, std::vector<float>(12, 0.5f));
+  ExpectInvalid(
+      [&] {
+        cache.Read(0, Tensor3(read_keys.data(), 1, 2, 10),
+                   Tensor3(read_keys.data(), 1, 2, 10));
+      },
+      {"values are (1, 2, 10), expected (1, 2, 6)"});
+}
+
+// Keys of 24 dims, values of 16 (MLA's prefill form, scaled down): stored
+// and read back, and attention over them as over the tensors.
+TEST_P(KVCacheTest, ValuesNarrowerThanKeys) {
+  for (const Kind& kind : kKinds) {
+    KVCacheConfig config;
+    config.type = kind.type;
+    config.block_size = kind.block_size;
+    config.value_dim = 16;
+    KVCache cache(2, 2, 100, 24, config);
+    const std::vector<float> k = RandomVector(2 * 2 * 70 * 24, 5);
+    const std::vector<float> v = RandomVector(2 * 2 * 70 * 16, 6);
+    cache.Append(ConstTensor4::Dense(k.data(), 2, 2, 70, 24),
+                 ConstTensor4::Dense(v.data(), 2, 2, 70, 16));
+    std::vector<float> keys(k.size()), values(v.size());
+    for (size_t b = 0; b < 2; ++b) {
+      cache.Read(b, Tensor3(keys.data() + b * 2 * 70 * 24, 2, 70, 24),
+                 Tensor3(values.data() + b * 2 * 70 * 16, 2, 70, 16));
+    }
+    if (kind.type == KVType::kF32) {
+      EXPECT_EQ(keys, k);
+      EXPECT_EQ(values, v);
+    }
+    const std::vector<float> q = RandomVector(2 * 4 * 3 * 24, 7);
+    const ConstTensor4 q_view = ConstTensor4::Dense(q.data(), 2, 4, 3, 24);
+    std::vector<float> out(2 * 4 * 3 * 16), expected(out.size());
+    AttentionOptions options;
+    options.mask.causal = true;
+    ScaledDotProductAttention(q_view, cache.View(),
+                              Tensor4::Dense(out.data(), 2, 4, 3, 16), options);
+    options.mask.causal_offset = 67;
+    ScaledDotProductAttention(
+        q_view, ConstTensor4::Dense(keys.data(), 2, 2, 70, 24),
+        ConstTensor4::Dense(values.data(), 2, 2, 70, 16),
+        Tensor4::Dense(expected.data(), 2, 4, 3, 16), options);
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(out[i], expected[i], 1e-6) << Name(kind) << " " << i;
     }
   }
 }

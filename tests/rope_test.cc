@@ -139,6 +139,48 @@ TEST_P(RopeTest, MatchesFloat64AroundTheVectors) {
   }
 }
 
+// rotary_offset: the dims from it turn as a tensor of just those dims
+// would; the others stay as they are.
+TEST_P(RopeTest, OffsetRotatesASubRange) {
+  constexpr size_t kDim = 14, kOffset = 4, kRotary = 6, kTokens = 5;
+  std::vector<float> x = test::RandomVector(2 * 3 * kTokens * kDim, 8);
+  std::vector<float> part(2 * 3 * kTokens * kRotary);
+  for (size_t row = 0; row < 2 * 3 * kTokens; ++row) {
+    std::copy_n(x.begin() + row * kDim + kOffset, kRotary,
+                part.begin() + row * kRotary);
+  }
+  const std::vector<float> before = x;
+  const size_t positions[2] = {3, 70};
+  for (RopePairing pairing :
+       {RopePairing::kHalfSplit, RopePairing::kInterleaved}) {
+    x = before;
+    RopeOptions options;
+    options.pairing = pairing;
+    options.positions = positions;
+    options.rotary_offset = kOffset;
+    options.rotary_dim = kRotary;
+    ApplyRope(Tensor4::Dense(x.data(), 2, 3, kTokens, kDim), options);
+    std::vector<float> expected = part;
+    options.rotary_offset = 0;
+    ApplyRope(Tensor4::Dense(expected.data(), 2, 3, kTokens, kRotary), options);
+    for (size_t row = 0; row < 2 * 3 * kTokens; ++row) {
+      for (size_t c = 0; c < kDim; ++c) {
+        const float want = c >= kOffset && c < kOffset + kRotary
+                               ? expected[row * kRotary + c - kOffset]
+                               : before[row * kDim + c];
+        ASSERT_EQ(x[row * kDim + c], want) << "row " << row << " dim " << c;
+      }
+    }
+  }
+  // rotary_dim 0: every dim from the offset on.
+  x = before;
+  RopeOptions rest;
+  rest.rotary_offset = kDim - kRotary;
+  ApplyRope(Tensor4::Dense(x.data(), 2, 3, kTokens, kDim), rest);
+  for (size_t c = 0; c < kDim - kRotary; ++c) EXPECT_EQ(x[c], before[c]);
+  EXPECT_NE(x[2 * kDim - 1], before[2 * kDim - 1]);  // Token 1 turns.
+}
+
 TEST(RopeErrors, NameTheArgument) {
   std::vector<float> x(2 * 8);
   const Tensor4 view = Tensor4::Dense(x.data(), 1, 1, 2, 8);
@@ -148,6 +190,14 @@ TEST(RopeErrors, NameTheArgument) {
   RopeOptions wide;
   wide.rotary_dim = 10;
   ExpectInvalid([&] { ApplyRope(view, wide); }, {"head_dim (8)"});
+  RopeOptions past;
+  past.rotary_offset = 4;
+  past.rotary_dim = 6;
+  ExpectInvalid([&] { ApplyRope(view, past); },
+                {"options.rotary_offset (4)", "head_dim (8)"});
+  RopeOptions odd_rest;
+  odd_rest.rotary_offset = 3;
+  ExpectInvalid([&] { ApplyRope(view, odd_rest); }, {"it rotates 5 dims"});
   RopeOptions theta;
   theta.theta = -1.0f;
   ExpectInvalid([&] { ApplyRope(view, theta); }, {"options.theta (-1)"});

@@ -464,12 +464,11 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
                    "the cache rotates keys (config.rope) but the module has "
                    "no rotary embedding for its queries (config.rope)");
   SIMDATTN_REQUIRE(
-      !cache_rope ||
-          (cache_rope->pairing == c.rope->pairing &&
-           cache_rope->theta == c.rope->theta &&
-           cache_rope->rotary_offset == c.rope->rotary_offset &&
-           internal::RotaryDim(*cache_rope, c.head_dim) ==
-               internal::RotaryDim(*c.rope, c.head_dim)),
+      !cache_rope || (cache_rope->pairing == c.rope->pairing &&
+                      cache_rope->theta == c.rope->theta &&
+                      cache_rope->rotary_offset == c.rope->rotary_offset &&
+                      internal::RotaryDim(*cache_rope, c.head_dim) ==
+                          internal::RotaryDim(*c.rope, c.head_dim)),
       name_,
       "the cache rotates keys with other rope options than the module's");
   // Compared as a difference: size() + tokens could wrap.

@@ -390,11 +390,11 @@ void KVCache::CheckTokens(const char* function, ConstTensor4 keys,
   internal::CheckTensor4(function, "keys", keys);
   if (storage_->latent) {
     const size_t none[4] = {0, 0, 0, 0};
-    SIMDATTN_REQUIRE(values.data == nullptr &&
-                         internal::SameDims(values.dims, none),
-                     function, "values have shape ", ShapeString(values.dims),
-                     ", but the cache is latent: the keys' rows hold the "
-                     "values, which must be empty (ConstTensor4{})");
+    SIMDATTN_REQUIRE(
+        values.data == nullptr && internal::SameDims(values.dims, none),
+        function, "values have shape ", ShapeString(values.dims),
+        ", but the cache is latent: the keys' rows hold the "
+        "values, which must be empty (ConstTensor4{})");
     return;
   }
   const size_t expected_values[4] = {count, kv_heads_, keys.dims[2],
@@ -611,8 +611,8 @@ void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {
   }
   SIMDATTN_REQUIRE(!spans[0].Overlaps(spans[1]), kFn, "values overlap keys");
   // Nor the cache's own memory (a cache over the caller's buffers).
-  const internal::KVCacheViewSpans cache = internal::CheckKVCacheView(
-      kFn, View(), 0);
+  const internal::KVCacheViewSpans cache =
+      internal::CheckKVCacheView(kFn, View(), 0);
   for (int i = 0; i < 2; ++i) {
     for (const internal::Footprint* held :
          {&cache.keys, &cache.values, &cache.key_scales, &cache.value_scales}) {

@@ -97,14 +97,14 @@ bool Flag(int32_t value, const char* function, const char* what) {
 // would not change the size callers pass.
 template <typename S>
 struct Growable;
-#define SIMDATTN_GROWABLE(S, macro, first_last, last)                     \
-  template <>                                                             \
-  struct Growable<S> {                                                    \
-    static constexpr const char* kName = #S;                              \
-    static constexpr const char* kMacro = #macro;                         \
+#define SIMDATTN_GROWABLE(S, macro, first_last, last)                        \
+  template <>                                                                \
+  struct Growable<S> {                                                       \
+    static constexpr const char* kName = #S;                                 \
+    static constexpr const char* kMacro = #macro;                            \
     static constexpr size_t kFirstSize = SIMDATTN_FIELD_END_(S, first_last); \
-  };                                                                      \
-  static_assert(SIMDATTN_FIELD_END_(S, last) == sizeof(S),                \
+  };                                                                         \
+  static_assert(SIMDATTN_FIELD_END_(S, last) == sizeof(S),                   \
                 #S " has tail padding, or " #last " is not last");
 SIMDATTN_GROWABLE(simdattn_matmul_options, SIMDATTN_MATMUL_OPTIONS_INIT, bias,
                   bias)
