@@ -111,6 +111,21 @@ TEST(Shapes, DecodeFromMemory) {
                std::invalid_argument);
   EXPECT_THROW(measure::ParseAttentionShape("1x2x8x8_cold", false),
                std::invalid_argument);
+  // A latent cache: one row of 576 per token, its first 512 the values.
+  const measure::AttentionShape mla = measure::ParseAttentionShape(
+      "1x128x8192x576_kv1_mla512_kvbf16_cold", true);
+  EXPECT_EQ(mla.mla, 512u);
+  EXPECT_EQ(mla.ValueDim(), 512u);
+  EXPECT_EQ(mla.Name(), "1x128x8192x576_kv1_mla512_kvbf16_cold");
+  EXPECT_DOUBLE_EQ(mla.Bytes(),
+                   8192.0 * 576 * 2 + 128.0 * (576 + 512) * sizeof(float));
+  for (const char* bad :
+       {"1x2x8x8_mla8", "1x2x8x8_mla0", "1x2x8x8_mla4_mla4"}) {
+    EXPECT_THROW(measure::ParseAttentionShape(bad, true), std::invalid_argument)
+        << bad;
+  }
+  EXPECT_THROW(measure::ParseAttentionShape("1x2x8x8_mla4", false),
+               std::invalid_argument);
 }
 
 TEST(Shapes, VariantsParseInAnyOrderAndPrintInOne) {

@@ -283,21 +283,24 @@ double CheckMha(const measure::MhaShape& s) {
 // (the weights P are rounded too, 2^-9 relative each) plus 1e-5.
 double CheckAttention(const measure::AttentionShape& s) {
   const size_t tq = s.QueryTokens(), tk = s.tokens, d = s.head_dim;
+  const size_t dv = s.ValueDim();
   std::vector<float> q = Random(s.batch * s.heads * tq * d, 13, -1, 1);
   std::vector<float> k = Random(s.batch * s.kv_heads * tk * d, 14, -1, 1);
-  std::vector<float> v = Random(k.size(), 15, -1, 1);
+  std::vector<float> v = Random(s.batch * s.kv_heads * tk * dv, 15, -1, 1);
   std::optional<KVCache> cache;
   if (s.InCache()) {
     cache.emplace(s.batch, s.kv_heads, tk, d, measure::CacheConfig(s));
     cache->Append(ConstTensor4::Dense(k.data(), s.batch, s.kv_heads, tk, d),
-                  ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, tk, d));
-    const size_t per_sequence = s.kv_heads * tk * d;
+                  s.mla != 0 ? ConstTensor4{}
+                             : ConstTensor4::Dense(v.data(), s.batch,
+                                                   s.kv_heads, tk, dv));
     for (size_t b = 0; b < s.batch; ++b) {
-      cache->Read(b, Tensor3(k.data() + b * per_sequence, s.kv_heads, tk, d),
-                  Tensor3(v.data() + b * per_sequence, s.kv_heads, tk, d));
+      cache->Read(
+          b, Tensor3(k.data() + b * s.kv_heads * tk * d, s.kv_heads, tk, d),
+          Tensor3(v.data() + b * s.kv_heads * tk * dv, s.kv_heads, tk, dv));
     }
   }
-  std::vector<float> out(q.size(), -1.0f);
+  std::vector<float> out(s.batch * s.heads * tq * dv, -1.0f);
   std::vector<float> lse(s.batch * s.heads * tq, -1.0f);
   const measure::ShapeMask shape_mask(s.variants, s.heads, s.causal || s.decode,
                                       tk - tq);
@@ -310,8 +313,8 @@ double CheckAttention(const measure::AttentionShape& s) {
   const ConstTensor4 k_view =
       ConstTensor4::Dense(k.data(), s.batch, s.kv_heads, tk, d);
   const ConstTensor4 v_view =
-      ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, tk, d);
-  const Tensor4 out_view = Tensor4::Dense(out.data(), s.batch, s.heads, tq, d);
+      ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, tk, dv);
+  const Tensor4 out_view = Tensor4::Dense(out.data(), s.batch, s.heads, tq, dv);
   if (cache) {
     AttentionOptions from_cache = options;
     from_cache.mask.causal_offset = 0;  // The cache's lengths give it.
@@ -506,17 +509,19 @@ const std::vector<OpSpec>& Ops() {
       {"decode",
        Metric::kGbPerSec,
        "BxHxNxD[_kvG][_windowW][_softcapC][_sinks][_alibi][_kvbf16|_kvf16|"
-       "_kvint8][_pagedN][_cold]  one query per sequence against N cached "
-       "keys (the last W with a window), in a KVCache of that type and "
-       "layout, with _cold a copy per call past the L3; bytes of K and V "
-       "read",
+       "_kvint8][_pagedN][_cold][_mlaN]  one query per sequence against N "
+       "cached keys (the last W with a window), in a KVCache of that type "
+       "and layout, with _cold a copy per call past the L3, with _mlaN a "
+       "latent cache whose values are the first N dims of each key row; "
+       "bytes of K and V read",
        Names(measure::StandardDecodeShapes()),
        {"1x2x5x8", "2x4x300x16_kv2", "1x3x1000x64", "2x4x300x16_window40",
         "1x6x100x8_kv3_softcap30.5_sinks_alibi", "2x4x300x16_kv2_kvbf16",
         "2x4x300x16_kvf16_paged16", "1x6x1000x64_kv3_kvint8",
         "2x4x300x16_kv2_kvint8_paged32_window40_sinks", "2x2x70x8_paged16",
         "2x4x300x16_kvbf16_paged64", "1x2x70x8_kvf16",
-        "1x16x500x16_kv2_kvbf16_paged16", "2x8x300x16_kv1_kvint8_cold"},
+        "1x16x500x16_kv2_kvbf16_paged16", "2x8x300x16_kv1_kvint8_cold",
+        "2x16x300x36_kv1_mla32_kvbf16_paged16", "1x8x200x24_kv1_mla16"},
        [](const std::string& text) { return AttentionCase(text, true); }},
       {"append",
        Metric::kGbPerSec,

@@ -211,6 +211,7 @@ std::string AttentionShape::Name() const {
   if (causal) name += "_causal";
   if (dropout) name += "_dropout";
   name += variants.Name();
+  if (mla != 0) name += "_mla" + std::to_string(mla);
   name += TypeSuffix("_kv", cache);
   if (page != 0) name += "_paged" + std::to_string(page);
   if (rope) name += "_rope";
@@ -220,8 +221,10 @@ std::string AttentionShape::Name() const {
 }
 
 double AttentionShape::Flops() const {
+  // Q K^T over head_dim, P V over the value dims.
   return AttentionFlops(batch, heads, QueryTokens(), tokens, head_dim, causal,
-                        variants.window);
+                        variants.window) *
+         double(head_dim + ValueDim()) / double(2 * head_dim);
 }
 
 double AttentionShape::Bytes() const {
@@ -229,9 +232,10 @@ double AttentionShape::Bytes() const {
       variants.window != 0 ? std::min(variants.window, tokens) : tokens;
   const double row_bytes = double(head_dim) * KVTypeBytes(cache) +
                            (ElementTraitsOf(cache).scaled ? sizeof(float) : 0);
-  const double kv = 2.0 * double(batch) * kv_heads * read * row_bytes;
-  const double q_and_out =
-      2.0 * double(batch) * heads * QueryTokens() * head_dim * sizeof(float);
+  const double kv =
+      (mla != 0 ? 1.0 : 2.0) * double(batch) * kv_heads * read * row_bytes;
+  const double q_and_out = double(batch) * heads * QueryTokens() *
+                           (head_dim + ValueDim()) * sizeof(float);
   return kv + q_and_out;
 }
 
@@ -434,7 +438,8 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   const char* const form =
       decode ? "BxHxNxD with optional _kvG (G dividing H), _windowW, "
                "_softcapC, _sinks, _alibi, _kvbf16, _kvf16 or _kvint8, "
-               "_pagedN (N a power of two, 16 to 256), _cold (e.g. "
+               "_pagedN (N a power of two, 16 to 256), _cold, _mlaN (values "
+               "the first N < D dims of each key row) (e.g. "
                "1x12x4096x64_kvbf16_paged16)"
              : "BxHxTxD with optional _kvG (G dividing H), _causal, "
                "_dropout, _windowW, _softcapC, _sinks, _alibi, _bf16dot "
@@ -450,6 +455,10 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
     } else if (decode && ParseCacheFlag(flag, &s)) {
     } else if (flag == "cold" && decode && !s.cold) {
       s.cold = true;
+    } else if (decode && s.mla == 0 && flag.compare(0, 3, "mla") == 0 &&
+               IsCount(flag.substr(3))) {
+      s.mla = std::stoul(flag.substr(3));
+      if (s.mla == 0 || s.mla >= s.head_dim) Fail(text, form);
     } else if (flag == "causal" && !decode && !s.causal) {
       s.causal = true;
     } else if (flag == "dropout" && !decode && !s.dropout) {

@@ -129,11 +129,17 @@ struct AttentionShape {
   // past any L3 (MatMulShape::kColdBytes), as a model's step reads each
   // layer's cache from memory (_cold).
   bool cold = false;
+  // Decode: a latent (MLA) cache whose values are the first `mla` dims of
+  // each key row (_mlaN, N < head_dim; 0: values of their own).
+  size_t mla = 0;
   // Prefill: bf16 arithmetic (AttentionOptions::compute, _bf16dot).
   bool bf16dot = false;
 
   size_t QueryTokens() const { return decode ? 1 : tokens; }
-  bool InCache() const { return cache != KVType::kF32 || page != 0 || cold; }
+  bool InCache() const {
+    return cache != KVType::kF32 || page != 0 || cold || mla != 0;
+  }
+  size_t ValueDim() const { return mla != 0 ? mla : head_dim; }
   // "BxHxTxD", then "_kvN" when kv_heads != heads, "_causal", "_dropout",
   // the variants and the cache.
   std::string Name() const;
@@ -141,7 +147,8 @@ struct AttentionShape {
   // window W about T W pairs.
   double Flops() const;
   // Decode is memory-bound: bytes of K and V read (the window's keys only,
-  // in the cache's type, int8 with its scales) plus Q read and out written.
+  // in the cache's type, int8 with its scales; a latent cache's one row per
+  // token) plus Q read and out written.
   double Bytes() const;
   // Appending every token to a cache: float K and V read, then written in
   // the cache's type (int8 with its scales).

@@ -226,16 +226,16 @@ class AttentionWorkload : public Workload {
   explicit AttentionWorkload(const AttentionShape& s)
       : q_(Values(s.batch * s.heads * s.QueryTokens() * s.head_dim, 0.1f)),
         k_(Values(s.batch * s.kv_heads * s.tokens * s.head_dim, 0.07f)),
-        v_(Values(k_.size(), 0.03f)),
-        out_(q_.size()),
+        v_(Values(s.batch * s.kv_heads * s.tokens * s.ValueDim(), 0.03f)),
+        out_(s.batch * s.heads * s.QueryTokens() * s.ValueDim()),
         q_view_(ConstTensor4::Dense(q_.data(), s.batch, s.heads,
                                     s.QueryTokens(), s.head_dim)),
         k_view_(ConstTensor4::Dense(k_.data(), s.batch, s.kv_heads, s.tokens,
                                     s.head_dim)),
         v_view_(ConstTensor4::Dense(v_.data(), s.batch, s.kv_heads, s.tokens,
-                                    s.head_dim)),
+                                    s.ValueDim())),
         out_view_(Tensor4::Dense(out_.data(), s.batch, s.heads, s.QueryTokens(),
-                                 s.head_dim)),
+                                 s.ValueDim())),
         mask_(s.variants, s.heads, s.causal || s.decode,
               s.tokens - s.QueryTokens()) {
     options_.mask = mask_.mask();
@@ -280,7 +280,7 @@ class CachedAttention : public AttentionWorkload {
     for (size_t i = 0; i < copies; ++i) {
       caches_.push_back(std::make_unique<KVCache>(s.batch, s.kv_heads, s.tokens,
                                                   s.head_dim, CacheConfig(s)));
-      caches_.back()->Append(k_view_, v_view_);
+      caches_.back()->Append(k_view_, s.mla != 0 ? ConstTensor4{} : v_view_);
     }
     options_.mask = cache_mask_.mask();
   }
@@ -611,6 +611,8 @@ KVCacheConfig CacheConfig(const AttentionShape& shape) {
   KVCacheConfig config;
   config.type = shape.cache;
   config.block_size = shape.page;
+  config.value_dim = shape.mla;
+  config.latent = shape.mla != 0;
   if (shape.rope) config.rope = RopeOptions{};
   return config;
 }
