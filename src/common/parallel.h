@@ -11,10 +11,13 @@
 #ifndef SIMDATTN_SRC_COMMON_PARALLEL_H_
 #define SIMDATTN_SRC_COMMON_PARALLEL_H_
 
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 
 #include "tbb/blocked_range.h"
 #include "tbb/parallel_for.h"
+#include "tbb/task_arena.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define SIMDATTN_TSAN 1
@@ -52,6 +55,25 @@ void ParallelFor(size_t begin, size_t end, size_t grain, const Body& body) {
                       body(range.begin(), range.end());
                     });
 #endif
+}
+
+// Calls body(i, i + 1) for every i in [begin, end), taken in index order:
+// each of up to max_concurrency workers takes the next index whenever it is
+// free (a dynamic schedule). Tasks of uneven cost listed heaviest first
+// thus balance as longest-processing-time-first does, which a partitioner's
+// recursive halving of the range does not promise.
+template <typename Body>
+void ParallelForDynamic(size_t begin, size_t end, const Body& body) {
+  if (begin >= end) return;
+  const size_t workers = std::min(
+      end - begin,
+      static_cast<size_t>(tbb::this_task_arena::max_concurrency()));
+  std::atomic<size_t> next{begin};
+  ParallelFor(0, workers, 1, [&](size_t, size_t) {
+    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < end;) {
+      body(i, i + 1);
+    }
+  });
 }
 
 }  // namespace internal

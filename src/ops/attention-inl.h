@@ -960,7 +960,8 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
       task_heads > 1 || round_q ? kTaskRows * head_dim : 0;
   const size_t acc_floats =
       task_heads > 1 && splits == 1 ? kTaskRows * value_dim : 0;
-  internal::ParallelFor(0, tasks * splits, 1, [&](size_t first, size_t last) {
+  internal::ParallelForDynamic(0, tasks * splits, [&](size_t first,
+                                                      size_t last) {
     internal::ScratchBuffer scratch(workspace_floats + 3 * kTaskRows +
                                     amx_floats + gather_floats + acc_floats);
     Workspace ws(scratch.data(), nr, head_dim, value_dim);
