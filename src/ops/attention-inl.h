@@ -79,8 +79,11 @@ constexpr size_t kTaskRows = 4 * kQueryBlock;
 constexpr size_t kKeyBlock = 256;
 static_assert(kKeyBlock % kDropoutGroup == 0, "tiles must align to groups");
 // Fewer tasks than this (e.g. decode with small batch x heads) split the
-// keys, in chunks of at least kMinSplitKeys, so every thread gets work.
-constexpr size_t kMinTasks = 16;
+// keys, in chunks of at least kMinSplitKeys, so that every thread of a
+// 16-64-core machine gets work. The split follows the shapes alone, never
+// the thread count, so results do not depend on it; at 1-2 threads the
+// extra partials cost nothing measurable (bench/RESULTS.md).
+constexpr size_t kMinTasks = 64;
 constexpr size_t kMinSplitKeys = kKeyBlock;
 // AMX tiles (bf16 arithmetic) serve the AVX-512 targets: the query blocks
 // are whole tiles of rows there.
