@@ -2,6 +2,7 @@
 #include "tools/measure/peak.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <thread>
@@ -28,15 +29,46 @@ HWY_EXPORT(CopyLoop);
 
 namespace {
 
-// Runs body(t) for t in [0, threads) on that many std::threads, not TBB
-// tasks: a peak needs every thread busy at once, which a task scheduler
-// does not promise.
+// Times body(t) for t in [0, threads) run on that many std::threads at
+// once, not TBB tasks: a peak needs every thread busy together, which a task
+// scheduler does not promise. The threads start before the timing and each
+// repetition releases them together, so starting threads one after another
+// (tens of microseconds each, a millisecond at 16) is not timed.
 template <typename Body>
-void OnThreads(int threads, const Body& body) {
+Timing TimeOnThreads(int threads, const Body& body,
+                     const TimingOptions& options) {
+  std::atomic<uint64_t> round{0};
+  std::atomic<int> finished{0};
+  std::atomic<bool> stop{false};
   std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
-  body(0);
+  for (int t = 1; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (uint64_t seen = 0;;) {
+        uint64_t now;
+        while ((now = round.load(std::memory_order_acquire)) == seen &&
+               !stop.load(std::memory_order_acquire)) {
+          std::this_thread::yield();
+        }
+        if (now == seen) return;  // Stopped.
+        seen = now;
+        body(t);
+        finished.fetch_add(1, std::memory_order_acq_rel);
+      }
+    });
+  }
+  const Timing timing = Measure(
+      [&] {
+        finished.store(0, std::memory_order_relaxed);
+        round.fetch_add(1, std::memory_order_acq_rel);
+        body(0);
+        while (finished.load(std::memory_order_acquire) != threads - 1) {
+          std::this_thread::yield();
+        }
+      },
+      options);
+  stop.store(true, std::memory_order_release);
   for (std::thread& th : pool) th.join();
+  return timing;
 }
 
 }  // namespace
@@ -48,12 +80,11 @@ double MeasureFmaGflops(int threads, const TimingOptions& options) {
   // threads (tens of microseconds) is noise.
   constexpr uint64_t kIterations = uint64_t{1} << 22;
   std::vector<float> sink(static_cast<size_t>(threads));
-  const Timing t = Measure(
-      [&] {
-        OnThreads(threads, [&](int i) {
-          sink[static_cast<size_t>(i)] +=
-              HWY_DYNAMIC_DISPATCH(FmaLoop)(kIterations);
-        });
+  const Timing t = TimeOnThreads(
+      threads,
+      [&](int i) {
+        sink[static_cast<size_t>(i)] +=
+            HWY_DYNAMIC_DISPATCH(FmaLoop)(kIterations);
       },
       options);
   // The results must be observable, or the loops could be dropped.
@@ -76,14 +107,13 @@ double MeasureCopyGbPerSec(int threads, const TimingOptions& options) {
   std::fill(from.get(), from.get() + kFloats, 1.0f);
   std::fill(to.get(), to.get() + kFloats, 0.0f);
   const size_t part = kFloats / kChunk / static_cast<size_t>(threads) * kChunk;
-  const Timing t = Measure(
-      [&] {
-        OnThreads(threads, [&](int i) {
-          const size_t begin = part * static_cast<size_t>(i);
-          const size_t end = i + 1 == threads ? kFloats : begin + part;
-          HWY_DYNAMIC_DISPATCH(CopyLoop)
-          (from.get() + begin, to.get() + begin, end - begin);
-        });
+  const Timing t = TimeOnThreads(
+      threads,
+      [&](int i) {
+        const size_t begin = part * static_cast<size_t>(i);
+        const size_t end = i + 1 == threads ? kFloats : begin + part;
+        HWY_DYNAMIC_DISPATCH(CopyLoop)
+        (from.get() + begin, to.get() + begin, end - begin);
       },
       options);
   return 2.0 * double(kFloats) * sizeof(float) / t.min_s * 1e-9;
