@@ -57,22 +57,24 @@ void ParallelFor(size_t begin, size_t end, size_t grain, const Body& body) {
 #endif
 }
 
-// Calls body(i, i + 1) for every i in [begin, end), taken in index order:
-// each of up to max_concurrency workers takes the next index whenever it is
-// free (a dynamic schedule). Tasks of uneven cost listed heaviest first
-// thus balance as longest-processing-time-first does, which a partitioner's
-// recursive halving of the range does not promise.
-template <typename Body>
-void ParallelForDynamic(size_t begin, size_t end, const Body& body) {
+// Runs every index of [begin, end) in index order as far as threads allow:
+// up to max_concurrency workers, each calling worker(next) once, where
+// next() returns the next index nobody has taken, then `end` (a dynamic
+// schedule; a worker sets up its scratch once). Tasks of uneven cost listed
+// heaviest first thus balance as longest-processing-time-first does, which
+// a partitioner's recursive halving of the range does not promise.
+template <typename Worker>
+void ParallelForDynamic(size_t begin, size_t end, const Worker& worker) {
   if (begin >= end) return;
-  const size_t workers = std::min(
-      end - begin,
-      static_cast<size_t>(tbb::this_task_arena::max_concurrency()));
-  std::atomic<size_t> next{begin};
-  ParallelFor(0, workers, 1, [&](size_t, size_t) {
-    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < end;) {
-      body(i, i + 1);
-    }
+  const size_t workers =
+      std::min(end - begin,
+               static_cast<size_t>(tbb::this_task_arena::max_concurrency()));
+  std::atomic<size_t> taken{begin};
+  const auto next = [&] {
+    return std::min(taken.fetch_add(1, std::memory_order_relaxed), end);
+  };
+  ParallelFor(0, workers, 1, [&](size_t first, size_t last) {
+    for (size_t w = first; w < last; ++w) worker(next);
   });
 }
 

@@ -132,8 +132,9 @@ struct Problem {
 struct QueryRows {
   size_t b, h0, heads, i0, rows;
 
-  size_t Head(size_t r) const { return h0 + r % heads; }
-  size_t Token(size_t r) const { return i0 + r / heads; }
+  // One head, the common case, divides nothing.
+  size_t Head(size_t r) const { return heads == 1 ? h0 : h0 + r % heads; }
+  size_t Token(size_t r) const { return i0 + (heads == 1 ? r : r / heads); }
 };
 
 // The running softmax state of a block's rows: max and sum of exp(s - max)
@@ -914,8 +915,14 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
   // group that fits) times up to task_tokens tokens.
   size_t task_heads = std::min(pr.group, kTaskRows);
   while (pr.group % task_heads != 0) --task_heads;
-  const size_t task_tokens = kTaskRows / task_heads;
   const size_t head_blocks = heads / task_heads;
+  size_t task_tokens = kTaskRows / task_heads;
+  // Too few tasks for the cores: a query block per task (each tile of K and
+  // V packed for fewer rows, a few % more work) before splitting the keys,
+  // whose partials would take memory in proportion to the rows.
+  if (batch * head_blocks * hwy::DivCeil(q_tokens, task_tokens) < kMinTasks) {
+    task_tokens = std::max<size_t>(1, kQueryBlock / task_heads);
+  }
   const size_t row_blocks = hwy::DivCeil(q_tokens, task_tokens);
   const size_t tasks = batch * head_blocks * row_blocks;
   size_t splits = 1;
@@ -963,8 +970,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
       task_heads > 1 || round_q ? kTaskRows * head_dim : 0;
   const size_t acc_floats =
       task_heads > 1 && splits == 1 ? kTaskRows * value_dim : 0;
-  internal::ParallelForDynamic(0, tasks * splits, [&](size_t first,
-                                                      size_t last) {
+  internal::ParallelForDynamic(0, tasks * splits, [&](const auto& next) {
     internal::ScratchBuffer scratch(workspace_floats + 3 * kTaskRows +
                                     amx_floats + gather_floats + acc_floats);
     Workspace ws(scratch.data(), nr, head_dim, value_dim);
@@ -980,7 +986,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
       tiles.emplace();
     }
     const AmxWorkspace* aw = amx_ws ? &*amx_ws : nullptr;
-    for (size_t index = first; index != last; ++index) {
+    for (size_t index; (index = next()) != tasks * splits;) {
       size_t split;
       const QueryRows t = locate(index, &split);
       const ConstMatrix queries = TaskQueries(pr, t, round_q, gathered);
