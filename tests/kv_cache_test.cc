@@ -958,6 +958,43 @@ TEST(KVCacheErrors, LatentCacheArguments) {
       {"values are (1, 2, 10), expected (1, 2, 6)"});
 }
 
+// A latent cache's sequence operations: a copied sequence (shared blocks,
+// copied on write when both append) reads as the original, its values the
+// first dims of its rows, int8 scales included.
+TEST(KVCacheStorage, LatentSequencesCopyAndGrow) {
+  for (size_t block_size : {0, 16}) {
+    KVCacheConfig config;
+    config.type = KVType::kInt8;
+    config.block_size = block_size;
+    config.value_dim = 8;
+    config.latent = true;
+    KVCache cache(2, 1, 64, 12, config);
+    const std::vector<float> rows = RandomVector(20 * 12, 31);
+    cache.Append(ConstTensor4::Dense(rows.data(), 1, 1, 20, 12), ConstTensor4{},
+                 {0});
+    cache.Copy(0, 1);
+    const std::vector<float> more = RandomVector(2 * 3 * 12, 32);
+    cache.Append(ConstTensor4::Dense(more.data(), 2, 1, 3, 12), ConstTensor4{});
+    std::vector<float> keys[2], values[2];
+    for (size_t b = 0; b < 2; ++b) {
+      keys[b].resize(23 * 12);
+      values[b].resize(23 * 8);
+      cache.Read(b, Tensor3(keys[b].data(), 1, 23, 12),
+                 Tensor3(values[b].data(), 1, 23, 8));
+      for (size_t t = 0; t < 23; ++t) {
+        for (size_t c = 0; c < 8; ++c) {
+          ASSERT_EQ(values[b][t * 8 + c], keys[b][t * 12 + c]) << b << " " << t;
+        }
+      }
+    }
+    // The shared 20 tokens agree; the 3 appended differ by sequence.
+    EXPECT_TRUE(std::equal(keys[0].begin(), keys[0].begin() + 20 * 12,
+                           keys[1].begin()));
+    EXPECT_FALSE(std::equal(keys[0].begin() + 20 * 12, keys[0].end(),
+                            keys[1].begin() + 20 * 12));
+  }
+}
+
 // Keys of 24 dims, values of 16 (MLA's prefill form, scaled down): stored
 // and read back, and attention over them as over the tensors.
 TEST_P(KVCacheTest, ValuesNarrowerThanKeys) {
