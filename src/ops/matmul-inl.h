@@ -235,16 +235,16 @@ HWY_NOINLINE void MicroKernel(D d, const float* HWY_RESTRICT a, size_t lda,
   const auto bias = [&e, N](size_t v) -> const float* {
     return e.bias == nullptr ? nullptr : e.bias + v * N;
   };
-#define SIMDATTN_STORE_ROW(r)                                                  \
-  if (R > r) {                                                                 \
-    float* row = c + r * ldc;                                                  \
-    StoreTile(d, c##r##0, row, bias(0), cols, e);                              \
-    if (V > 1 && cols > N)                                                     \
-      StoreTile(d, c##r##1, row + N, bias(1), cols - N, e);                    \
-    if (V > 2 && cols > 2 * N)                                                 \
-      StoreTile(d, c##r##2, row + 2 * N, bias(2), cols - 2 * N, e);            \
-    if (V > 3 && cols > 3 * N)                                                 \
-      StoreTile(d, c##r##3, row + 3 * N, bias(3), cols - 3 * N, e);            \
+#define SIMDATTN_STORE_ROW(r)                                       \
+  if (R > r) {                                                      \
+    float* row = c + r * ldc;                                       \
+    StoreTile(d, c##r##0, row, bias(0), cols, e);                   \
+    if (V > 1 && cols > N)                                          \
+      StoreTile(d, c##r##1, row + N, bias(1), cols - N, e);         \
+    if (V > 2 && cols > 2 * N)                                      \
+      StoreTile(d, c##r##2, row + 2 * N, bias(2), cols - 2 * N, e); \
+    if (V > 3 && cols > 3 * N)                                      \
+      StoreTile(d, c##r##3, row + 3 * N, bias(3), cols - 3 * N, e); \
   }
   SIMDATTN_STORE_ROW(0)
   SIMDATTN_STORE_ROW(1)
@@ -535,6 +535,38 @@ HWY_INLINE void SumOfLanes4(D d, V v0, V v1, V v2, V v3,
 }
 #endif
 
+// dot + a[k] b[k] summed over [k, K), fewer than a vector's lanes: by 8 and
+// 4 lanes where vectors are longer, then lane by lane (a head dim of 72
+// leaves 8 on AVX-512: one by one they were a chain of dependent
+// multiply-adds as long as the rest of the row's dot product).
+template <typename TB>
+HWY_INLINE float TailDot(const float* HWY_RESTRICT a, const TB* HWY_RESTRICT b,
+                         size_t k, size_t K, float dot) {
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+  constexpr size_t kLanes = hn::MaxLanes(hn::ScalableTag<float>());
+  if constexpr (kLanes > 8) {
+    const hn::CappedTag<float, 8> d8;
+    for (; k + 8 <= K; k += 8) {
+      dot += hn::GetLane(
+          hn::SumOfLanes(d8, hn::Mul(hn::LoadU(d8, a + k), LoadB(d8, b + k))));
+    }
+  }
+  if constexpr (kLanes > 4) {
+    const hn::CappedTag<float, 4> d4;
+    for (; k + 4 <= K; k += 4) {
+      dot += hn::GetLane(
+          hn::SumOfLanes(d4, hn::Mul(hn::LoadU(d4, a + k), LoadB(d4, b + k))));
+    }
+  }
+#endif
+  const hn::CappedTag<float, 1> d1;
+  auto sum = hn::Set(d1, dot);
+  for (; k < K; ++k) {
+    sum = hn::MulAdd(hn::Set(d1, a[k]), LoadB(d1, b + k), sum);
+  }
+  return hn::GetLane(sum);
+}
+
 // Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
 // rows of A times B (B rows contiguous), or dot products with rows of B when
 // it is transposed (Q K^T in decode). kPrefetch: B^T's rows are long
@@ -603,13 +635,9 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
                     hn::Add(s30, s31), sums);
         const TB* const rows[4] = {r0, r1, r2, r3};
         for (size_t j = 0; j < 4; ++j) {
-          auto dot = hn::Set(d1, sums[j]);
-          for (size_t kk = vector_k; kk < K; ++kk) {
-            dot = hn::MulAdd(hn::Set(d1, a_row[kk]), LoadB(d1, rows[j] + kk),
-                             dot);
-          }
-          ScalarEpilogue(TimesRowScale(hn::GetLane(dot), b, n + j),
-                         c_row + n + j, n + j, opt);
+          const float dot = TailDot(a_row, rows[j], vector_k, K, sums[j]);
+          ScalarEpilogue(TimesRowScale(dot, b, n + j), c_row + n + j, n + j,
+                         opt);
         }
       }
 #endif
@@ -625,17 +653,15 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
         for (; k + N <= K; k += N) {
           sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row + k), sum0);
         }
-        auto dot =
-            hn::Set(d1, hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1))));
-        for (; k < K; ++k) {
-          dot = hn::MulAdd(hn::Set(d1, a_row[k]), LoadB(d1, b_row + k), dot);
-        }
-        ScalarEpilogue(TimesRowScale(hn::GetLane(dot), b, n), c_row + n, n,
-                       opt);
+        const float dot =
+            TailDot(a_row, b_row, k, K,
+                    hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1))));
+        ScalarEpilogue(TimesRowScale(dot, b, n), c_row + n, n, opt);
       }
       continue;
     }
     HWY_ALIGN float lanes[kMaxLanes];
+    float lanes_of_tail[8];
     const auto finish = [&](decltype(hn::Zero(d)) sum, size_t n0) {
       hn::Store(sum, d, lanes);
       for (size_t i = 0; i < N; ++i) {
@@ -668,13 +694,30 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
       }
       finish(sum, n);
     }
-    for (; n < n_end; ++n) {
-      auto sum = hn::Zero(d1);
-      for (size_t k = 0; k < K; ++k) {
-        sum = hn::MulAdd(hn::Set(d1, a_at(k)), LoadB(d1, b.Row(k) + n), sum);
+    // Columns short of a vector: by 8 and 4 lanes where vectors are longer
+    // (each a pass over K), then one at a time.
+    const auto narrow_columns = [&](auto dv) {
+      const size_t lanes = hn::Lanes(dv);
+      for (; n + lanes <= n_end; n += lanes) {
+        auto sum = hn::Zero(dv);
+        for (size_t k = 0; k < K; ++k) {
+          sum = hn::MulAdd(hn::Set(dv, a_at(k)), LoadB(dv, b.Row(k) + n), sum);
+        }
+        hn::StoreU(sum, dv, lanes_of_tail);
+        for (size_t i = 0; i < lanes; ++i) {
+          ScalarEpilogue(lanes_of_tail[i], c_row + n + i, n + i, opt);
+        }
       }
-      ScalarEpilogue(hn::GetLane(sum), c_row + n, n, opt);
+    };
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+    if constexpr (hn::MaxLanes(hn::ScalableTag<float>()) > 8) {
+      narrow_columns(hn::CappedTag<float, 8>());
     }
+    if constexpr (hn::MaxLanes(hn::ScalableTag<float>()) > 4) {
+      narrow_columns(hn::CappedTag<float, 4>());
+    }
+#endif
+    narrow_columns(d1);
   }
 }
 
