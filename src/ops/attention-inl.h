@@ -2,7 +2,9 @@
 // per SIMD target by attention.cc.
 //
 // Schedule (FlashAttention-2 on a CPU): a task owns up to kTaskRows query
-// rows of one (batch, head) and walks the keys in tiles of kKeyBlock,
+// rows of one batch item, the query heads of one key/value group stacked
+// token-major (QueryRows) over a run of tokens, and walks the keys in tiles
+// of kKeyBlock,
 // packing each tile of K (transposed) and V into panels once, as MatMul
 // packs op(B). Then per block of kQueryBlock query rows that sees the tile:
 //   1. S = scale * Q_block K_tile^T with the matmul micro-kernel;
@@ -18,11 +20,11 @@
 // row is acc / sum (zeros when every key is masked, NaN when a score was
 // NaN).
 //
-// Decode (few query rows, long caches): when batch x heads x row blocks
-// gives fewer than kMinTasks tasks, the keys are also split into chunks that
-// run as separate tasks, and their (max, sum, acc) partials are merged. The
-// split depends only on the shapes, so results do not depend on the number
-// of threads.
+// Decode (few query rows, long caches): when the tasks are fewer than
+// kMinTasks (a query block each by then), the keys are also split into
+// chunks that run as separate tasks, and their (max, sum, acc) partials are
+// merged. The split depends only on the shapes, so results do not depend on
+// the number of threads. Tasks run heaviest first on a dynamic schedule.
 
 #if defined(SIMDATTN_SRC_OPS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SIMDATTN_SRC_OPS_ATTENTION_INL_H_
@@ -980,7 +982,8 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
     float* gathered = gather_floats != 0 ? amx_part + amx_floats : nullptr;
     float* own_acc = amx_part + amx_floats + gather_floats;
     std::optional<AmxWorkspace> amx_ws;
-    std::optional<internal::AmxScope> tiles;  // Per task: tiles are per thread.
+    std::optional<internal::AmxScope>
+        tiles;  // Per worker: tiles are per thread.
     if (pr.amx) {
       amx_ws.emplace(amx_part, head_dim, value_dim);
       tiles.emplace();
