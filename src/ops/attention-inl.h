@@ -4,9 +4,9 @@
 // Schedule (FlashAttention-2 on a CPU): a task owns up to kTaskRows query
 // rows of one batch item, the query heads of one key/value group stacked
 // token-major (QueryRows) over a run of tokens, and walks the keys in tiles
-// of kKeyBlock,
-// packing each tile of K (transposed) and V into panels once, as MatMul
-// packs op(B). Then per block of kQueryBlock query rows that sees the tile:
+// of kKeyBlock, packing each tile of K (transposed) and V into panels once,
+// as MatMul packs op(B). Then per block of kQueryBlock query rows that sees
+// the tile:
 //   1. S = scale * Q_block K_tile^T with the matmul micro-kernel;
 //   2. per row: masks applied in registers (columns past the row's causal or
 //      key-length limit, boolean, additive), the running max updated, the
