@@ -348,7 +348,7 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
   spans.keys =
       CheckTensor4(function, "kv.keys", kv.keys, dims, strides, element_size);
   const size_t value_dims[4] = {blocks, kv.kv_heads, kv.block_size,
-                                kv.value_dim == 0 ? kv.head_dim : kv.value_dim};
+                                ValueDim(kv)};
   spans.values = CheckTensor4(function, "kv.values", kv.values, value_dims,
                               strides, element_size);
   if (ElementTraitsOf(kv.type).scaled) {

@@ -99,6 +99,11 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
                         const size_t (&scores)[4], const char* keys_name,
                         Footprint output, const char* output_name);
 
+// A view's value row length: value_dim, 0 meaning head_dim.
+inline size_t ValueDim(const KVCacheView& kv) {
+  return kv.value_dim == 0 ? kv.head_dim : kv.value_dim;
+}
+
 // Validates a KV cache's layout (kernels.h's KVCacheView) for attention of
 // q_tokens queries per sequence, the type and the shapes against q checked
 // by the caller: block size and table entries, capacity, lengths (each at

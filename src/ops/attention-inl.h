@@ -982,8 +982,8 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
     float* gathered = gather_floats != 0 ? amx_part + amx_floats : nullptr;
     float* own_acc = amx_part + amx_floats + gather_floats;
     std::optional<AmxWorkspace> amx_ws;
-    std::optional<internal::AmxScope>
-        tiles;  // Per worker: tiles are per thread.
+    // Per worker: tiles are per thread.
+    std::optional<internal::AmxScope> tiles;
     if (pr.amx) {
       amx_ws.emplace(amx_part, head_dim, value_dim);
       tiles.emplace();

@@ -230,7 +230,7 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
       m->scale_block_stride = kv.scale_block_stride;
       m->scale_head_stride = kv.scale_head_stride;
     }
-    m->cols = keys || kv.value_dim == 0 ? kv.head_dim : kv.value_dim;
+    m->cols = keys ? kv.head_dim : internal::ValueDim(kv);
   }
   // The queries are the last q_tokens of each sequence.
   AttentionMask mask = user_mask;

@@ -535,30 +535,32 @@ HWY_INLINE void SumOfLanes4(D d, V v0, V v1, V v2, V v3,
 }
 #endif
 
-// dot + a[k] b[k] summed over [k, K), fewer than a vector's lanes: by 8 and
-// 4 lanes where vectors are longer, then lane by lane (a head dim of 72
-// leaves 8 on AVX-512: one by one they were a chain of dependent
-// multiply-adds as long as the rest of the row's dot product).
+// f(dv) for the 8- and 4-lane tags narrower than a full vector, widest
+// first: for what is left past the last full vector (a head dim of 72 leaves
+// 8 on AVX-512; one by one they were a chain of dependent multiply-adds as
+// long as the rest of the row's dot product).
+template <class F>
+HWY_INLINE void ForNarrowerVectors(const F& f) {
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+  constexpr size_t kLanes = hn::MaxLanes(hn::ScalableTag<float>());
+  if constexpr (kLanes > 8) f(hn::CappedTag<float, 8>());
+  if constexpr (kLanes > 4) f(hn::CappedTag<float, 4>());
+#else
+  (void)f;
+#endif
+}
+
+// dot + a[k] b[k] summed over [k, K), fewer than a vector's lanes: by
+// narrower vectors, then lane by lane.
 template <typename TB>
 HWY_INLINE float TailDot(const float* HWY_RESTRICT a, const TB* HWY_RESTRICT b,
                          size_t k, size_t K, float dot) {
-#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
-  constexpr size_t kLanes = hn::MaxLanes(hn::ScalableTag<float>());
-  if constexpr (kLanes > 8) {
-    const hn::CappedTag<float, 8> d8;
-    for (; k + 8 <= K; k += 8) {
+  ForNarrowerVectors([&](auto dv) {
+    for (const size_t n = hn::Lanes(dv); k + n <= K; k += n) {
       dot += hn::GetLane(
-          hn::SumOfLanes(d8, hn::Mul(hn::LoadU(d8, a + k), LoadB(d8, b + k))));
+          hn::SumOfLanes(dv, hn::Mul(hn::LoadU(dv, a + k), LoadB(dv, b + k))));
     }
-  }
-  if constexpr (kLanes > 4) {
-    const hn::CappedTag<float, 4> d4;
-    for (; k + 4 <= K; k += 4) {
-      dot += hn::GetLane(
-          hn::SumOfLanes(d4, hn::Mul(hn::LoadU(d4, a + k), LoadB(d4, b + k))));
-    }
-  }
-#endif
+  });
   const hn::CappedTag<float, 1> d1;
   auto sum = hn::Set(d1, dot);
   for (; k < K; ++k) {
@@ -694,8 +696,8 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
       }
       finish(sum, n);
     }
-    // Columns short of a vector: by 8 and 4 lanes where vectors are longer
-    // (each a pass over K), then one at a time.
+    // Columns short of a vector: by narrower vectors (each a pass over K),
+    // then one at a time.
     const auto narrow_columns = [&](auto dv) {
       const size_t lanes = hn::Lanes(dv);
       for (; n + lanes <= n_end; n += lanes) {
@@ -709,14 +711,7 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
         }
       }
     };
-#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
-    if constexpr (hn::MaxLanes(hn::ScalableTag<float>()) > 8) {
-      narrow_columns(hn::CappedTag<float, 8>());
-    }
-    if constexpr (hn::MaxLanes(hn::ScalableTag<float>()) > 4) {
-      narrow_columns(hn::CappedTag<float, 4>());
-    }
-#endif
+    ForNarrowerVectors(narrow_columns);
     narrow_columns(d1);
   }
 }
