@@ -35,14 +35,15 @@ struct Kind {
   KVType type;
   size_t block_size;  // 0: contiguous.
 };
-const Kind kKinds[] = {{KVType::kF32, 0},  {KVType::kF32, 16},
-                       {KVType::kBF16, 0}, {KVType::kBF16, 64},
-                       {KVType::kF16, 0},  {KVType::kF16, 32},
-                       {KVType::kInt8, 0}, {KVType::kInt8, 16}};
+const Kind kKinds[] = {{KVType::kF32, 0},     {KVType::kF32, 16},
+                       {KVType::kBF16, 0},    {KVType::kBF16, 64},
+                       {KVType::kF16, 0},     {KVType::kF16, 32},
+                       {KVType::kInt8, 0},    {KVType::kInt8, 16},
+                       {KVType::kFp8E4M3, 0}, {KVType::kFp8E4M3, 32},
+                       {KVType::kFp8E5M2, 0}, {KVType::kFp8E5M2, 16}};
 
 std::string Name(const Kind& kind) {
-  static const char* const kTypes[] = {"f32", "bf16", "f16", "int8"};
-  return std::string(kTypes[static_cast<int>(kind.type)]) +
+  return std::string(ElementTraitsOf(kind.type).name) +
          (kind.block_size == 0 ? " contiguous"
                                : " paged" + std::to_string(kind.block_size));
 }
@@ -272,6 +273,14 @@ TEST_P(KVCacheTest, StoredValuesWithinTheStatedBounds) {
             case KVType::kInt8:
               bound = max_abs / 127.0 * (0.5 + 1e-6);
               break;
+            case KVType::kFp8E4M3:  // Half a unit in the last place.
+              bound = std::max(std::abs(in[c]) * 0x1p-4, 0x1p-10);
+              break;
+            case KVType::kFp8E5M2:
+              bound = std::max(std::abs(in[c]) * 0x1p-3, 0x1p-17);
+              break;
+            default:
+              FAIL() << Name(kind) << " has no bound here";
           }
           ASSERT_LE(error, bound) << Name(kind) << " row " << row;
         }
@@ -1180,8 +1189,10 @@ TEST_P(KVCacheTest, ForwardStepWithEveryCache) {
   }
   for (size_t i = 0; i < outputs.size(); i += 2) {
     ExpectSameBits(outputs[i + 1], outputs[i], Name(kKinds[i + 1]));
+    // E5M2 keeps 2 fraction bits (relative 2^-3), the others 3 or more.
+    const double tolerance = kKinds[i].type == KVType::kFp8E5M2 ? 0.1 : 0.03;
     for (size_t e = 0; e < outputs[i].size(); ++e) {
-      ASSERT_NEAR(outputs[i][e], outputs[0][e], 0.03) << Name(kKinds[i]);
+      ASSERT_NEAR(outputs[i][e], outputs[0][e], tolerance) << Name(kKinds[i]);
     }
   }
 }

@@ -119,6 +119,9 @@ struct KVCacheConfig {
   // head_dim): one row per token, written by Append's keys, whose values
   // must then be empty (ConstTensor4{}). int8 rows keep one scale for both.
   bool latent = false;
+  // fp8 caches: keys are stored as key / key_scale, values as value /
+  // value_scale (finite, > 0; a latent cache's rows use key_scale).
+  float key_scale = 1.0f, value_scale = 1.0f;
 };
 
 // The keys and values of the tokens seen so far, for one attention layer:

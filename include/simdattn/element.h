@@ -15,21 +15,30 @@ namespace simdattn {
 // registers as they read it. kernels.h's KVType comment states each type's
 // rounding and error.
 enum class ElementType : uint8_t {
-  kF32,   // float
-  kBF16,  // BFloat16 (tensor.h)
-  kF16,   // Float16 (tensor.h)
-  kInt8,  // int8_t, one float scale per row: value = scale * q
+  kF32,      // float
+  kBF16,     // BFloat16 (tensor.h)
+  kF16,      // Float16 (tensor.h)
+  kInt8,     // int8_t, one float scale per row: value = scale * q
+  kFp8E4M3,  // OCP fp8 E4M3 (no infinities, max 448), times a scale per side
+  kFp8E5M2,  // OCP fp8 E5M2 (IEEE-like), times a scale per side
+  kQ8_0,     // ggml's block_q8_0: 32 values as int8 times one fp16 scale
+  kQ4_0,     // ggml's block_q4_0: 32 values as 4 bits times one fp16 scale
 };
 // A KV cache's element type (any ElementType).
 using KVType = ElementType;
 // A state_dict tensor's element type (kF32, kBF16 or kF16).
 using DType = ElementType;
 
-// What a type is, for code that handles every type alike.
+// What a type is, for code that handles every type alike. Block types
+// (q8_0, q4_0) store `values` consecutive elements of a row in `bytes`
+// bytes; rows of them hold a multiple of `values` elements.
 struct ElementTraits {
-  const char* name;  // "f32", "bf16", "f16", "int8" (the CLI's suffixes).
-  size_t bytes;      // Of one element.
+  const char* name;  // "f32", "bf16", "f16", "int8", "fp8", "fp8e5m2",
+                     // "q8_0", "q4_0" (the CLI's suffixes).
+  size_t bytes;      // Of one element, or of one block.
+  size_t values;     // Elements per block: 1 unless a block type.
   bool scaled;       // One float scale per row (per token and head).
+  bool side_scaled;  // One float scale per cache side (keys, values).
 };
 
 // Whether `type` is one of the enumerators (a value cast from an integer may
@@ -39,6 +48,8 @@ SIMDATTN_API bool IsElementType(ElementType type);
 SIMDATTN_API ElementTraits ElementTraitsOf(ElementType type);
 // ElementTraitsOf(type).bytes.
 SIMDATTN_API size_t KVTypeBytes(KVType type);
+// Bytes of n elements of `type` (n a multiple of its block's values).
+SIMDATTN_API size_t ElementBytes(ElementType type, size_t n);
 
 }  // namespace simdattn
 

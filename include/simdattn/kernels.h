@@ -241,6 +241,25 @@ SIMDATTN_API void ScaledDotProductAttention(
 // |x - scale q| <= scale / 2 up to float32 rounding (relative 2^-24). A head
 // whose max |x| is below 2^-100 is stored as zeros with scale 0, one holding
 // a NaN or an infinity as zeros with scale NaN.
+//
+// fp8 (kFp8E4M3, kFp8E5M2) holds x / side_scale (the float32 quotient) rounded
+// to nearest, ties to even, with one positive scale per cache side
+// (KVCacheConfig::key_scale, value_scale: vLLM's k_scale, v_scale), so the
+// stored value is within 2^-4 (E4M3) or 2^-3 (E5M2) relative of x / scale,
+// or 2^-10 / 2^-17 absolute below the normal range (2^-6, 2^-14). E4M3
+// saturates finite values at +-448 and stores an infinity as NaN; E5M2 rounds
+// 61440 and above to infinity.
+//
+// q8_0 and q4_0 are ggml's block_q8_0 and block_q4_0 bit for bit: blocks of
+// 32 consecutive elements of a row with an fp16 scale d each (so head_dim,
+// value_dim and the strides are multiples of 32), written as ggml's reference
+// quantizer writes them. q8_0: d = max |x| / 127, q = round(x * (1 / d)),
+// halves away from zero, so |x - d q| <= d / 2 (plus d's fp16 rounding,
+// relative 2^-11 of max |x|). q4_0: d = m / -8 for the element m of largest
+// magnitude, q = min(15, trunc(x / d + 8.5)) - 8 in -8..7, |x - d q| <= |d| /
+// 2 (plus d's rounding). Blocks holding a NaN or an infinity store d NaN and
+// q 0 (ggml leaves them undefined); |x| up to 65504 * 127 (q8_0) or 65504 *
+// 8 (q4_0) keeps d finite.
 
 // Keys and values where a KV cache keeps them (attention.h's KVCache::View
 // gives one), read in place by attention: no converted copy is made. Keys and
@@ -250,8 +269,11 @@ SIMDATTN_API void ScaledDotProductAttention(
 // (values alike), elements of `type`, where block is
 //   block_table[b * blocks_per_sequence + t / block_size]  when paged,
 //   b  when block_table is null (contiguous: block_size = the capacity).
-// int8 scales: key_scales[block * scale_block_stride + h * scale_head_stride
-// + t % block_size], value_scales alike. Sequence b holds lengths[b] tokens;
+// A block type's element e is element e % 32 of block e / 32 (strides are
+// multiples of 32). int8 scales: key_scales[block * scale_block_stride + h *
+// scale_head_stride + t % block_size], value_scales alike; fp8 keys are
+// key_scale times their elements, values value_scale times theirs. Sequence
+// b holds lengths[b] tokens;
 // slots past them (unwritten, or left by a truncation) never affect a result.
 struct KVCacheView {
   KVType type = KVType::kF32;
@@ -275,6 +297,8 @@ struct KVCacheView {
   // Tokens a sequence may hold (<= blocks_per_sequence * block_size when
   // paged, <= block_size when not).
   size_t capacity = 0;
+  // fp8 caches: the scale of every key, of every value (finite, > 0).
+  float key_scale = 1.0f, value_scale = 1.0f;
 };
 
 // Attention of q (batch, q_heads, q_tokens, head_dim) over a cache's keys and

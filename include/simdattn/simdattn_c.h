@@ -123,7 +123,12 @@ typedef enum simdattn_element_type {
   SIMDATTN_F32 = 0,
   SIMDATTN_BF16 = 1, /* bfloat16 bits */
   SIMDATTN_F16 = 2,  /* IEEE binary16 bits */
-  SIMDATTN_INT8 = 3  /* int8, one float scale per row (token and head) */
+  SIMDATTN_INT8 = 3, /* int8, one float scale per row (token and head) */
+  /* 0.4, KV caches only: */
+  SIMDATTN_FP8_E4M3 = 4, /* OCP fp8 E4M3 bits, one float scale per side */
+  SIMDATTN_FP8_E5M2 = 5, /* OCP fp8 E5M2 bits, one float scale per side */
+  SIMDATTN_Q8_0 = 6,     /* ggml block_q8_0: 32 int8 and an fp16 scale */
+  SIMDATTN_Q4_0 = 7      /* ggml block_q4_0: 32 nibbles and an fp16 scale */
 } simdattn_element_type;
 
 /* Row-major: element (r, c) is data[r * stride + c]; stride >= cols. */
@@ -364,6 +369,10 @@ typedef struct simdattn_kv_cache_config {
    * pass an empty (zeroed) values tensor. */
   int32_t latent;
   int32_t reserved; /* 0 */
+  /* 0.4: fp8 caches: keys stored as key / key_scale, values as value /
+   * value_scale (finite, > 0); 0 means 1. */
+  float key_scale;
+  float value_scale;
 } simdattn_kv_cache_config;
 #define SIMDATTN_KV_CACHE_CONFIG_INIT \
   SIMDATTN_STRUCT_INIT_(simdattn_kv_cache_config)

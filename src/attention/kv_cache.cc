@@ -1,4 +1,4 @@
-// KVCache: storage in four element types and two layouts, the block pool of
+// KVCache: storage in every element type and two layouts, the block pool of
 // the paged layout, and the conversions on append. Attention over it is
 // ScaledDotProductAttention over View().
 #ifdef __linux__
@@ -30,15 +30,13 @@ using internal::ShapeString;
 
 namespace {
 
-// A row as attention reads it: widened, or scale * q.
+// A row as attention reads it: widened, times the row's scale (int8) or
+// the side's (fp8; 1 for the other types).
 void ReadRow(KVType type, const void* src, float scale, size_t n, float* dst) {
   internal::VisitElementType(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* row = static_cast<const T*>(src);
-    for (size_t i = 0; i < n; ++i) {
-      dst[i] = internal::kScaled<T> ? scale * internal::Widen(row[i])
-                                    : internal::Widen(row[i]);
-    }
+    for (size_t i = 0; i < n; ++i) dst[i] = scale * internal::WidenAt(row, i);
   });
 }
 
@@ -83,13 +81,15 @@ void CheckBatch(const char* function, size_t batch) {
 }  // namespace
 
 // The memory and the bookkeeping: element (block, h, row, c) of keys at
-// keys + ((block * block_stride + h * head_stride + row * row_stride + c) *
-// element bytes), as KVCacheView describes; contiguous storage has a block
-// per sequence.
+// element offset block * block_stride + h * head_stride + row * row_stride +
+// c from keys, as KVCacheView describes (Bytes() turns offsets into bytes);
+// contiguous storage has a block per sequence.
 struct KVCache::Storage {
   KVType type = KVType::kF32;
-  size_t element = 4;   // Bytes.
+  size_t element = 4;   // Bytes of an element, or of a block (values > 1).
+  size_t per_block = 1;  // Elements per block (ElementTraits::values).
   bool scaled = false;  // A scale per row (ElementTraits::scaled).
+  float key_scale = 1.0f, value_scale = 1.0f;  // fp8 (1 for other types).
   CacheMemory owned_keys, owned_values;
   uint8_t* keys = nullptr;
   uint8_t* values = nullptr;  // keys when latent.
@@ -125,6 +125,10 @@ struct KVCache::Storage {
   size_t ScaleOffset(size_t b, size_t h, size_t t) const {
     return Block(b, t) * scale_block_stride + h * scale_head_stride +
            t % block_size;
+  }
+  // Bytes of `elements` elements (a multiple of per_block).
+  size_t Bytes(size_t elements) const {
+    return elements / per_block * element;
   }
   size_t BlocksFor(size_t tokens) const {
     return hwy::DivCeil(tokens, block_size);
@@ -182,7 +186,7 @@ struct KVCache::Storage {
       int32_t& entry = table[b * blocks_per_sequence + length / block_size];
       if (references[entry] > 1) {  // Copy on write.
         const int32_t copy = TakeBlock();
-        const size_t bytes = block_stride * element;
+        const size_t bytes = Bytes(block_stride);
         std::memcpy(keys + copy * bytes, keys + entry * bytes, bytes);
         if (!latent) {
           std::memcpy(values + copy * bytes, values + entry * bytes, bytes);
@@ -205,8 +209,8 @@ struct KVCache::Storage {
   }
 
   // Bytes of a token's key row and of its value row (none when latent).
-  size_t KeyRowBytes() const { return head_dim * element; }
-  size_t ValueRowBytes() const { return latent ? 0 : value_dim * element; }
+  size_t KeyRowBytes() const { return Bytes(head_dim); }
+  size_t ValueRowBytes() const { return latent ? 0 : Bytes(value_dim); }
   bool ValueScales() const { return scaled && !latent; }
 
   // The raw bytes (and scales) of a sequence's tokens, and back: how
@@ -222,10 +226,10 @@ struct KVCache::Storage {
       for (size_t t = 0; t < lengths[b]; ++t) {
         // Empty rows: no bytes (and maybe no buffer).
         if (key_row != 0) {
-          std::memcpy(out, keys + Offset(b, h, t) * element, key_row);
+          std::memcpy(out, keys + Bytes(Offset(b, h, t)), key_row);
         }
         if (value_row != 0) {
-          std::memcpy(out + key_row, values + Offset(b, h, t) * element,
+          std::memcpy(out + key_row, values + Bytes(Offset(b, h, t)),
                       value_row);
         }
         out += key_row + value_row;
@@ -243,10 +247,10 @@ struct KVCache::Storage {
     for (size_t h = 0; h < kv_heads; ++h) {
       for (size_t t = 0; t < length; ++t) {
         if (key_row != 0) {
-          std::memcpy(keys + Offset(b, h, t) * element, in, key_row);
+          std::memcpy(keys + Bytes(Offset(b, h, t)), in, key_row);
         }
         if (value_row != 0) {
-          std::memcpy(values + Offset(b, h, t) * element, in + key_row,
+          std::memcpy(values + Bytes(Offset(b, h, t)), in + key_row,
                       value_row);
         }
         in += key_row + value_row;
@@ -279,9 +283,26 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
                    "config.latent: config.value_dim (", config.value_dim,
                    ") must be below the head_dim (", head_dim,
                    "), the values being the first dims of each key row");
+  const ElementTraits traits = ElementTraitsOf(config.type);
+  SIMDATTN_REQUIRE(head_dim % traits.values == 0 &&
+                       value_dim_ % traits.values == 0,
+                   kFn, traits.name, " stores blocks of ", traits.values,
+                   " elements, but head_dim (", head_dim, ") or value_dim (",
+                   value_dim_, ") is not a multiple of them");
+  for (const float scale : {config.key_scale, config.value_scale}) {
+    SIMDATTN_REQUIRE(std::isfinite(scale) && scale > 0.0f, kFn,
+                     "config.key_scale (", config.key_scale,
+                     ") and config.value_scale (", config.value_scale,
+                     ") must be finite and positive");
+  }
   s.type = config.type;
-  s.element = ElementTraitsOf(config.type).bytes;
-  s.scaled = ElementTraitsOf(config.type).scaled;
+  s.element = traits.bytes;
+  s.per_block = traits.values;
+  s.scaled = traits.scaled;
+  if (traits.side_scaled) {
+    s.key_scale = config.key_scale;
+    s.value_scale = config.latent ? config.key_scale : config.value_scale;
+  }
   s.head_dim = head_dim;
   s.value_dim = value_dim_;
   s.latent = config.latent;
@@ -325,7 +346,7 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
   const size_t elements =
       CheckedMul(kFn, "the cache's elements", blocks, s.block_stride);
   const size_t bytes =
-      CheckedMul(kFn, "the cache's bytes", elements, s.element);
+      CheckedMul(kFn, "the cache's bytes", elements / s.per_block, s.element);
   s.owned_keys = CacheMemory(bytes);
   s.keys = s.owned_keys.data();
   if (s.latent) {
@@ -474,16 +495,18 @@ void KVCache::AppendTo(ConstTensor4 keys, ConstTensor4 values,
             const size_t scale = int8 ? s.ScaleOffset(b, h, position) : 0;
             const MatrixView<const float> k(keys.Slice(i, h).Row(t), run,
                                             head_dim_, keys.strides[2]);
-            internal::StoreKVRows(s.type, k, s.keys + at * s.element,
+            internal::StoreKVRows(s.type, k, s.keys + s.Bytes(at),
                                   s.row_stride,
                                   int8 ? &s.key_scales[scale] : nullptr,
-                                  s.rope ? &*s.rope : nullptr, position);
+                                  s.key_scale, s.rope ? &*s.rope : nullptr,
+                                  position);
             if (!s.latent) {
               const MatrixView<const float> v(values.Slice(i, h).Row(t), run,
                                               value_dim_, values.strides[2]);
-              internal::StoreKVRows(
-                  s.type, v, s.values + at * s.element, s.row_stride,
-                  int8 ? &s.value_scales[scale] : nullptr, nullptr, position);
+              internal::StoreKVRows(s.type, v, s.values + s.Bytes(at),
+                                    s.row_stride,
+                                    int8 ? &s.value_scales[scale] : nullptr,
+                                    s.value_scale, nullptr, position);
             }
             t += run;
           }
@@ -573,6 +596,8 @@ KVCacheView KVCache::View() const {
   view.block_stride = s.block_stride;
   view.head_stride = s.head_stride;
   view.row_stride = s.row_stride;
+  view.key_scale = s.key_scale;
+  view.value_scale = s.value_scale;
   if (s.scaled) {
     view.key_scales = s.key_scales.data();
     view.value_scales = s.latent ? view.key_scales : s.value_scales.data();
@@ -626,16 +651,17 @@ void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {
       s.latent ? s.key_scales : s.value_scales;
   for (size_t h = 0; h < kv_heads_; ++h) {
     for (size_t t = 0; t < length; ++t) {
-      const size_t at = s.Offset(sequence, h, t) * s.element;
+      const size_t at = s.Bytes(s.Offset(sequence, h, t));
       const size_t scale = int8 ? s.ScaleOffset(sequence, h, t) : 0;
       // Empty rows: nothing to read (views may be null).
       if (head_dim_ != 0) {
-        ReadRow(s.type, s.keys + at, int8 ? s.key_scales[scale] : 1.0f,
+        ReadRow(s.type, s.keys + at, int8 ? s.key_scales[scale] : s.key_scale,
                 head_dim_, keys.Sequence(h).Row(t));
       }
       if (value_dim_ != 0) {
-        ReadRow(s.type, s.values + at, int8 ? value_scales[scale] : 1.0f,
-                value_dim_, values.Sequence(h).Row(t));
+        ReadRow(s.type, s.values + at,
+                int8 ? value_scales[scale] : s.value_scale, value_dim_,
+                values.Sequence(h).Row(t));
       }
     }
   }

@@ -15,12 +15,11 @@ namespace internal {
 
 void WeightMatrix::Widen() {
   if (type() == ElementType::kF32) return;
-  using internal::Widen;
   AlignedVector<float> widened;
   std::visit(
       [&](const auto& v) {
         widened.resize(v.size());
-        for (size_t i = 0; i < v.size(); ++i) widened[i] = Widen(v[i]);
+        for (size_t i = 0; i < v.size(); ++i) widened[i] = WidenAt(v.data(), i);
       },
       storage_);
   storage_ = std::move(widened);
@@ -59,7 +58,7 @@ size_t Elements(const Slot& slot) {
 float Element(const TensorRef& t, size_t i) {
   return VisitElementType(t.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return Widen(static_cast<const T*>(t.data)[i]);
+    return WidenAt(static_cast<const T*>(t.data), i);
   });
 }
 

@@ -114,7 +114,7 @@ SIMDATTN_GROWABLE(simdattn_rope_options, SIMDATTN_ROPE_OPTIONS_INIT, positions,
 SIMDATTN_GROWABLE(simdattn_attention_options, SIMDATTN_ATTENTION_OPTIONS_INIT,
                   log_sum_exp, log_sum_exp)
 SIMDATTN_GROWABLE(simdattn_kv_cache_config, SIMDATTN_KV_CACHE_CONFIG_INIT, rope,
-                  reserved)
+                  value_scale)
 SIMDATTN_GROWABLE(simdattn_module_config, SIMDATTN_MODULE_CONFIG_INIT, rope,
                   rope)
 SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT, reserved,
@@ -323,7 +323,11 @@ MatMulOptions ToOptions(const simdattn_matmul_options* caller,
 static_assert(SIMDATTN_F32 == static_cast<int>(ElementType::kF32) &&
                   SIMDATTN_BF16 == static_cast<int>(ElementType::kBF16) &&
                   SIMDATTN_F16 == static_cast<int>(ElementType::kF16) &&
-                  SIMDATTN_INT8 == static_cast<int>(ElementType::kInt8),
+                  SIMDATTN_INT8 == static_cast<int>(ElementType::kInt8) &&
+                  SIMDATTN_FP8_E4M3 == static_cast<int>(ElementType::kFp8E4M3) &&
+                  SIMDATTN_FP8_E5M2 == static_cast<int>(ElementType::kFp8E5M2) &&
+                  SIMDATTN_Q8_0 == static_cast<int>(ElementType::kQ8_0) &&
+                  SIMDATTN_Q4_0 == static_cast<int>(ElementType::kQ4_0),
               "simdattn_element_type and ElementType disagree");
 
 KVCacheConfig ToConfig(const simdattn_kv_cache_config* caller,
@@ -342,6 +346,9 @@ KVCacheConfig ToConfig(const simdattn_kv_cache_config* caller,
   c.latent = Flag(config.latent, kFn, "config->latent");
   SIMDATTN_REQUIRE(config.reserved == 0, kFn, "config->reserved (",
                    config.reserved, ") is not 0");
+  // Zero: a caller that predates the scales (or leaves them unset).
+  if (config.key_scale != 0.0f) c.key_scale = config.key_scale;
+  if (config.value_scale != 0.0f) c.value_scale = config.value_scale;
   if (config.rope != nullptr)
     c.rope = ToRope(*config.rope, kFn, "config->rope");
   return c;

@@ -341,17 +341,41 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
                        ") is not a block of the ", blocks, " in the pool");
     }
   }
-  // What the cache's memory spans, as (blocks, kv_heads, block_size, dim).
-  const size_t dims[4] = {blocks, kv.kv_heads, kv.block_size, kv.head_dim};
-  const size_t strides[3] = {kv.block_stride, kv.head_stride, kv.row_stride};
-  const size_t element_size = ElementTraitsOf(kv.type).bytes;
+  const ElementTraits traits = ElementTraitsOf(kv.type);
+  if (traits.values > 1) {
+    SIMDATTN_REQUIRE(
+        kv.head_dim % traits.values == 0 &&
+            ValueDim(kv) % traits.values == 0 &&
+            kv.block_stride % traits.values == 0 &&
+            kv.head_stride % traits.values == 0 &&
+            kv.row_stride % traits.values == 0,
+        function, "kv.type ", traits.name, " stores blocks of ", traits.values,
+        " elements, but kv.head_dim (", kv.head_dim, "), the value dim (",
+        ValueDim(kv), ") or a stride (", kv.block_stride, ", ", kv.head_stride,
+        ", ", kv.row_stride, ") is not a multiple of them");
+  }
+  if (traits.side_scaled) {
+    SIMDATTN_REQUIRE(std::isfinite(kv.key_scale) && kv.key_scale > 0.0f &&
+                         std::isfinite(kv.value_scale) && kv.value_scale > 0.0f,
+                     function, "kv.key_scale (", kv.key_scale,
+                     ") and kv.value_scale (", kv.value_scale,
+                     ") must be finite and positive");
+  }
+  // What the cache's memory spans, as (blocks, kv_heads, block_size, dim),
+  // in units of the type (blocks of a block type).
+  const size_t unit = traits.values;
+  const size_t dims[4] = {blocks, kv.kv_heads, kv.block_size,
+                          kv.head_dim / unit};
+  const size_t strides[3] = {kv.block_stride / unit, kv.head_stride / unit,
+                             kv.row_stride / unit};
+  const size_t element_size = traits.bytes;
   spans.keys =
       CheckTensor4(function, "kv.keys", kv.keys, dims, strides, element_size);
   const size_t value_dims[4] = {blocks, kv.kv_heads, kv.block_size,
-                                ValueDim(kv)};
+                                ValueDim(kv) / unit};
   spans.values = CheckTensor4(function, "kv.values", kv.values, value_dims,
                               strides, element_size);
-  if (ElementTraitsOf(kv.type).scaled) {
+  if (traits.scaled) {
     const size_t scale_dims[4] = {blocks, kv.kv_heads, kv.block_size, 1};
     const size_t scale_strides[3] = {kv.scale_block_stride,
                                      kv.scale_head_stride, 1};

@@ -450,7 +450,7 @@ HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
   // for the hardware prefetchers (RESULTS.md, "KV caches": prefetch).
   if (std::is_same_v<T, float> || rows.table == internal::kSingleBlock) return;
   for (size_t j = j_begin; j < j_end; ++j) {
-    matmul_detail::PrefetchLines(rows.Row(j), rows.cols);
+    matmul_detail::PrefetchElements(rows.Row(j), 0, rows.cols);
     if constexpr (std::is_same_v<T, int8_t>) {
       if (j % 16 == 0) hwy::Prefetch(rows.ScaleAt(j));  // 16 to a line.
     }
@@ -849,15 +849,16 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
   }
 }
 
-// out_row = acc_row / sum; zeros when nothing was attended, NaN on NaN.
-HWY_INLINE void FinishRow(const float* acc, float sum, bool nan, size_t n,
-                          float* out) {
+// out_row = acc_row * value_scale / sum (value_scale: an fp8 cache's, else
+// 1); zeros when nothing was attended, NaN on NaN.
+HWY_INLINE void FinishRow(const float* acc, float sum, bool nan,
+                          float value_scale, size_t n, float* out) {
   if (nan) {
     std::fill(out, out + n, std::numeric_limits<float>::quiet_NaN());
   } else if (sum == 0.0f) {
     std::fill(out, out + n, 0.0f);
   } else {
-    const float inv = 1.0f / sum;
+    const float inv = value_scale / sum;
     for (size_t c = 0; c < n; ++c) out[c] = acc[c] * inv;
   }
 }
@@ -893,11 +894,13 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
   };
   const bool drop_all = dropout >= 1.0f;
   if (drop_all && log_sum_exp == nullptr) return zero_outputs();
+  // An fp8 cache's key scale joins the scores' (its value scale joins the
+  // outputs, in FinishRow).
   Problem pr{q,
              &kv,
              value_dim,
              out,
-             scale,
+             scale * kv.keys.side_scale,
              internal::MaskModel(mask, k_tokens),
              mask_detail::Softcap(mask.softcap),
              dropout > 0.0f && !drop_all,
@@ -1002,8 +1005,8 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
                        ws, aw);
         for (size_t r = 0; r < t.rows; ++r) {
           const bool nan = own_states.nan[r] != 0;
-          FinishRow(acc + r * acc_stride, own_states.sum[r], nan, value_dim,
-                    out_row(t, r));
+          FinishRow(acc + r * acc_stride, own_states.sum[r], nan,
+                    kv.values.side_scale, value_dim, out_row(t, r));
           if (log_sum_exp != nullptr) {
             lse(t.b, t.Head(r), t.Token(r)) =
                 LogSumExp(own_states.max[r], own_states.sum[r], nan);
@@ -1048,7 +1051,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
           for (size_t c = 0; c < value_dim; ++c) o[c] += w * a[c];
         }
       }
-      FinishRow(o, sum, nan, value_dim, o);
+      FinishRow(o, sum, nan, kv.values.side_scale, value_dim, o);
       if (log_sum_exp != nullptr)
         lse(t.b, t.Head(r), t.Token(r)) = LogSumExp(row_max, sum, nan);
     }

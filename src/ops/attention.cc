@@ -231,6 +231,9 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
       m->scale_head_stride = kv.scale_head_stride;
     }
     m->cols = keys ? kv.head_dim : internal::ValueDim(kv);
+    if (ElementTraitsOf(kv.type).side_scaled) {
+      m->side_scale = keys ? kv.key_scale : kv.value_scale;
+    }
   }
   // The queries are the last q_tokens of each sequence.
   AttentionMask mask = user_mask;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "simdattn/kernels.h"
+#include "src/common/element.h"
 
 namespace simdattn {
 namespace internal {
@@ -20,7 +21,8 @@ inline constexpr int32_t kSingleBlock[1] = {0};
 //        + ((t + first) & offset_mask) * stride,
 // contiguous storage being one block (shift 63: t never reaches it). The
 // same arithmetic for both layouts keeps paged and contiguous results equal
-// bit for bit. int8 rows carry a scale each.
+// bit for bit. int8 rows carry a scale each. Strides count units of T: the
+// elements, or the blocks of a block type.
 template <typename T>
 struct KVRows {
   const T* base;
@@ -63,6 +65,7 @@ struct KVMemory {
   const float* scales = nullptr;
   size_t scale_block_stride = 0, scale_head_stride = 0;
   size_t cols = 0;
+  float side_scale = 1.0f;  // fp8: every element's scale.
 };
 
 // Everything fused attention needs to find keys and values.
@@ -75,19 +78,21 @@ struct KVSource {
   size_t blocks_per_sequence = 0;
   unsigned block_shift = 0;  // log2(block_size) when paged.
 
+  // KVMemory's strides count elements, KVRows' units of T.
   template <typename T>
   KVRows<T> Rows(const KVMemory& m, size_t b, size_t h) const {
+    constexpr size_t kValues = kBlockValues<T>;
     KVRows<T> rows;
-    rows.base = static_cast<const T*>(m.data) + h * m.head_stride;
+    rows.base = static_cast<const T*>(m.data) + h * m.head_stride / kValues;
     rows.scales =
         m.scales == nullptr ? nullptr : m.scales + h * m.scale_head_stride;
-    rows.block_stride = m.block_stride;
-    rows.stride = m.row_stride;
+    rows.block_stride = m.block_stride / kValues;
+    rows.stride = m.row_stride / kValues;
     rows.scale_block_stride = m.scale_block_stride;
     rows.first = 0;
     rows.cols = m.cols;
     if (block_table == nullptr) {
-      rows.base += b * m.block_stride;
+      rows.base += b * rows.block_stride;
       if (rows.scales != nullptr) rows.scales += b * m.scale_block_stride;
       rows.table = kSingleBlock;
       rows.shift = 63;

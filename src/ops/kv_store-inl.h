@@ -83,6 +83,26 @@ HWY_INLINE void Store(D d, hn::Vec<D> v, float scale, int8_t* out) {
   hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, q)), d8, out);
 }
 
+// Stores fp8 v / side_scale lane by lane (element.h's rounding): a KV
+// cache's rows are written once and read for every token after.
+template <class D, typename T>
+HWY_INLINE void StoreFp8(D d, hn::Vec<D> v, float side_scale, T* out,
+                         uint8_t (*encode)(float)) {
+  HWY_ALIGN float lanes[kMaxLanes];
+  hn::Store(hn::Div(v, hn::Set(d, side_scale)), d, lanes);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) out[i].bits = encode(lanes[i]);
+}
+template <class D>
+HWY_INLINE void Store(D d, hn::Vec<D> v, float side_scale,
+                      internal::Fp8E4M3* out) {
+  StoreFp8(d, v, side_scale, out, internal::FloatToFp8E4M3);
+}
+template <class D>
+HWY_INLINE void Store(D d, hn::Vec<D> v, float side_scale,
+                      internal::Fp8E5M2* out) {
+  StoreFp8(d, v, side_scale, out, internal::FloatToFp8E5M2);
+}
+
 // Returns max |x| over the row, or NaN if an element is not finite.
 template <class D>
 HWY_INLINE float MaxAbs(D d, const float* row, size_t n) {
@@ -104,14 +124,14 @@ HWY_INLINE float MaxAbs(D d, const float* row, size_t n) {
   return finite ? max_abs : std::numeric_limits<float>::quiet_NaN();
 }
 
-// One row of n floats as T at dst (scaled types: the scale at *scale, max
-// |x| / 127; a non-finite element makes it NaN and the elements 0).
+// StoreRow of a type of single elements (not blocks).
 template <typename T>
-inline void StoreRow(const float* row, size_t n, T* dst, float* scale) {
+inline void StoreElements(const float* row, size_t n, T* dst, float* scale,
+                          float side_scale) {
   const hn::ScalableTag<float> d;
   const hn::CappedTag<float, 1> d1;
   const size_t N = hn::Lanes(d);
-  float row_scale = 0.0f;
+  float row_scale = side_scale;
   if constexpr (internal::kScaled<T>) {
     const float max_abs = MaxAbs(d, row, n);
     // Rows below 2^-100 (127 / max |x| would overflow near 2^-126) and
@@ -131,11 +151,26 @@ inline void StoreRow(const float* row, size_t n, T* dst, float* scale) {
   for (; c < n; ++c) Store(d1, hn::LoadU(d1, row + c), row_scale, dst + c);
 }
 
+// One row of n floats as T at dst (scaled types: the scale at *scale, max
+// |x| / 127; a non-finite element makes it NaN and the elements 0; fp8:
+// divided by side_scale; block types: n / 32 blocks).
+template <typename T>
+inline void StoreRow(const float* row, size_t n, T* dst, float* scale,
+                     float side_scale) {
+  if constexpr (internal::kBlockValues<T> > 1) {
+    for (size_t c = 0; c < n; c += internal::kQuantBlock) {
+      internal::QuantizeBlock(row + c, dst + c / internal::kQuantBlock);
+    }
+  } else {
+    StoreElements(row, n, dst, scale, side_scale);
+  }
+}
+
 }  // namespace kv_store_detail
 
 // Same-target entry point (kv_store.h's StoreKVRows).
 inline void StoreKVRowsImpl(KVType type, ConstMatrix src, void* dst,
-                            size_t dst_stride, float* scales,
+                            size_t dst_stride, float* scales, float side_scale,
                             const internal::RopeTables* rope,
                             size_t first_position) {
   // Rotated rows go through a copy; head dims up to 1024 (MLA's 576) on the
@@ -154,9 +189,10 @@ inline void StoreKVRowsImpl(KVType type, ConstMatrix src, void* dst,
                                rope->Sin(p), rope->half(), rope->pairing());
         row = rotated;
       }
-      kv_store_detail::StoreRow(row, src.cols,
-                                static_cast<T*>(dst) + r * dst_stride,
-                                scales != nullptr ? scales + r : nullptr);
+      kv_store_detail::StoreRow(
+          row, src.cols,
+          static_cast<T*>(dst) + r * dst_stride / internal::kBlockValues<T>,
+          scales != nullptr ? scales + r : nullptr, side_scale);
     }
   });
 }

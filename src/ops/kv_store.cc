@@ -18,10 +18,11 @@ namespace internal {
 HWY_EXPORT(StoreKVRowsImpl);
 
 void StoreKVRows(KVType type, ConstMatrix src, void* dst, size_t dst_stride,
-                 float* scales, const RopeTables* rope, size_t first_position) {
+                 float* scales, float side_scale, const RopeTables* rope,
+                 size_t first_position) {
   if (src.rows == 0 || src.cols == 0) return;
   HWY_DYNAMIC_DISPATCH(StoreKVRowsImpl)
-  (type, src, dst, dst_stride, scales, rope, first_position);
+  (type, src, dst, dst_stride, scales, side_scale, rope, first_position);
 }
 
 void RoundToBFloat16(ConstTensor4 t, BFloat16* out, float* widened) {
@@ -34,7 +35,7 @@ void RoundToBFloat16(ConstTensor4 t, BFloat16* out, float* widened) {
       const size_t n = std::min(last - row, tokens - i);
       const ConstMatrix m = t.Slice(slice / heads, slice % heads);
       StoreKVRows(KVType::kBF16, ConstMatrix(m.Row(i), n, cols, m.stride),
-                  out + row * cols, cols, nullptr, nullptr, 0);
+                  out + row * cols, cols, nullptr, 1.0f, nullptr, 0);
       if (widened != nullptr) {
         for (size_t e = row * cols; e < (row + n) * cols; ++e) {
           const uint32_t bits = uint32_t{out[e].bits} << 16;

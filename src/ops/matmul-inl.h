@@ -28,6 +28,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "simdattn/kernels.h"
+#include "src/common/element.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
 #include "src/ops/lanes-inl.h"
@@ -100,18 +101,72 @@ struct HwyType<Float16> {
   using type = hwy::float16_t;
 };
 
+// Lanes [n, n + Lanes(d)) of a row of B as floats: exact, unscaled (int8
+// rows' and fp8 sides' scales are applied by the caller; q8_0 and q4_0
+// blocks carry theirs). Block rows are read a vector within one block (or
+// half a block for q4_0's nibbles: n a multiple of Lanes(d), and Lanes(d) at
+// most 32 or 16), else lane by lane.
 template <class D, typename TB>
-HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT p) {
+HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
+  const hn::Rebind<uint8_t, D> d8;
+  const hn::Rebind<uint16_t, D> d16;
+  const hn::Rebind<hwy::float16_t, D> dh;
+  const hn::RebindToSigned<D> di;
   if constexpr (std::is_same_v<TB, float>) {
-    return hn::LoadU(d, p);
-  } else if constexpr (std::is_same_v<TB, int8_t>) {  // Exact, unscaled.
-    return hn::ConvertTo(d,
-                         hn::PromoteTo(hn::Rebind<int32_t, D>(),
-                                       hn::LoadU(hn::Rebind<int8_t, D>(), p)));
+    return hn::LoadU(d, row + n);
+  } else if constexpr (std::is_same_v<TB, int8_t>) {
+    return hn::ConvertTo(
+        d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, D>(), row + n)));
+  } else if constexpr (std::is_same_v<TB, internal::Fp8E5M2>) {
+    // E5M2 is the upper byte of a float16.
+    const auto bits = hn::PromoteTo(d16, hn::LoadU(d8, &row[n].bits));
+    return hn::PromoteTo(d, hn::BitCast(dh, hn::ShiftLeft<8>(bits)));
+  } else if constexpr (std::is_same_v<TB, internal::Fp8E4M3>) {
+    // As a float16 of 4 exponent bits (bias 15 for 7: 2^-8 of the value,
+    // subnormals included), S.1111.111 made a float16 NaN.
+    const auto bits = hn::PromoteTo(d16, hn::LoadU(d8, &row[n].bits));
+    const auto low = hn::And(bits, hn::Set(d16, 0x7F));
+    const auto half =
+        hn::Or(hn::ShiftLeft<8>(hn::Xor(bits, low)),
+               hn::IfThenElse(hn::Eq(low, hn::Set(d16, 0x7F)),
+                              hn::Set(d16, 0x7E00), hn::ShiftLeft<7>(low)));
+    return hn::Mul(hn::PromoteTo(d, hn::BitCast(dh, half)),
+                   hn::Set(d, 256.0f));
+  } else if constexpr (internal::kBlockValues<TB> > 1) {
+    constexpr size_t kLanesInBlock = std::is_same_v<TB, internal::BlockQ4_0>
+                                     ? internal::kQuantBlock / 2
+                                     : internal::kQuantBlock;
+    if (hn::Lanes(d) > kLanesInBlock) {  // Wide SVE.
+      HWY_ALIGN float lanes[hn::MaxLanes(d)];
+      for (size_t i = 0; i < hn::Lanes(d); ++i) {
+        lanes[i] = internal::WidenAt(row, n + i);
+      }
+      return hn::Load(d, lanes);
+    }
+    const TB& block = row[n / internal::kQuantBlock];
+    const size_t j = n % internal::kQuantBlock;
+    const hn::CappedTag<hwy::float16_t, 1> dh1;
+    const float scale = hn::GetLane(hn::PromoteTo(
+        hn::CappedTag<float, 1>(),
+        hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(&block.d))));
+    if constexpr (std::is_same_v<TB, internal::BlockQ8_0>) {
+      return hn::Mul(hn::ConvertTo(d, hn::PromoteTo(
+                                          di, hn::LoadU(hn::Rebind<int8_t, D>(),
+                                                        block.qs + j))),
+                     hn::Set(d, scale));
+    } else {
+      const auto packed = hn::LoadU(d8, block.qs + j % 16);
+      const auto nibbles = j < 16 ? hn::And(packed, hn::Set(d8, 15))
+                                  : hn::ShiftRight<4>(packed);
+      // (nibble - 8) d as nibble d - 8 d: exact as a product of a 4-bit
+      // integer and an fp16 value, then rounded once.
+      return hn::MulAdd(hn::ConvertTo(d, hn::PromoteTo(di, nibbles)),
+                        hn::Set(d, scale), hn::Set(d, -8.0f * scale));
+    }
   } else {
     using T = typename HwyType<TB>::type;
     return hn::PromoteTo(
-        d, hn::LoadU(hn::Rebind<T, D>(), reinterpret_cast<const T*>(p)));
+        d, hn::LoadU(hn::Rebind<T, D>(), reinterpret_cast<const T*>(row + n)));
   }
 }
 
@@ -137,7 +192,7 @@ HWY_INLINE float TimesRowScale(float x, const B& b, size_t k) {
 // Row k's n-th vector (or lane, for d of one lane) as floats, scaled.
 template <class D, class B>
 HWY_INLINE hn::Vec<D> LoadRow(D d, const B& b, size_t k, size_t n) {
-  const auto v = LoadB(d, b.Row(k) + n);
+  const auto v = LoadB(d, b.Row(k), n);
   if constexpr (kScaledRows<B>) {
     return hn::Mul(v, hn::Set(d, b.Scale(k)));
   } else {
@@ -153,6 +208,13 @@ HWY_INLINE void PrefetchLines(const T* p, size_t count) {
   for (size_t i = 0; i < count * sizeof(T); i += kLine) {
     hwy::Prefetch(bytes + i);
   }
+}
+
+// Prefetches the cache lines of elements [n, n + count) of a row.
+template <typename T>
+HWY_INLINE void PrefetchElements(const T* row, size_t n, size_t count) {
+  constexpr size_t kValues = internal::kBlockValues<T>;
+  PrefetchLines(row + n / kValues, hwy::DivCeil(count, kValues));
 }
 
 // Returns the value to store for accumulator `acc` whose old C is at `c`
@@ -558,13 +620,13 @@ HWY_INLINE float TailDot(const float* HWY_RESTRICT a, const TB* HWY_RESTRICT b,
   ForNarrowerVectors([&](auto dv) {
     for (const size_t n = hn::Lanes(dv); k + n <= K; k += n) {
       dot += hn::GetLane(
-          hn::SumOfLanes(dv, hn::Mul(hn::LoadU(dv, a + k), LoadB(dv, b + k))));
+          hn::SumOfLanes(dv, hn::Mul(hn::LoadU(dv, a + k), LoadB(dv, b, k))));
     }
   });
   const hn::CappedTag<float, 1> d1;
   auto sum = hn::Set(d1, dot);
   for (; k < K; ++k) {
-    sum = hn::MulAdd(hn::Set(d1, a[k]), LoadB(d1, b + k), sum);
+    sum = hn::MulAdd(hn::Set(d1, a[k]), LoadB(d1, b, k), sum);
   }
   return hn::GetLane(sum);
 }
@@ -610,27 +672,27 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
           if constexpr (kPrefetch) {
             if (prefetch) {
               for (size_t j = 4; j < 8; ++j) {
-                PrefetchLines(b.Row(n + j) + k, 2 * N);
+                PrefetchElements(b.Row(n + j), k, 2 * N);
               }
             }
           }
           const auto a0 = hn::LoadU(d, a_row + k);
           const auto a1 = hn::LoadU(d, a_row + k + N);
-          s00 = hn::MulAdd(a0, LoadB(d, r0 + k), s00);
-          s01 = hn::MulAdd(a1, LoadB(d, r0 + k + N), s01);
-          s10 = hn::MulAdd(a0, LoadB(d, r1 + k), s10);
-          s11 = hn::MulAdd(a1, LoadB(d, r1 + k + N), s11);
-          s20 = hn::MulAdd(a0, LoadB(d, r2 + k), s20);
-          s21 = hn::MulAdd(a1, LoadB(d, r2 + k + N), s21);
-          s30 = hn::MulAdd(a0, LoadB(d, r3 + k), s30);
-          s31 = hn::MulAdd(a1, LoadB(d, r3 + k + N), s31);
+          s00 = hn::MulAdd(a0, LoadB(d, r0, k), s00);
+          s01 = hn::MulAdd(a1, LoadB(d, r0, k + N), s01);
+          s10 = hn::MulAdd(a0, LoadB(d, r1, k), s10);
+          s11 = hn::MulAdd(a1, LoadB(d, r1, k + N), s11);
+          s20 = hn::MulAdd(a0, LoadB(d, r2, k), s20);
+          s21 = hn::MulAdd(a1, LoadB(d, r2, k + N), s21);
+          s30 = hn::MulAdd(a0, LoadB(d, r3, k), s30);
+          s31 = hn::MulAdd(a1, LoadB(d, r3, k + N), s31);
         }
         if (k < vector_k) {
           const auto a0 = hn::LoadU(d, a_row + k);
-          s00 = hn::MulAdd(a0, LoadB(d, r0 + k), s00);
-          s10 = hn::MulAdd(a0, LoadB(d, r1 + k), s10);
-          s20 = hn::MulAdd(a0, LoadB(d, r2 + k), s20);
-          s30 = hn::MulAdd(a0, LoadB(d, r3 + k), s30);
+          s00 = hn::MulAdd(a0, LoadB(d, r0, k), s00);
+          s10 = hn::MulAdd(a0, LoadB(d, r1, k), s10);
+          s20 = hn::MulAdd(a0, LoadB(d, r2, k), s20);
+          s30 = hn::MulAdd(a0, LoadB(d, r3, k), s30);
         }
         HWY_ALIGN float sums[4];
         SumOfLanes4(d, hn::Add(s00, s01), hn::Add(s10, s11), hn::Add(s20, s21),
@@ -648,12 +710,12 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
         auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
         size_t k = 0;
         for (; k + 2 * N <= K; k += 2 * N) {
-          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row + k), sum0);
+          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row, k), sum0);
           sum1 = hn::MulAdd(hn::LoadU(d, a_row + k + N),
-                            LoadB(d, b_row + k + N), sum1);
+                            LoadB(d, b_row, k + N), sum1);
         }
         for (; k + N <= K; k += N) {
-          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row + k), sum0);
+          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row, k), sum0);
         }
         const float dot =
             TailDot(a_row, b_row, k, K,
@@ -678,11 +740,11 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
       auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
       for (size_t k = 0; k < K; ++k) {
         const auto ak = hn::Set(d, a_at(k));
-        const TB* b_row = b.Row(k) + n;
-        s0 = hn::MulAdd(ak, LoadB(d, b_row), s0);
-        s1 = hn::MulAdd(ak, LoadB(d, b_row + N), s1);
-        s2 = hn::MulAdd(ak, LoadB(d, b_row + 2 * N), s2);
-        s3 = hn::MulAdd(ak, LoadB(d, b_row + 3 * N), s3);
+        const TB* b_row = b.Row(k);
+        s0 = hn::MulAdd(ak, LoadB(d, b_row, n), s0);
+        s1 = hn::MulAdd(ak, LoadB(d, b_row, n + N), s1);
+        s2 = hn::MulAdd(ak, LoadB(d, b_row, n + 2 * N), s2);
+        s3 = hn::MulAdd(ak, LoadB(d, b_row, n + 3 * N), s3);
       }
       finish(s0, n);
       finish(s1, n + N);
@@ -692,7 +754,7 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
     for (; n + N <= n_end; n += N) {
       auto sum = hn::Zero(d);
       for (size_t k = 0; k < K; ++k) {
-        sum = hn::MulAdd(hn::Set(d, a_at(k)), LoadB(d, b.Row(k) + n), sum);
+        sum = hn::MulAdd(hn::Set(d, a_at(k)), LoadB(d, b.Row(k), n), sum);
       }
       finish(sum, n);
     }
@@ -703,7 +765,7 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
       for (; n + lanes <= n_end; n += lanes) {
         auto sum = hn::Zero(dv);
         for (size_t k = 0; k < K; ++k) {
-          sum = hn::MulAdd(hn::Set(dv, a_at(k)), LoadB(dv, b.Row(k) + n), sum);
+          sum = hn::MulAdd(hn::Set(dv, a_at(k)), LoadB(dv, b.Row(k), n), sum);
         }
         hn::StoreU(sum, dv, lanes_of_tail);
         for (size_t i = 0; i < lanes; ++i) {
@@ -778,10 +840,10 @@ HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
   Vec s60 = zero, s61 = zero, s62 = zero, s70 = zero, s71 = zero, s72 = zero;
   size_t k = 0;
   for (; k + N <= K; k += N) {
-    for (size_t j = 0; j < C; ++j) PrefetchLines(next + j * ldb + k, N);
-    const Vec b0 = LoadB(d, b + k);
-    const Vec b1 = C > 1 ? LoadB(d, b + ldb + k) : b0;
-    const Vec b2 = C > 2 ? LoadB(d, b + 2 * ldb + k) : b0;
+    for (size_t j = 0; j < C; ++j) PrefetchElements(next + j * ldb, k, N);
+    const Vec b0 = LoadB(d, b, k);
+    const Vec b1 = C > 1 ? LoadB(d, b + ldb, k) : b0;
+    const Vec b2 = C > 2 ? LoadB(d, b + 2 * ldb, k) : b0;
 #define SIMDATTN_DOT_ROW(r)                                   \
   if (R > r) {                                                \
     const Vec ar = InRegister(hn::LoadU(d, a + r * lda + k)); \
@@ -826,7 +888,7 @@ HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
       auto dot = hn::Set(d1, sums[r * C + j]);
       for (size_t kk = k; kk < K; ++kk) {
         dot = hn::MulAdd(hn::Set(d1, a[r * lda + kk]),
-                         LoadB(d1, b + j * ldb + kk), dot);
+                         LoadB(d1, b + j * ldb, kk), dot);
       }
       ScalarEpilogue(hn::GetLane(dot), c + r * ldc + n0 + j, n0 + j, opt);
     }

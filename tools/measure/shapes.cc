@@ -59,7 +59,13 @@ Parsed Parse(const std::string& text, const char* expected) {
   const std::string dims = text.substr(0, pos);
   while (pos != std::string::npos) {
     const size_t next = text.find('_', pos + 1);
-    p.flags.push_back(text.substr(pos + 1, next - pos - 1));
+    const std::string flag = text.substr(pos + 1, next - pos - 1);
+    // Digits alone continue the flag before: type names such as q8_0.
+    if (IsCount(flag) && !p.flags.empty()) {
+      p.flags.back() += "_" + flag;
+    } else {
+      p.flags.push_back(flag);
+    }
     pos = next;
   }
   size_t start = 0;
@@ -230,7 +236,7 @@ double AttentionShape::Flops() const {
 double AttentionShape::Bytes() const {
   const size_t read =
       variants.window != 0 ? std::min(variants.window, tokens) : tokens;
-  const double row_bytes = double(head_dim) * KVTypeBytes(cache) +
+  const double row_bytes = double(ElementBytes(cache, head_dim)) +
                            (ElementTraitsOf(cache).scaled ? sizeof(float) : 0);
   const double kv =
       (mla != 0 ? 1.0 : 2.0) * double(batch) * kv_heads * read * row_bytes;
@@ -241,7 +247,7 @@ double AttentionShape::Bytes() const {
 
 double AttentionShape::AppendBytes() const {
   const double rows = 2.0 * double(batch) * kv_heads * tokens;
-  return rows * (head_dim * (sizeof(float) + KVTypeBytes(cache)) +
+  return rows * (head_dim * sizeof(float) + ElementBytes(cache, head_dim) +
                  (ElementTraitsOf(cache).scaled ? sizeof(float) : 0));
 }
 
@@ -397,12 +403,14 @@ MhaShape ParseMhaShape(const std::string& text) {
   return s;
 }
 
-// _kvbf16, _kvf16, _kvint8 and _pagedN (N a power of two, 16 to 256), each
-// once: whether `flag` is one.
+// _kv<type> (bf16, f16, int8, fp8, fp8e5m2, q8_0, q4_0) and _pagedN (N a
+// power of two, 16 to 256), each once: whether `flag` is one.
 bool ParseCacheFlag(const std::string& flag, AttentionShape* s) {
   if (s->cache == KVType::kF32 &&
       ParseType(flag, "kv",
-                {ElementType::kBF16, ElementType::kF16, ElementType::kInt8},
+                {ElementType::kBF16, ElementType::kF16, ElementType::kInt8,
+                 ElementType::kFp8E4M3, ElementType::kFp8E5M2,
+                 ElementType::kQ8_0, ElementType::kQ4_0},
                 &s->cache)) {
     return true;
   }
@@ -418,7 +426,7 @@ bool ParseCacheFlag(const std::string& flag, AttentionShape* s) {
 
 AttentionShape ParseAppendShape(const std::string& text) {
   constexpr const char* kForm =
-      "BxHxNxD with optional _kvbf16, _kvf16 or _kvint8, _pagedN (N a power "
+      "BxHxNxD with optional _kv<type> (bf16, f16, int8, fp8, fp8e5m2, q8_0, q4_0), _pagedN (N a power "
       "of two, 16 to 256), _rope (e.g. 8x12x512x64_kvbf16_paged16_rope)";
   const Parsed p = Parse(text, kForm);
   if (p.dims.size() != 4) Fail(text, kForm);
@@ -437,7 +445,7 @@ AttentionShape ParseAppendShape(const std::string& text) {
 AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   const char* const form =
       decode ? "BxHxNxD with optional _kvG (G dividing H), _windowW, "
-               "_softcapC, _sinks, _alibi, _kvbf16, _kvf16 or _kvint8, "
+               "_softcapC, _sinks, _alibi, _kv<type> (bf16, f16, int8, fp8, fp8e5m2, q8_0, q4_0), "
                "_pagedN (N a power of two, 16 to 256), _cold, _mlaN (values "
                "the first N < D dims of each key row) (e.g. "
                "1x12x4096x64_kvbf16_paged16)"
