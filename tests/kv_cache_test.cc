@@ -42,6 +42,24 @@ const Kind kKinds[] = {{KVType::kF32, 0},     {KVType::kF32, 16},
                        {KVType::kFp8E4M3, 0}, {KVType::kFp8E4M3, 32},
                        {KVType::kFp8E5M2, 0}, {KVType::kFp8E5M2, 16}};
 
+// ggml's block types, whose rows hold whole blocks of 32.
+const Kind kBlockKinds[] = {{KVType::kQ8_0, 0},
+                            {KVType::kQ8_0, 16},
+                            {KVType::kQ4_0, 0},
+                            {KVType::kQ4_0, 32}};
+constexpr size_t kBlockHeadDim = 64;
+
+size_t HeadDim(KVType type) {
+  return ElementTraitsOf(type).values > 1 ? kBlockHeadDim : kHeadDim;
+}
+
+// kKinds, then kBlockKinds.
+std::vector<Kind> AllKinds() {
+  std::vector<Kind> kinds(std::begin(kKinds), std::end(kKinds));
+  kinds.insert(kinds.end(), std::begin(kBlockKinds), std::end(kBlockKinds));
+  return kinds;
+}
+
 std::string Name(const Kind& kind) {
   return std::string(ElementTraitsOf(kind.type).name) +
          (kind.block_size == 0 ? " contiguous"
@@ -60,19 +78,19 @@ KVCache MakeCache(const Kind& kind, size_t batch = kBatch) {
   KVCacheConfig config;
   config.type = kind.type;
   config.block_size = kind.block_size;
-  return KVCache(batch, kKVHeads, kCapacity, kHeadDim, config);
+  return KVCache(batch, kKVHeads, kCapacity, HeadDim(kind.type), config);
 }
 
 // Appends n random tokens (seeded) to the listed sequences.
 void AppendRandom(KVCache& cache, const std::vector<size_t>& sequences,
                   size_t n, uint64_t seed, float magnitude = 2.0f) {
-  const size_t count = sequences.size();
-  const std::vector<float> k = RandomVector(count * kKVHeads * n * kHeadDim,
+  const size_t count = sequences.size(), dim = cache.head_dim();
+  const std::vector<float> k = RandomVector(count * kKVHeads * n * dim,
                                             seed, -magnitude, magnitude);
-  const std::vector<float> v = RandomVector(count * kKVHeads * n * kHeadDim,
+  const std::vector<float> v = RandomVector(count * kKVHeads * n * dim,
                                             seed + 1, -magnitude, magnitude);
-  cache.Append(ConstTensor4::Dense(k.data(), count, kKVHeads, n, kHeadDim),
-               ConstTensor4::Dense(v.data(), count, kKVHeads, n, kHeadDim),
+  cache.Append(ConstTensor4::Dense(k.data(), count, kKVHeads, n, dim),
+               ConstTensor4::Dense(v.data(), count, kKVHeads, n, dim),
                sequences);
 }
 
@@ -90,11 +108,11 @@ struct Held {
   std::vector<float> keys, values;  // (kv_heads, length, head_dim)
 };
 Held Read(const KVCache& cache, size_t b) {
-  const size_t length = cache.length(b);
-  Held held{std::vector<float>(kKVHeads * length * kHeadDim),
-            std::vector<float>(kKVHeads * length * kHeadDim)};
-  cache.Read(b, Tensor3(held.keys.data(), kKVHeads, length, kHeadDim),
-             Tensor3(held.values.data(), kKVHeads, length, kHeadDim));
+  const size_t length = cache.length(b), dim = cache.head_dim();
+  Held held{std::vector<float>(kKVHeads * length * dim),
+            std::vector<float>(kKVHeads * length * dim)};
+  cache.Read(b, Tensor3(held.keys.data(), kKVHeads, length, dim),
+             Tensor3(held.values.data(), kKVHeads, length, dim));
   return held;
 }
 
@@ -102,8 +120,9 @@ Held Read(const KVCache& cache, size_t b) {
 // sequence, causal (and windowed when window > 0) or not.
 std::vector<double> Reference(const KVCache& cache, const std::vector<float>& q,
                               size_t q_tokens, bool causal, size_t window) {
-  const double scale = 1.0 / std::sqrt(double(kHeadDim));
-  std::vector<double> out(kBatch * kHeads * q_tokens * kHeadDim, 0.0);
+  const size_t dim = cache.head_dim();
+  const double scale = 1.0 / std::sqrt(double(dim));
+  std::vector<double> out(kBatch * kHeads * q_tokens * dim, 0.0);
   for (size_t b = 0; b < kBatch; ++b) {
     const Held held = Read(cache, b);
     const size_t length = cache.length(b);
@@ -113,24 +132,24 @@ std::vector<double> Reference(const KVCache& cache, const std::vector<float>& q,
         const size_t position = length - q_tokens + i;
         const size_t end = causal ? position + 1 : length;
         const size_t begin = window != 0 && end > window ? end - window : 0;
-        const float* qrow = &q[((b * kHeads + h) * q_tokens + i) * kHeadDim];
+        const float* qrow = &q[((b * kHeads + h) * q_tokens + i) * dim];
         std::vector<double> s(end - begin);
         double max = -INFINITY;
         for (size_t j = begin; j < end; ++j) {
           double dot = 0.0;
-          for (size_t c = 0; c < kHeadDim; ++c) {
-            dot += double(qrow[c]) * held.keys[(g * length + j) * kHeadDim + c];
+          for (size_t c = 0; c < dim; ++c) {
+            dot += double(qrow[c]) * held.keys[(g * length + j) * dim + c];
           }
           s[j - begin] = dot * scale;
           max = std::max(max, s[j - begin]);
         }
         double sum = 0.0;
         for (double& x : s) sum += (x = std::exp(x - max));
-        double* o = &out[((b * kHeads + h) * q_tokens + i) * kHeadDim];
+        double* o = &out[((b * kHeads + h) * q_tokens + i) * dim];
         for (size_t j = begin; j < end; ++j) {
-          for (size_t c = 0; c < kHeadDim; ++c) {
+          for (size_t c = 0; c < dim; ++c) {
             o[c] += s[j - begin] / sum *
-                    held.values[(g * length + j) * kHeadDim + c];
+                    held.values[(g * length + j) * dim + c];
           }
         }
       }
@@ -141,14 +160,15 @@ std::vector<double> Reference(const KVCache& cache, const std::vector<float>& q,
 
 std::vector<float> Attend(const KVCache& cache, const std::vector<float>& q,
                           size_t q_tokens, bool causal, size_t window = 0) {
-  std::vector<float> out(kBatch * kHeads * q_tokens * kHeadDim, kNaN);
+  const size_t dim = cache.head_dim();
+  std::vector<float> out(kBatch * kHeads * q_tokens * dim, kNaN);
   AttentionOptions options;
   options.mask.causal = causal;
   options.mask.window = window;
   ScaledDotProductAttention(
-      ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, kHeadDim),
+      ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, dim),
       cache.View(),
-      Tensor4::Dense(out.data(), kBatch, kHeads, q_tokens, kHeadDim), options);
+      Tensor4::Dense(out.data(), kBatch, kHeads, q_tokens, dim), options);
   return out;
 }
 
@@ -164,12 +184,12 @@ void ExpectSameBits(const std::vector<float>& a, const std::vector<float>& b,
 // float64 reference over what the cache holds: the only error is the
 // kernel's float arithmetic.
 TEST_P(KVCacheTest, EveryTypeAndLayoutMatchesFloat64Reference) {
-  for (const Kind& kind : kKinds) {
+  for (const Kind& kind : AllKinds()) {
     KVCache cache = MakeCache(kind);
     FillRagged(cache);
     for (size_t q_tokens : {size_t{1}, size_t{7}, size_t{40}}) {
       const std::vector<float> q =
-          RandomVector(kBatch * kHeads * q_tokens * kHeadDim, 9);
+          RandomVector(kBatch * kHeads * q_tokens * HeadDim(kind.type), 9);
       for (const auto& [causal, window] :
            {std::pair<bool, size_t>{true, 0}, {false, 0}, {true, 100}}) {
         ExpectNear(Attend(cache, q, q_tokens, causal, window),
@@ -183,7 +203,8 @@ TEST_P(KVCacheTest, EveryTypeAndLayoutMatchesFloat64Reference) {
 
 TEST_P(KVCacheTest, PagedEqualsContiguousBitForBit) {
   for (const KVType type :
-       {KVType::kF32, KVType::kBF16, KVType::kF16, KVType::kInt8}) {
+       {KVType::kF32, KVType::kBF16, KVType::kF16, KVType::kInt8,
+        KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
     KVCache contiguous = MakeCache({type, 0});
     FillRagged(contiguous);
     for (size_t block_size : {size_t{16}, size_t{128}, size_t{256}}) {
@@ -191,7 +212,7 @@ TEST_P(KVCacheTest, PagedEqualsContiguousBitForBit) {
       FillRagged(paged);
       for (size_t q_tokens : {size_t{1}, size_t{40}}) {
         const std::vector<float> q =
-            RandomVector(kBatch * kHeads * q_tokens * kHeadDim, 5);
+            RandomVector(kBatch * kHeads * q_tokens * HeadDim(type), 5);
         ExpectSameBits(Attend(paged, q, q_tokens, true),
                        Attend(contiguous, q, q_tokens, true),
                        Name({type, block_size}));
@@ -338,6 +359,151 @@ TEST_P(KVCacheTest, AppendConvertsAsTheScalarConversions) {
   }
 }
 
+// An fp8 format from the OCP definition, for the tests' own rounding:
+// every finite value by code, and its infinity or saturation.
+struct Fp8Format {
+  KVType type;
+  int mantissa, bias;
+  bool saturates;  // E4M3: no infinity; finite values clamp at the max.
+
+  // The code's value (NaN for E4M3's S.1111.111 and E5M2's S.11111.xx).
+  double Value(int code) const {
+    const int exponent = (code & 0x7F) >> mantissa;
+    const int fraction = code & ((1 << mantissa) - 1);
+    const int top = (1 << (7 - mantissa)) - 1;
+    if (saturates ? (exponent == top && fraction == (1 << mantissa) - 1)
+                  : (exponent == top && fraction != 0)) {
+      return NAN;
+    }
+    const double magnitude =
+        !saturates && exponent == top
+            ? INFINITY
+            : std::ldexp(exponent == 0 ? fraction : fraction + (1 << mantissa),
+                         std::max(exponent, 1) - bias - mantissa);
+    return code & 0x80 ? -magnitude : magnitude;
+  }
+  // x rounded to the nearest value, ties to the even code; beyond the
+  // largest finite value by half a step: E4M3 clamps, E5M2 gives infinity.
+  double Round(double x) const {
+    if (std::isnan(x)) return NAN;
+    if (std::isinf(x)) return saturates ? NAN : x;
+    const double max = Value(saturates ? 0x7E : 0x7B);
+    if (std::abs(x) >= max) {  // At or past the top: no tie below it.
+      const double overflow = max + (max - Value(saturates ? 0x7D : 0x7A)) / 2;
+      const double top = saturates || std::abs(x) < overflow ? max : INFINITY;
+      return std::signbit(x) ? -top : top;
+    }
+    double best = 0.0;
+    for (int code = 0; code < 0x80; ++code) {
+      const double v = Value(code);
+      if (!std::isfinite(v)) continue;
+      const double e = std::abs(std::abs(x) - v),
+                   e_best = std::abs(std::abs(x) - best);
+      if (e < e_best || (e == e_best && code % 2 == 0)) {
+        best = v;
+      }
+    }
+    return std::signbit(x) ? -best : best;
+  }
+};
+const Fp8Format kFp8Formats[] = {{KVType::kFp8E4M3, 3, 7, true},
+                                 {KVType::kFp8E5M2, 2, 15, false}};
+
+// fp8 appends (on every target, vectors and tails) round each element of
+// x / scale to nearest even (the float32 quotient): every value, the ties
+// between neighbours and just off them, subnormals, saturation (E4M3) or
+// overflow (E5M2), infinities and NaN; keys with scale 1, values with 0.5.
+TEST_P(KVCacheTest, Fp8RoundsToNearestEvenAsOcpDefines) {
+  for (const Fp8Format& format : kFp8Formats) {
+    std::vector<float> row = {0.0f, -0.0f, 1e30f, -1e30f, kNaN, INFINITY,
+                              -INFINITY, 0x1p-140f, 449.0f, 464.0f, 479.0f,
+                              57344.0f, 61439.0f, 61440.0f, 65536.0f};
+    for (int code = 0; code < 0x7F; ++code) {
+      const double v = format.Value(code), next = format.Value(code + 1);
+      if (!std::isfinite(v)) continue;
+      row.push_back(static_cast<float>(v));
+      row.push_back(static_cast<float>(-v));
+      if (!std::isfinite(next)) continue;
+      const float mid = static_cast<float>((v + next) / 2);  // Exact.
+      for (const float x : {mid, std::nextafter(mid, 0.0f),
+                            std::nextafter(mid, INFINITY)}) {
+        row.push_back(x);
+        row.push_back(-x);
+      }
+    }
+    const size_t dim = row.size();
+    KVCacheConfig config;
+    config.type = format.type;
+    config.value_scale = 0.5f;
+    KVCache cache(1, 1, 1, dim, config);
+    cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, dim),
+                 ConstTensor4::Dense(row.data(), 1, 1, 1, dim));
+    std::vector<float> keys(dim), values(dim);
+    cache.Read(0, Tensor3(keys.data(), 1, 1, dim),
+               Tensor3(values.data(), 1, 1, dim));
+    for (size_t c = 0; c < dim; ++c) {
+      const double key = format.Round(row[c]);
+      const double value = 0.5 * format.Round(row[c] / 0.5f);
+      for (const auto& [got, expected] :
+           {std::pair<float, double>{keys[c], key}, {values[c], value}}) {
+        if (std::isnan(expected)) {
+          EXPECT_TRUE(std::isnan(got)) << Name({format.type, 0}) << " " << row[c];
+        } else {
+          EXPECT_EQ(got, expected) << Name({format.type, 0}) << " " << row[c];
+        }
+      }
+    }
+  }
+}
+
+// Caches whose type cannot hold the shape or whose scales are not scales.
+TEST(KVCacheFormats, BadShapesAndScalesAreErrors) {
+  for (const KVType type : {KVType::kQ8_0, KVType::kQ4_0}) {
+    KVCacheConfig config;
+    config.type = type;
+    ExpectInvalid([&] { KVCache(1, 1, 8, 20, config); },
+                  {"KVCache", "blocks of 32", "head_dim (20)"});
+    config.value_dim = 16;
+    ExpectInvalid([&] { KVCache(1, 1, 8, 64, config); }, "value_dim (16)");
+  }
+  for (const float bad : {0.0f, -1.0f, INFINITY, kNaN}) {
+    KVCacheConfig config;
+    config.type = KVType::kFp8E4M3;
+    config.value_scale = bad;
+    ExpectInvalid([&] { KVCache(1, 1, 8, 16, config); },
+                  {"KVCache", "value_scale", "finite and positive"});
+  }
+  // Views: strides of whole blocks, scales of fp8 sides.
+  KVCacheConfig config;
+  config.type = KVType::kQ8_0;
+  KVCache cache(1, 1, 8, 64, config);
+  const std::vector<float> q(64, 1.0f);
+  std::vector<float> out(64);
+  const auto attend = [&](const KVCacheView& view) {
+    ScaledDotProductAttention(ConstTensor4::Dense(q.data(), 1, 1, 1, 64), view,
+                              Tensor4::Dense(out.data(), 1, 1, 1, 64));
+  };
+  std::vector<float> row(64, 1.0f);
+  cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, 64),
+               ConstTensor4::Dense(row.data(), 1, 1, 1, 64));
+  KVCacheView view = cache.View();
+  view.row_stride = 48;
+  ExpectInvalid([&] { attend(view); }, {"q8_0", "blocks of 32", "48"});
+  KVCacheConfig fp8;
+  fp8.type = KVType::kFp8E5M2;
+  KVCache fp8_cache(1, 1, 8, 64, fp8);
+  fp8_cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, 64),
+                   ConstTensor4::Dense(row.data(), 1, 1, 1, 64));
+  view = fp8_cache.View();
+  view.key_scale = -2.0f;
+  ExpectInvalid([&] { attend(view); }, {"kv.key_scale (-2)", "positive"});
+  std::fill(out.begin(), out.end(), 7.0f);
+  view.key_scale = 1.0f;
+  view.value_scale = 0.0f;
+  ExpectInvalid([&] { attend(view); }, "kv.value_scale (0)");
+  for (const float x : out) ASSERT_EQ(x, 7.0f);  // Untouched.
+}
+
 // Narrow caches against the float one: each output within the bound the
 // perturbations give. Scores move by at most D = scale |q|_1 max |dk|, so
 // the weights' L1 distance is at most e^(2D) - 1, and
@@ -424,16 +590,17 @@ TEST_P(KVCacheTest, NarrowTypesWithinTheirBoundOfFloat) {
 // sequence; copies share blocks until one side appends; reorders move
 // whole sequences.
 TEST_P(KVCacheTest, SequenceOperations) {
-  for (const Kind& kind : kKinds) {
+  for (const Kind& kind : AllKinds()) {
     KVCache cache = MakeCache(kind);
     FillRagged(cache);
-    const std::vector<float> q = RandomVector(kBatch * kHeads * kHeadDim, 3);
+    const size_t dim = cache.head_dim();
+    const std::vector<float> q = RandomVector(kBatch * kHeads * dim, 3);
     const std::vector<float> before = Attend(cache, q, 1, true);
     const Held held1 = Read(cache, 1);
     // Speculative tokens, NaN, then rolled back.
-    std::vector<float> bad(kKVHeads * 5 * kHeadDim, kNaN);
-    cache.Append(ConstTensor4::Dense(bad.data(), 1, kKVHeads, 5, kHeadDim),
-                 ConstTensor4::Dense(bad.data(), 1, kKVHeads, 5, kHeadDim),
+    std::vector<float> bad(kKVHeads * 5 * dim, kNaN);
+    cache.Append(ConstTensor4::Dense(bad.data(), 1, kKVHeads, 5, dim),
+                 ConstTensor4::Dense(bad.data(), 1, kKVHeads, 5, dim),
                  {1});
     EXPECT_EQ(cache.length(1), 305u);
     cache.Truncate(1, 300);
@@ -694,17 +861,18 @@ TEST_P(KVCacheTest, AlibiPositionsComeFromTheCache) {
 // output: truncated NaN tokens stay in memory, and the next sequence's
 // blocks reuse freed ones.
 TEST_P(KVCacheTest, NaNInUnusedSlotsAndBlocksIsNeverRead) {
-  for (const Kind& kind : kKinds) {
+  for (const Kind& kind : AllKinds()) {
     KVCache cache = MakeCache(kind);
-    std::vector<float> bad(kBatch * kKVHeads * 300 * kHeadDim, kNaN);
+    const size_t dim = cache.head_dim();
+    std::vector<float> bad(kBatch * kKVHeads * 300 * dim, kNaN);
     cache.Append(
-        ConstTensor4::Dense(bad.data(), kBatch, kKVHeads, 300, kHeadDim),
-        ConstTensor4::Dense(bad.data(), kBatch, kKVHeads, 300, kHeadDim));
+        ConstTensor4::Dense(bad.data(), kBatch, kKVHeads, 300, dim),
+        ConstTensor4::Dense(bad.data(), kBatch, kKVHeads, 300, dim));
     cache.Clear();
     FillRagged(cache);
     for (size_t q_tokens : {size_t{1}, size_t{40}}) {
       const std::vector<float> q =
-          RandomVector(kBatch * kHeads * q_tokens * kHeadDim, 2);
+          RandomVector(kBatch * kHeads * q_tokens * dim, 2);
       for (float x : Attend(cache, q, q_tokens, true)) {
         ASSERT_TRUE(std::isfinite(x)) << Name(kind);
       }
@@ -714,22 +882,23 @@ TEST_P(KVCacheTest, NaNInUnusedSlotsAndBlocksIsNeverRead) {
   }
 }
 
-// A key masked by a boolean mask whose value row is NaN (int8: its scale)
-// leaves no trace: the same bits as with zeros there. Decode and prefill,
-// rows of 20 (not whole vectors).
+// A key masked by a boolean mask whose value row is NaN (int8: its scale;
+// blocks: their d) leaves no trace: the same bits as with zeros there.
+// Decode and prefill, rows of 20 (not whole vectors) and of whole blocks.
 TEST_P(KVCacheTest, MaskedNonFiniteValuesNeverReachOutputs) {
-  for (const Kind& kind : kKinds) {
+  for (const Kind& kind : AllKinds()) {
     KVCache poisoned = MakeCache(kind), clean = MakeCache(kind);
+    const size_t dim = poisoned.head_dim();
     for (KVCache* cache : {&poisoned, &clean}) FillRagged(*cache);
-    std::vector<float> row(kBatch * kKVHeads * kHeadDim,
+    std::vector<float> row(kBatch * kKVHeads * dim,
                            std::numeric_limits<float>::quiet_NaN());
     poisoned.Append(
-        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, kHeadDim),
-        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, kHeadDim));
+        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim),
+        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim));
     std::fill(row.begin(), row.end(), 0.0f);
     clean.Append(
-        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, kHeadDim),
-        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, kHeadDim));
+        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim),
+        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim));
     for (const size_t q_tokens : {size_t{1}, size_t{3}}) {
       // Masks each sequence's newest key (the NaN one) for every query.
       std::vector<uint8_t> masked(kBatch * kHeads * q_tokens * kCapacity, 0);
@@ -743,15 +912,15 @@ TEST_P(KVCacheTest, MaskedNonFiniteValuesNeverReachOutputs) {
       options.mask.boolean = Tensor4View<const uint8_t>::Dense(
           masked.data(), kBatch, kHeads, q_tokens, kCapacity);
       const std::vector<float> q =
-          RandomVector(kBatch * kHeads * q_tokens * kHeadDim, 6);
+          RandomVector(kBatch * kHeads * q_tokens * dim, 6);
       std::vector<float> a(q.size()), b(q.size());
       for (const auto& [cache, out] :
            {std::pair<KVCache*, float*>{&poisoned, a.data()},
             {&clean, b.data()}}) {
         ScaledDotProductAttention(
-            ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, kHeadDim),
+            ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, dim),
             cache->View(),
-            Tensor4::Dense(out, kBatch, kHeads, q_tokens, kHeadDim), options);
+            Tensor4::Dense(out, kBatch, kHeads, q_tokens, dim), options);
       }
       ExpectSameBits(a, b, Name(kind) + " masked NaN");
     }
