@@ -346,9 +346,11 @@ double CheckAttention(const measure::AttentionShape& s) {
 }
 
 // KVCache::Append of random tokens (keys rotated with _rope) read back:
-// each element within its type's stated bound of the float key (rotated by
-// ApplyRope, which the rope tests hold to PyTorch) or value: bf16 and f16
-// within half an ulp, int8 within half its row's scale, f32 exact.
+// each element within its type's stated bound (kernels.h) of the float key
+// (rotated by ApplyRope, which the rope tests hold to PyTorch) or value:
+// bf16, f16 and fp8 within half an ulp, int8 within half its row's scale,
+// q8_0 and q4_0 within half (q4_0's clamped elements: all) of their block's
+// scale plus its fp16 rounding, f32 exact.
 double CheckAppend(const measure::AttentionShape& s) {
   const size_t n = s.tokens, d = s.head_dim;
   const size_t per_sequence = s.kv_heads * n * d;
@@ -359,6 +361,8 @@ double CheckAppend(const measure::AttentionShape& s) {
                ConstTensor4::Dense(v.data(), s.batch, s.kv_heads, n, d));
   if (s.rope) ApplyRope(Tensor4::Dense(k.data(), s.batch, s.kv_heads, n, d));
   std::vector<float> held_k(per_sequence), held_v(per_sequence);
+  // Elements sharing a scale: a row, or a block.
+  const size_t group = ElementTraitsOf(s.cache).values > 1 ? 32 : d;
   double worst = 0;
   for (size_t b = 0; b < s.batch; ++b) {
     cache.Read(b, Tensor3(held_k.data(), s.kv_heads, n, d),
@@ -366,20 +370,40 @@ double CheckAppend(const measure::AttentionShape& s) {
     for (const auto& [in, out] : {std::pair<const float*, const float*>{
                                       &k[b * per_sequence], held_k.data()},
                                   {&v[b * per_sequence], held_v.data()}}) {
-      for (size_t row = 0; row < s.kv_heads * n; ++row) {
+      for (size_t g = 0; g < s.kv_heads * n * d; g += group) {
         double max_abs = 0;
-        for (size_t c = 0; c < d; ++c) {
-          max_abs = std::max(max_abs, double(std::abs(in[row * d + c])));
+        for (size_t c = g; c < g + group; ++c) {
+          max_abs = std::max(max_abs, double(std::abs(in[c])));
         }
-        for (size_t c = 0; c < d; ++c) {
-          const double x = in[row * d + c];
+        for (size_t c = g; c < g + group; ++c) {
+          const double x = in[c], ax = std::abs(x);
           double bound = 0;
-          if (s.cache == KVType::kBF16) bound = std::abs(x) * 0x1p-8;
-          if (s.cache == KVType::kF16) {
-            bound = std::max(std::abs(x) * 0x1p-11, 0x1p-25);
+          switch (s.cache) {
+            case KVType::kF32:
+              break;
+            case KVType::kBF16:
+              bound = ax * 0x1p-8;
+              break;
+            case KVType::kF16:
+              bound = std::max(ax * 0x1p-11, 0x1p-25);
+              break;
+            case KVType::kInt8:
+              bound = max_abs / 127 * (0.5 + 1e-6);
+              break;
+            case KVType::kFp8E4M3:
+              bound = std::max(ax * 0x1p-4, 0x1p-10);
+              break;
+            case KVType::kFp8E5M2:
+              bound = std::max(ax * 0x1p-3, 0x1p-17);
+              break;
+            case KVType::kQ8_0:
+              bound = max_abs / 127 * (0.5 + 1e-6) + max_abs * 0x1p-11;
+              break;
+            case KVType::kQ4_0:
+              bound = max_abs / 8 * (1 + 1e-6) + max_abs * 0x1p-11;
+              break;
           }
-          if (s.cache == KVType::kInt8) bound = max_abs / 127 * (0.5 + 1e-6);
-          worst = std::max(worst, Ratio(out[row * d + c] - x, bound));
+          worst = std::max(worst, Ratio(out[c] - x, bound));
         }
       }
     }
@@ -508,8 +532,9 @@ const std::vector<OpSpec>& Ops() {
        [](const std::string& text) { return AttentionCase(text, false); }},
       {"decode",
        Metric::kGbPerSec,
-       "BxHxNxD[_kvG][_windowW][_softcapC][_sinks][_alibi][_kvbf16|_kvf16|"
-       "_kvint8][_pagedN][_cold][_mlaN]  one query per sequence against N "
+       "BxHxNxD[_kvG][_qQ][_windowW][_softcapC][_sinks][_alibi][_kvbf16|_kvf16|"
+       "_kvint8|_kvfp8|_kvfp8e5m2|_kvq8_0|_kvq4_0][_pagedN][_cold][_mlaN]  one "
+       "query (Q with _qQ, causal) per sequence, the last of N "
        "cached keys (the last W with a window), in a KVCache of that type "
        "and layout, with _cold a copy per call past the L3, with _mlaN a "
        "latent cache whose values are the first N dims of each key row; "
@@ -521,11 +546,15 @@ const std::vector<OpSpec>& Ops() {
         "2x4x300x16_kv2_kvint8_paged32_window40_sinks", "2x2x70x8_paged16",
         "2x4x300x16_kvbf16_paged64", "1x2x70x8_kvf16",
         "1x16x500x16_kv2_kvbf16_paged16", "2x8x300x16_kv1_kvint8_cold",
-        "2x16x300x36_kv1_mla32_kvbf16_paged16", "1x8x200x24_kv1_mla16"},
+        "2x16x300x36_kv1_mla32_kvbf16_paged16", "1x8x200x24_kv1_mla16",
+        "2x4x300x32_kv2_kvfp8", "1x4x200x20_kvfp8e5m2_paged16_q7",
+        "2x4x300x64_kv2_kvq8_0_paged16", "1x4x300x64_kv1_kvq4_0_q40",
+        "1x2x200x32_kvq8_0_cold_q3"},
        [](const std::string& text) { return AttentionCase(text, true); }},
       {"append",
        Metric::kGbPerSec,
-       "BxHxNxD[_kvbf16|_kvf16|_kvint8][_pagedN][_rope]  KVCache::Append of "
+       "BxHxNxD[_kvbf16|_kvf16|_kvint8|_kvfp8|_kvfp8e5m2|_kvq8_0|_kvq4_0]"
+       "[_pagedN][_rope]  KVCache::Append of "
        "N tokens to each of B sequences of H key/value heads (an emptied "
        "cache), keys rotated with _rope; bytes of float K and V read and "
        "of the cache's written",
@@ -533,7 +562,9 @@ const std::vector<OpSpec>& Ops() {
         "8x12x512x64_kvf16_rope", "8x12x512x64_kvint8_rope",
         "8x12x512x64_kvbf16_paged16_rope"},
        {"2x3x37x8", "2x3x37x20_rope", "1x2x70x16_kvbf16_paged16_rope",
-        "2x2x33x10_kvf16", "2x3x50x24_kvint8_paged32_rope"},
+        "2x2x33x10_kvf16", "2x3x50x24_kvint8_paged32_rope",
+        "2x3x37x20_kvfp8_rope", "1x2x40x64_kvq4_0_paged16_rope",
+        "2x2x33x32_kvq8_0"},
        AppendCase},
   };
   return ops;

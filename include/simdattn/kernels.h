@@ -256,8 +256,10 @@ SIMDATTN_API void ScaledDotProductAttention(
 // quantizer writes them. q8_0: d = max |x| / 127, q = round(x * (1 / d)),
 // halves away from zero, so |x - d q| <= d / 2 (plus d's fp16 rounding,
 // relative 2^-11 of max |x|). q4_0: d = m / -8 for the element m of largest
-// magnitude, q = min(15, trunc(x / d + 8.5)) - 8 in -8..7, |x - d q| <= |d| /
-// 2 (plus d's rounding). Blocks holding a NaN or an infinity store d NaN and
+// magnitude, q = min(15, trunc(x * (1 / d) + 8.5)) - 8 in -8..7, |x - d q|
+// <= |d| / 2, or <= |d| for elements beyond 7.5 |d| of the sign opposite to
+// m (clamped to q = 7), plus d's rounding (relative 2^-11 of |m|). Blocks
+// holding a NaN or an infinity store d NaN and
 // q 0 (ggml leaves them undefined); |x| up to 65504 * 127 (q8_0) or 65504 *
 // 8 (q4_0) keeps d finite.
 

@@ -214,6 +214,7 @@ double MhaShape::Flops() const {
 std::string AttentionShape::Name() const {
   std::string name = Dims({batch, heads, tokens, head_dim});
   if (kv_heads != heads) name += "_kv" + std::to_string(kv_heads);
+  if (queries != 1) name += "_q" + std::to_string(queries);
   if (causal) name += "_causal";
   if (dropout) name += "_dropout";
   name += variants.Name();
@@ -446,7 +447,7 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   const char* const form =
       decode ? "BxHxNxD with optional _kvG (G dividing H), _windowW, "
                "_softcapC, _sinks, _alibi, _kv<type> (bf16, f16, int8, fp8, fp8e5m2, q8_0, q4_0), "
-               "_pagedN (N a power of two, 16 to 256), _cold, _mlaN (values "
+               "_qN (N queries per sequence), _pagedN (N a power of two, 16 to 256), _cold, _mlaN (values "
                "the first N < D dims of each key row) (e.g. "
                "1x12x4096x64_kvbf16_paged16)"
              : "BxHxTxD with optional _kvG (G dividing H), _causal, "
@@ -461,6 +462,10 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
       s.kv_heads = std::stoul(flag.substr(2));
       if (s.kv_heads == 0 || s.heads % s.kv_heads != 0) Fail(text, form);
     } else if (decode && ParseCacheFlag(flag, &s)) {
+    } else if (decode && s.queries == 1 && flag.size() > 1 && flag[0] == 'q' &&
+               IsCount(flag.substr(1))) {
+      s.queries = std::stoul(flag.substr(1));
+      if (s.queries == 0 || s.queries > s.tokens) Fail(text, form);
     } else if (flag == "cold" && decode && !s.cold) {
       s.cold = true;
     } else if (decode && s.mla == 0 && flag.compare(0, 3, "mla") == 0 &&

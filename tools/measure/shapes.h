@@ -111,9 +111,9 @@ struct MhaShape {
 
 // Fused attention, ScaledDotProductAttention: `heads` query heads sharing
 // kv_heads key/value heads, head_dim for Q, K and V. Prefill: `tokens`
-// queries against as many keys. Decode: one new query per sequence against
-// a cache of `tokens` keys (causal, so it sees them all, or with a window
-// the last W).
+// queries against as many keys. Decode: `queries` new queries per sequence
+// (1; chunked prefill or verification with _qN), the last of a cache of
+// `tokens` keys (causal, or with a window the last W).
 struct AttentionShape {
   size_t batch = 0, heads = 0, kv_heads = 0, tokens = 0, head_dim = 0;
   bool causal = false;   // Prefill: query i sees keys j <= i.
@@ -121,7 +121,7 @@ struct AttentionShape {
   bool decode = false;
   MaskVariants variants = {};
   // Decode: keys and values in a KVCache of this type, paged in blocks of
-  // `page` tokens when nonzero (_kvbf16, _kvf16, _kvint8, _pagedN).
+  // `page` tokens when nonzero (_kv<type>, _pagedN).
   KVType cache = KVType::kF32;
   size_t page = 0;
   bool rope = false;  // Append: keys rotated on the way in (_rope).
@@ -134,8 +134,9 @@ struct AttentionShape {
   size_t mla = 0;
   // Prefill: bf16 arithmetic (AttentionOptions::compute, _bf16dot).
   bool bf16dot = false;
+  size_t queries = 1;  // Decode: queries per sequence (_qN, N <= tokens).
 
-  size_t QueryTokens() const { return decode ? 1 : tokens; }
+  size_t QueryTokens() const { return decode ? queries : tokens; }
   bool InCache() const {
     return cache != KVType::kF32 || page != 0 || cold || mla != 0;
   }
