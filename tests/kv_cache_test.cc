@@ -6,6 +6,8 @@
 // RoPE on append, generation steps and bad arguments.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -453,6 +455,48 @@ TEST_P(KVCacheTest, Fp8RoundsToNearestEvenAsOcpDefines) {
         }
       }
     }
+  }
+}
+
+// q8_0 and q4_0 caches hold the bytes ggml's reference quantizers write
+// (tests/data/make_ggml_blocks_golden.sh): random blocks at many scales,
+// zeros, rounding ties (q8_0's away from zero, q4_0's truncation and clamp),
+// fp16 scales that round, underflow or overflow.
+TEST(KVCacheFormats, BlocksAreGgmlsBitForBit) {
+  const std::string path =
+      std::string(SIMDATTN_TEST_DATA_DIR) + "/ggml_blocks/golden.bin";
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  ASSERT_NE(file, nullptr) << path;
+  std::vector<char> bytes(1 << 16);
+  bytes.resize(std::fread(bytes.data(), 1, bytes.size(), file));
+  std::fclose(file);
+  ASSERT_GE(bytes.size(), 12u);
+  ASSERT_EQ(std::string(bytes.data(), 8), "GGMLBLK1");
+  uint32_t n;
+  std::memcpy(&n, bytes.data() + 8, sizeof(n));
+  const size_t blocks = n / 32;
+  ASSERT_EQ(bytes.size(), 12 + n * sizeof(float) + blocks * (34 + 18));
+  std::vector<float> x(n);
+  std::memcpy(x.data(), bytes.data() + 12, n * sizeof(float));
+  const char* golden = bytes.data() + 12 + n * sizeof(float);
+  for (const KVType type : {KVType::kQ8_0, KVType::kQ4_0}) {
+    const size_t block_bytes = ElementTraitsOf(type).bytes;
+    KVCacheConfig config;
+    config.type = type;
+    KVCache cache(1, 1, 1, n, config);  // One row of every block.
+    cache.Append(ConstTensor4::Dense(x.data(), 1, 1, 1, n),
+                 ConstTensor4::Dense(x.data(), 1, 1, 1, n));
+    const KVCacheView view = cache.View();
+    for (size_t b = 0; b < blocks; ++b) {
+      for (const void* held : {view.keys, view.values}) {
+        EXPECT_EQ(std::memcmp(static_cast<const char*>(held) + b * block_bytes,
+                              golden + b * block_bytes, block_bytes),
+                  0)
+            << ElementTraitsOf(type).name << " block " << b
+            << " (tests/data/ggml_blocks/cases.txt)";
+      }
+    }
+    golden += blocks * block_bytes;
   }
 }
 
