@@ -2328,6 +2328,61 @@ static void TestUnboundedContext(void) {
  * rotated on append (rotary_offset), values the first 4 dims of each row;
  * appends pass an empty values tensor; attention over it equals attention
  * over what it holds; the new fields' errors. */
+/* fp8 and ggml block caches: created by type and scales, read back, and
+ * attention over them equal to attention over what they hold. */
+static void TestQuantizedKVCaches(void) {
+  enum { kHeads = 2, kN = 5, kD = 32 };
+  static const int32_t kTypes[] = {SIMDATTN_FP8_E4M3, SIMDATTN_FP8_E5M2,
+                                   SIMDATTN_Q8_0, SIMDATTN_Q4_0};
+  float k[kN * kD], v[kN * kD], q[kHeads * kD], out[kHeads * kD];
+  float ref[kHeads * kD], keys[kN * kD], values[kN * kD];
+  simdattn_kv_cache_config config = SIMDATTN_KV_CACHE_CONFIG_INIT;
+  simdattn_kv_cache* cache = NULL;
+  size_t t, i;
+  Fill(k, kN * kD, 81);
+  Fill(v, kN * kD, 82);
+  Fill(q, kHeads * kD, 83);
+  CHECK(config.key_scale == 0.0f && config.value_scale == 0.0f);
+  for (t = 0; t < sizeof(kTypes) / sizeof(kTypes[0]); ++t) {
+    config.type = kTypes[t];
+    /* fp8: keys stored as k / 0.25, values as v / 4 (0: scale 1). */
+    config.key_scale = t < 2 ? 0.25f : 0.0f;
+    config.value_scale = t < 2 ? 4.0f : 0.0f;
+    CHECK_OK(simdattn_kv_cache_create(1, 1, 8, kD, &config, &cache));
+    if (cache == NULL) return;
+    CHECK_OK(simdattn_kv_cache_append(cache, Const4(Dense4(k, 1, 1, kN, kD)),
+                                      Const4(Dense4(v, 1, 1, kN, kD)), NULL));
+    CHECK_OK(simdattn_kv_cache_read(cache, 0, Dense3(keys, 1, kN, kD),
+                                    Dense3(values, 1, kN, kD)));
+    for (i = 0; i < kN * kD; ++i) {  /* Within 2^-2 relative, or 2^-2 of 1. */
+      CHECK_NEAR(keys[i], k[i], 0.25 * (fabs(k[i]) + 1));
+      CHECK_NEAR(values[i], v[i], 0.25 * (fabs(v[i]) + 1));
+    }
+    CHECK_OK(simdattn_kv_cache_attention(Const4(Dense4(q, 1, kHeads, 1, kD)),
+                                         cache, Dense4(out, 1, kHeads, 1, kD),
+                                         NULL));
+    CHECK_OK(simdattn_scaled_dot_product_attention(
+        Const4(Dense4(q, 1, kHeads, 1, kD)), Const4(Dense4(keys, 1, 1, kN, kD)),
+        Const4(Dense4(values, 1, 1, kN, kD)), Dense4(ref, 1, kHeads, 1, kD),
+        NULL));
+    for (i = 0; i < kHeads * kD; ++i) CHECK_NEAR(out[i], ref[i], 1e-6);
+    simdattn_kv_cache_destroy(cache);
+    cache = NULL;
+  }
+  config.type = SIMDATTN_FP8_E4M3;
+  config.key_scale = -1.0f;
+  CHECK_ERROR(simdattn_kv_cache_create(1, 1, 8, kD, &config, &cache), INVALID,
+              "config.key_scale (-1)");
+  config.key_scale = 0.0f;
+  config.type = SIMDATTN_Q8_0;
+  CHECK_ERROR(simdattn_kv_cache_create(1, 1, 8, 20, &config, &cache), INVALID,
+              "blocks of 32");
+  config.type = SIMDATTN_Q4_0 + 1;
+  CHECK_ERROR(simdattn_kv_cache_create(1, 1, 8, kD, &config, &cache), INVALID,
+              "is not a simdattn_element_type");
+  CHECK(cache == NULL);
+}
+
 static void TestLatentKVCache(void) {
   enum { kHeads = 3, kN = 5, kD = 6, kV = 4 };
   float rows[kN * kD], q[kHeads * kD], out[kHeads * kV], ref[kHeads * kV];
@@ -2421,6 +2476,7 @@ int main(void) {
   TestKVCacheBFloat16Attention();
   TestUnboundedContext();
   TestLatentKVCache();
+  TestQuantizedKVCaches();
   TestModuleRope();
   if (g_failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);

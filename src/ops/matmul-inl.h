@@ -631,6 +631,63 @@ HWY_INLINE float TailDot(const float* HWY_RESTRICT a, const TB* HWY_RESTRICT b,
   return hn::GetLane(sum);
 }
 
+// Whole vectors of columns [n_begin, n_end) of C = A B for rows [m, m + R)
+// of A together, R <= 4: each vector of B is widened once for all of them
+// (a group's heads in decode's P V convert each value once, not R times).
+// Every output is the sum DirectColumns forms one row at a time, in the same
+// order. Returns where the whole vectors end.
+template <size_t R, class B>
+HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
+                             const MatMulOptions& opt, size_t n_begin,
+                             size_t n_end) {
+  static_assert(R >= 1 && R <= 4, "one to four rows");
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const size_t N = hn::Lanes(d), K = a.cols;
+  // A's element k of row r, times row k's scale (int8 rows).
+  const auto a_at = [&](size_t r, size_t k) {
+    return hn::Set(d, TimesRowScale(a.Row(m + r)[k], b, k));
+  };
+  const auto finish = [&](V sum, size_t r, size_t n0) {
+    HWY_ALIGN float lanes[kMaxLanes];
+    hn::Store(sum, d, lanes);
+    float* c_row = c.Row(m + r);
+    for (size_t i = 0; i < N; ++i) {
+      ScalarEpilogue(lanes[i], c_row + n0 + i, n0 + i, opt);
+    }
+  };
+  size_t n = n_begin;
+  for (; n + 2 * N <= n_end; n += 2 * N) {
+    V s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00;
+    V s20 = s00, s21 = s00, s30 = s00, s31 = s00;
+    for (size_t k = 0; k < K; ++k) {
+      const V b0 = LoadB(d, b.Row(k), n), b1 = LoadB(d, b.Row(k), n + N);
+#define SIMDATTN_AXPY_ROW(r)                 \
+  if (R > r) {                               \
+    const V ar = a_at(r, k);                 \
+    s##r##0 = hn::MulAdd(ar, b0, s##r##0);   \
+    s##r##1 = hn::MulAdd(ar, b1, s##r##1);   \
+  }
+      SIMDATTN_AXPY_ROW(0)
+      SIMDATTN_AXPY_ROW(1)
+      SIMDATTN_AXPY_ROW(2)
+      SIMDATTN_AXPY_ROW(3)
+#undef SIMDATTN_AXPY_ROW
+    }
+#define SIMDATTN_AXPY_FINISH(r) \
+  if (R > r) {                  \
+    finish(s##r##0, r, n);      \
+    finish(s##r##1, r, n + N);  \
+  }
+    SIMDATTN_AXPY_FINISH(0)
+    SIMDATTN_AXPY_FINISH(1)
+    SIMDATTN_AXPY_FINISH(2)
+    SIMDATTN_AXPY_FINISH(3)
+#undef SIMDATTN_AXPY_FINISH
+  }
+  return n;
+}
+
 // Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
 // rows of A times B (B rows contiguous), or dot products with rows of B when
 // it is transposed (Q K^T in decode). kPrefetch: B^T's rows are long
@@ -649,6 +706,20 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
   const hn::CappedTag<float, 1> d1;
   const size_t N = hn::Lanes(d);
   const size_t K = a.cols;
+  // Several rows of A times B: their whole vectors together.
+  size_t n_rows_done = n_begin;
+  if (opt.transpose_b == Transpose::kNo && c.rows >= 2 && c.rows <= 4) {
+    switch (c.rows) {
+      case 2:
+        n_rows_done = RowsTimesB<2>(a, 0, b, c, opt, n_begin, n_end);
+        break;
+      case 3:
+        n_rows_done = RowsTimesB<3>(a, 0, b, c, opt, n_begin, n_end);
+        break;
+      default:
+        n_rows_done = RowsTimesB<4>(a, 0, b, c, opt, n_begin, n_end);
+    }
+  }
   for (size_t m = 0; m < c.rows; ++m) {
     const float* HWY_RESTRICT a_row = a.Row(m);
     float* HWY_RESTRICT c_row = c.Row(m);
@@ -734,7 +805,7 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
     };
     // A's element k, times row k's scale (int8 rows).
     const auto a_at = [&](size_t k) { return TimesRowScale(a_row[k], b, k); };
-    size_t n = n_begin;
+    size_t n = n_rows_done;
     // Four independent accumulators hide the multiply-add latency.
     for (; n + 4 * N <= n_end; n += 4 * N) {
       auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
