@@ -66,11 +66,12 @@ int main(int argc, char** argv) {
   double rms = 0;
   for (float x : exact) rms += double(x) * x;
   rms = std::sqrt(rms / double(exact.size()));
-  std::printf("%zu tokens, output RMS %.4g\ntype      max |dO| / RMS  RMS(dO) / RMS\n",
-              tokens, rms);
-  for (const KVType type : {KVType::kBF16, KVType::kF16, KVType::kInt8,
-                            KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kQ8_0,
-                            KVType::kQ4_0}) {
+  std::printf(
+      "%zu tokens, output RMS %.4g\ntype      max |dO| / RMS  RMS(dO) / RMS\n",
+      tokens, rms);
+  for (const KVType type :
+       {KVType::kBF16, KVType::kF16, KVType::kInt8, KVType::kFp8E4M3,
+        KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
     const std::vector<float> out = Attend(type, k, v, q, tokens);
     double max = 0, sum = 0;
     for (size_t i = 0; i < out.size(); ++i) {

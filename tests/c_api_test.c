@@ -1142,9 +1142,9 @@ static void TestKVCacheTypes(void) {
   CHECK_OK(simdattn_kv_cache_reorder(narrow, order));
   CHECK_OK(simdattn_kv_cache_length(narrow, 0, &length));
   CHECK(length == kN);
-  config.type = 7;
+  config.type = SIMDATTN_Q4_0 + 1;
   CHECK_ERROR(simdattn_kv_cache_create(kB, kHeads, kCap, kD, &config, &wide),
-              INVALID, "config->type (7) is not a simdattn_element_type");
+              INVALID, "config->type (8) is not a simdattn_element_type");
   mask.causal_offset = 1;
   CHECK_ERROR(
       simdattn_kv_cache_attention(Const4(Dense4(q, kB, kHeads, 1, kD)), narrow,
@@ -2354,7 +2354,7 @@ static void TestQuantizedKVCaches(void) {
                                       Const4(Dense4(v, 1, 1, kN, kD)), NULL));
     CHECK_OK(simdattn_kv_cache_read(cache, 0, Dense3(keys, 1, kN, kD),
                                     Dense3(values, 1, kN, kD)));
-    for (i = 0; i < kN * kD; ++i) {  /* Within 2^-2 relative, or 2^-2 of 1. */
+    for (i = 0; i < kN * kD; ++i) { /* Within 2^-2 relative, or 2^-2 of 1. */
       CHECK_NEAR(keys[i], k[i], 0.25 * (fabs(k[i]) + 1));
       CHECK_NEAR(values[i], v[i], 0.25 * (fabs(v[i]) + 1));
     }
@@ -2407,8 +2407,7 @@ static void TestLatentKVCache(void) {
   if (cache == NULL) return;
   CHECK_OK(simdattn_kv_cache_append(cache, Const4(Dense4(rows, 1, 1, kN, kD)),
                                     none, NULL));
-  CHECK_ERROR(simdattn_kv_cache_append(cache,
-                                       Const4(Dense4(rows, 1, 1, 1, kD)),
+  CHECK_ERROR(simdattn_kv_cache_append(cache, Const4(Dense4(rows, 1, 1, 1, kD)),
                                        Const4(Dense4(rows, 1, 1, 1, kV)), NULL),
               INVALID, "the cache is latent");
   CHECK_OK(simdattn_kv_cache_read(cache, 0, Dense3(keys, 1, kN, kD),

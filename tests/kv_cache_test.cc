@@ -37,12 +37,11 @@ struct Kind {
   KVType type;
   size_t block_size;  // 0: contiguous.
 };
-const Kind kKinds[] = {{KVType::kF32, 0},     {KVType::kF32, 16},
-                       {KVType::kBF16, 0},    {KVType::kBF16, 64},
-                       {KVType::kF16, 0},     {KVType::kF16, 32},
-                       {KVType::kInt8, 0},    {KVType::kInt8, 16},
-                       {KVType::kFp8E4M3, 0}, {KVType::kFp8E4M3, 32},
-                       {KVType::kFp8E5M2, 0}, {KVType::kFp8E5M2, 16}};
+const Kind kKinds[] = {
+    {KVType::kF32, 0},      {KVType::kF32, 16},    {KVType::kBF16, 0},
+    {KVType::kBF16, 64},    {KVType::kF16, 0},     {KVType::kF16, 32},
+    {KVType::kInt8, 0},     {KVType::kInt8, 16},   {KVType::kFp8E4M3, 0},
+    {KVType::kFp8E4M3, 32}, {KVType::kFp8E5M2, 0}, {KVType::kFp8E5M2, 16}};
 
 // ggml's block types, whose rows hold whole blocks of 32.
 const Kind kBlockKinds[] = {{KVType::kQ8_0, 0},
@@ -87,10 +86,10 @@ KVCache MakeCache(const Kind& kind, size_t batch = kBatch) {
 void AppendRandom(KVCache& cache, const std::vector<size_t>& sequences,
                   size_t n, uint64_t seed, float magnitude = 2.0f) {
   const size_t count = sequences.size(), dim = cache.head_dim();
-  const std::vector<float> k = RandomVector(count * kKVHeads * n * dim,
-                                            seed, -magnitude, magnitude);
-  const std::vector<float> v = RandomVector(count * kKVHeads * n * dim,
-                                            seed + 1, -magnitude, magnitude);
+  const std::vector<float> k =
+      RandomVector(count * kKVHeads * n * dim, seed, -magnitude, magnitude);
+  const std::vector<float> v =
+      RandomVector(count * kKVHeads * n * dim, seed + 1, -magnitude, magnitude);
   cache.Append(ConstTensor4::Dense(k.data(), count, kKVHeads, n, dim),
                ConstTensor4::Dense(v.data(), count, kKVHeads, n, dim),
                sequences);
@@ -150,8 +149,8 @@ std::vector<double> Reference(const KVCache& cache, const std::vector<float>& q,
         double* o = &out[((b * kHeads + h) * q_tokens + i) * dim];
         for (size_t j = begin; j < end; ++j) {
           for (size_t c = 0; c < dim; ++c) {
-            o[c] += s[j - begin] / sum *
-                    held.values[(g * length + j) * dim + c];
+            o[c] +=
+                s[j - begin] / sum * held.values[(g * length + j) * dim + c];
           }
         }
       }
@@ -169,8 +168,8 @@ std::vector<float> Attend(const KVCache& cache, const std::vector<float>& q,
   options.mask.window = window;
   ScaledDotProductAttention(
       ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, dim),
-      cache.View(),
-      Tensor4::Dense(out.data(), kBatch, kHeads, q_tokens, dim), options);
+      cache.View(), Tensor4::Dense(out.data(), kBatch, kHeads, q_tokens, dim),
+      options);
   return out;
 }
 
@@ -417,9 +416,10 @@ const Fp8Format kFp8Formats[] = {{KVType::kFp8E4M3, 3, 7, true},
 // overflow (E5M2), infinities and NaN; keys with scale 1, values with 0.5.
 TEST_P(KVCacheTest, Fp8RoundsToNearestEvenAsOcpDefines) {
   for (const Fp8Format& format : kFp8Formats) {
-    std::vector<float> row = {0.0f, -0.0f, 1e30f, -1e30f, kNaN, INFINITY,
-                              -INFINITY, 0x1p-140f, 449.0f, 464.0f, 479.0f,
-                              57344.0f, 61439.0f, 61440.0f, 65536.0f};
+    std::vector<float> row = {0.0f,     -0.0f,    1e30f,     -1e30f,
+                              kNaN,     INFINITY, -INFINITY, 0x1p-140f,
+                              449.0f,   464.0f,   479.0f,    57344.0f,
+                              61439.0f, 61440.0f, 65536.0f};
     for (int code = 0; code < 0x7F; ++code) {
       const double v = format.Value(code), next = format.Value(code + 1);
       if (!std::isfinite(v)) continue;
@@ -427,8 +427,8 @@ TEST_P(KVCacheTest, Fp8RoundsToNearestEvenAsOcpDefines) {
       row.push_back(static_cast<float>(-v));
       if (!std::isfinite(next)) continue;
       const float mid = static_cast<float>((v + next) / 2);  // Exact.
-      for (const float x : {mid, std::nextafter(mid, 0.0f),
-                            std::nextafter(mid, INFINITY)}) {
+      for (const float x :
+           {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
         row.push_back(x);
         row.push_back(-x);
       }
@@ -449,7 +449,8 @@ TEST_P(KVCacheTest, Fp8RoundsToNearestEvenAsOcpDefines) {
       for (const auto& [got, expected] :
            {std::pair<float, double>{keys[c], key}, {values[c], value}}) {
         if (std::isnan(expected)) {
-          EXPECT_TRUE(std::isnan(got)) << Name({format.type, 0}) << " " << row[c];
+          EXPECT_TRUE(std::isnan(got))
+              << Name({format.type, 0}) << " " << row[c];
         } else {
           EXPECT_EQ(got, expected) << Name({format.type, 0}) << " " << row[c];
         }
@@ -644,8 +645,7 @@ TEST_P(KVCacheTest, SequenceOperations) {
     // Speculative tokens, NaN, then rolled back.
     std::vector<float> bad(kKVHeads * 5 * dim, kNaN);
     cache.Append(ConstTensor4::Dense(bad.data(), 1, kKVHeads, 5, dim),
-                 ConstTensor4::Dense(bad.data(), 1, kKVHeads, 5, dim),
-                 {1});
+                 ConstTensor4::Dense(bad.data(), 1, kKVHeads, 5, dim), {1});
     EXPECT_EQ(cache.length(1), 305u);
     cache.Truncate(1, 300);
     ExpectSameBits(Attend(cache, q, 1, true), before, Name(kind) + " truncate");
@@ -909,9 +909,8 @@ TEST_P(KVCacheTest, NaNInUnusedSlotsAndBlocksIsNeverRead) {
     KVCache cache = MakeCache(kind);
     const size_t dim = cache.head_dim();
     std::vector<float> bad(kBatch * kKVHeads * 300 * dim, kNaN);
-    cache.Append(
-        ConstTensor4::Dense(bad.data(), kBatch, kKVHeads, 300, dim),
-        ConstTensor4::Dense(bad.data(), kBatch, kKVHeads, 300, dim));
+    cache.Append(ConstTensor4::Dense(bad.data(), kBatch, kKVHeads, 300, dim),
+                 ConstTensor4::Dense(bad.data(), kBatch, kKVHeads, 300, dim));
     cache.Clear();
     FillRagged(cache);
     for (size_t q_tokens : {size_t{1}, size_t{40}}) {
@@ -936,13 +935,11 @@ TEST_P(KVCacheTest, MaskedNonFiniteValuesNeverReachOutputs) {
     for (KVCache* cache : {&poisoned, &clean}) FillRagged(*cache);
     std::vector<float> row(kBatch * kKVHeads * dim,
                            std::numeric_limits<float>::quiet_NaN());
-    poisoned.Append(
-        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim),
-        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim));
+    poisoned.Append(ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim),
+                    ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim));
     std::fill(row.begin(), row.end(), 0.0f);
-    clean.Append(
-        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim),
-        ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim));
+    clean.Append(ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim),
+                 ConstTensor4::Dense(row.data(), kBatch, kKVHeads, 1, dim));
     for (const size_t q_tokens : {size_t{1}, size_t{3}}) {
       // Masks each sequence's newest key (the NaN one) for every query.
       std::vector<uint8_t> masked(kBatch * kHeads * q_tokens * kCapacity, 0);
@@ -963,8 +960,8 @@ TEST_P(KVCacheTest, MaskedNonFiniteValuesNeverReachOutputs) {
             {&clean, b.data()}}) {
         ScaledDotProductAttention(
             ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, dim),
-            cache->View(),
-            Tensor4::Dense(out, kBatch, kHeads, q_tokens, dim), options);
+            cache->View(), Tensor4::Dense(out, kBatch, kHeads, q_tokens, dim),
+            options);
       }
       ExpectSameBits(a, b, Name(kind) + " masked NaN");
     }

@@ -86,9 +86,9 @@ void CheckBatch(const char* function, size_t batch) {
 // contiguous storage has a block per sequence.
 struct KVCache::Storage {
   KVType type = KVType::kF32;
-  size_t element = 4;   // Bytes of an element, or of a block (values > 1).
+  size_t element = 4;    // Bytes of an element, or of a block (values > 1).
   size_t per_block = 1;  // Elements per block (ElementTraits::values).
-  bool scaled = false;  // A scale per row (ElementTraits::scaled).
+  bool scaled = false;   // A scale per row (ElementTraits::scaled).
   float key_scale = 1.0f, value_scale = 1.0f;  // fp8 (1 for other types).
   CacheMemory owned_keys, owned_values;
   uint8_t* keys = nullptr;
@@ -127,9 +127,7 @@ struct KVCache::Storage {
            t % block_size;
   }
   // Bytes of `elements` elements (a multiple of per_block).
-  size_t Bytes(size_t elements) const {
-    return elements / per_block * element;
-  }
+  size_t Bytes(size_t elements) const { return elements / per_block * element; }
   size_t BlocksFor(size_t tokens) const {
     return hwy::DivCeil(tokens, block_size);
   }
@@ -250,8 +248,7 @@ struct KVCache::Storage {
           std::memcpy(keys + Bytes(Offset(b, h, t)), in, key_row);
         }
         if (value_row != 0) {
-          std::memcpy(values + Bytes(Offset(b, h, t)), in + key_row,
-                      value_row);
+          std::memcpy(values + Bytes(Offset(b, h, t)), in + key_row, value_row);
         }
         in += key_row + value_row;
         if (scaled) key_scales[ScaleOffset(b, h, t)] = *scale++;
@@ -284,11 +281,11 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
                    ") must be below the head_dim (", head_dim,
                    "), the values being the first dims of each key row");
   const ElementTraits traits = ElementTraitsOf(config.type);
-  SIMDATTN_REQUIRE(head_dim % traits.values == 0 &&
-                       value_dim_ % traits.values == 0,
-                   kFn, traits.name, " stores blocks of ", traits.values,
-                   " elements, but head_dim (", head_dim, ") or value_dim (",
-                   value_dim_, ") is not a multiple of them");
+  SIMDATTN_REQUIRE(
+      head_dim % traits.values == 0 && value_dim_ % traits.values == 0, kFn,
+      traits.name, " stores blocks of ", traits.values,
+      " elements, but head_dim (", head_dim, ") or value_dim (", value_dim_,
+      ") is not a multiple of them");
   for (const float scale : {config.key_scale, config.value_scale}) {
     SIMDATTN_REQUIRE(std::isfinite(scale) && scale > 0.0f, kFn,
                      "config.key_scale (", config.key_scale,
@@ -495,8 +492,7 @@ void KVCache::AppendTo(ConstTensor4 keys, ConstTensor4 values,
             const size_t scale = int8 ? s.ScaleOffset(b, h, position) : 0;
             const MatrixView<const float> k(keys.Slice(i, h).Row(t), run,
                                             head_dim_, keys.strides[2]);
-            internal::StoreKVRows(s.type, k, s.keys + s.Bytes(at),
-                                  s.row_stride,
+            internal::StoreKVRows(s.type, k, s.keys + s.Bytes(at), s.row_stride,
                                   int8 ? &s.key_scales[scale] : nullptr,
                                   s.key_scale, s.rope ? &*s.rope : nullptr,
                                   position);

@@ -324,8 +324,10 @@ static_assert(SIMDATTN_F32 == static_cast<int>(ElementType::kF32) &&
                   SIMDATTN_BF16 == static_cast<int>(ElementType::kBF16) &&
                   SIMDATTN_F16 == static_cast<int>(ElementType::kF16) &&
                   SIMDATTN_INT8 == static_cast<int>(ElementType::kInt8) &&
-                  SIMDATTN_FP8_E4M3 == static_cast<int>(ElementType::kFp8E4M3) &&
-                  SIMDATTN_FP8_E5M2 == static_cast<int>(ElementType::kFp8E5M2) &&
+                  SIMDATTN_FP8_E4M3 ==
+                      static_cast<int>(ElementType::kFp8E4M3) &&
+                  SIMDATTN_FP8_E5M2 ==
+                      static_cast<int>(ElementType::kFp8E5M2) &&
                   SIMDATTN_Q8_0 == static_cast<int>(ElementType::kQ8_0) &&
                   SIMDATTN_Q4_0 == static_cast<int>(ElementType::kQ4_0),
               "simdattn_element_type and ElementType disagree");

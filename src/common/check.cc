@@ -344,8 +344,7 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
   const ElementTraits traits = ElementTraitsOf(kv.type);
   if (traits.values > 1) {
     SIMDATTN_REQUIRE(
-        kv.head_dim % traits.values == 0 &&
-            ValueDim(kv) % traits.values == 0 &&
+        kv.head_dim % traits.values == 0 && ValueDim(kv) % traits.values == 0 &&
             kv.block_stride % traits.values == 0 &&
             kv.head_stride % traits.values == 0 &&
             kv.row_stride % traits.values == 0,

@@ -62,8 +62,8 @@ struct Minifloat {
   static uint8_t Encode(bool negative, float magnitude) {
     uint32_t code;
     if (magnitude < kMinNormal) {  // Subnormal: a multiple of the quantum.
-      code = static_cast<uint32_t>(
-          std::ldexp(magnitude, kBias - 1 + kMantissa));
+      code =
+          static_cast<uint32_t>(std::ldexp(magnitude, kBias - 1 + kMantissa));
     } else {
       int exponent;
       const float fraction = std::frexp(magnitude, &exponent);  // [0.5, 1)

@@ -47,7 +47,7 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18,
 template <typename T>
 inline constexpr size_t kBlockValues =
     std::is_same_v<T, BlockQ8_0> || std::is_same_v<T, BlockQ4_0> ? kQuantBlock
-                                                                  : 1;
+                                                                 : 1;
 
 // The storage type of an ElementType, as an empty tag value.
 template <typename T>
@@ -120,7 +120,8 @@ inline float WidenAt(const BlockQ8_0* row, size_t c) {
 inline float WidenAt(const BlockQ4_0* row, size_t c) {
   const BlockQ4_0& block = row[c / kQuantBlock];
   const size_t j = c % kQuantBlock;
-  const int nibble = j < kQuantBlock / 2 ? block.qs[j] & 15 : block.qs[j - 16] >> 4;
+  const int nibble =
+      j < kQuantBlock / 2 ? block.qs[j] & 15 : block.qs[j - 16] >> 4;
   return ToFloat(block.d) * static_cast<float>(nibble - 8);
 }
 

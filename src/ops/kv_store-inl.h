@@ -157,7 +157,7 @@ inline void StoreElements(const float* row, size_t n, T* dst, float* scale,
 template <typename T>
 inline void StoreRow(const float* row, size_t n, T* dst, float* scale,
                      float side_scale) {
-  if constexpr (internal::kBlockValues<T> > 1) {
+  if constexpr (internal::kBlockValues < T >> 1) {
     for (size_t c = 0; c < n; c += internal::kQuantBlock) {
       internal::QuantizeBlock(row + c, dst + c / internal::kQuantBlock);
     }

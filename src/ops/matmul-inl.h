@@ -130,12 +130,11 @@ HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
         hn::Or(hn::ShiftLeft<8>(hn::Xor(bits, low)),
                hn::IfThenElse(hn::Eq(low, hn::Set(d16, 0x7F)),
                               hn::Set(d16, 0x7E00), hn::ShiftLeft<7>(low)));
-    return hn::Mul(hn::PromoteTo(d, hn::BitCast(dh, half)),
-                   hn::Set(d, 256.0f));
+    return hn::Mul(hn::PromoteTo(d, hn::BitCast(dh, half)), hn::Set(d, 256.0f));
   } else if constexpr (internal::kBlockValues<TB> > 1) {
     constexpr size_t kLanesInBlock = std::is_same_v<TB, internal::BlockQ4_0>
-                                     ? internal::kQuantBlock / 2
-                                     : internal::kQuantBlock;
+                                         ? internal::kQuantBlock / 2
+                                         : internal::kQuantBlock;
     if (hn::Lanes(d) > kLanesInBlock) {  // Wide SVE.
       HWY_ALIGN float lanes[hn::MaxLanes(d)];
       for (size_t i = 0; i < hn::Lanes(d); ++i) {
@@ -150,14 +149,14 @@ HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
         hn::CappedTag<float, 1>(),
         hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(&block.d))));
     if constexpr (std::is_same_v<TB, internal::BlockQ8_0>) {
-      return hn::Mul(hn::ConvertTo(d, hn::PromoteTo(
-                                          di, hn::LoadU(hn::Rebind<int8_t, D>(),
-                                                        block.qs + j))),
-                     hn::Set(d, scale));
+      return hn::Mul(
+          hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, D>(),
+                                                       block.qs + j))),
+          hn::Set(d, scale));
     } else {
       const auto packed = hn::LoadU(d8, block.qs + j % 16);
-      const auto nibbles = j < 16 ? hn::And(packed, hn::Set(d8, 15))
-                                  : hn::ShiftRight<4>(packed);
+      const auto nibbles =
+          j < 16 ? hn::And(packed, hn::Set(d8, 15)) : hn::ShiftRight<4>(packed);
       // (nibble - 8) d as nibble d - 8 d: exact as a product of a 4-bit
       // integer and an fp16 value, then rounded once.
       return hn::MulAdd(hn::ConvertTo(d, hn::PromoteTo(di, nibbles)),
@@ -662,11 +661,11 @@ HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
     V s20 = s00, s21 = s00, s30 = s00, s31 = s00;
     for (size_t k = 0; k < K; ++k) {
       const V b0 = LoadB(d, b.Row(k), n), b1 = LoadB(d, b.Row(k), n + N);
-#define SIMDATTN_AXPY_ROW(r)                 \
-  if (R > r) {                               \
-    const V ar = a_at(r, k);                 \
-    s##r##0 = hn::MulAdd(ar, b0, s##r##0);   \
-    s##r##1 = hn::MulAdd(ar, b1, s##r##1);   \
+#define SIMDATTN_AXPY_ROW(r)               \
+  if (R > r) {                             \
+    const V ar = a_at(r, k);               \
+    s##r##0 = hn::MulAdd(ar, b0, s##r##0); \
+    s##r##1 = hn::MulAdd(ar, b1, s##r##1); \
   }
       SIMDATTN_AXPY_ROW(0)
       SIMDATTN_AXPY_ROW(1)
@@ -782,8 +781,8 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
         size_t k = 0;
         for (; k + 2 * N <= K; k += 2 * N) {
           sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row, k), sum0);
-          sum1 = hn::MulAdd(hn::LoadU(d, a_row + k + N),
-                            LoadB(d, b_row, k + N), sum1);
+          sum1 = hn::MulAdd(hn::LoadU(d, a_row + k + N), LoadB(d, b_row, k + N),
+                            sum1);
         }
         for (; k + N <= K; k += N) {
           sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row, k), sum0);

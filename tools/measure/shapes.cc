@@ -427,7 +427,8 @@ bool ParseCacheFlag(const std::string& flag, AttentionShape* s) {
 
 AttentionShape ParseAppendShape(const std::string& text) {
   constexpr const char* kForm =
-      "BxHxNxD with optional _kv<type> (bf16, f16, int8, fp8, fp8e5m2, q8_0, q4_0), _pagedN (N a power "
+      "BxHxNxD with optional _kv<type> (bf16, f16, int8, fp8, fp8e5m2, q8_0, "
+      "q4_0), _pagedN (N a power "
       "of two, 16 to 256), _rope (e.g. 8x12x512x64_kvbf16_paged16_rope)";
   const Parsed p = Parse(text, kForm);
   if (p.dims.size() != 4) Fail(text, kForm);
@@ -446,8 +447,10 @@ AttentionShape ParseAppendShape(const std::string& text) {
 AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   const char* const form =
       decode ? "BxHxNxD with optional _kvG (G dividing H), _windowW, "
-               "_softcapC, _sinks, _alibi, _kv<type> (bf16, f16, int8, fp8, fp8e5m2, q8_0, q4_0), "
-               "_qN (N queries per sequence), _pagedN (N a power of two, 16 to 256), _cold, _mlaN (values "
+               "_softcapC, _sinks, _alibi, _kv<type> (bf16, f16, int8, fp8, "
+               "fp8e5m2, q8_0, q4_0), "
+               "_qN (N queries per sequence), _pagedN (N a power of two, 16 to "
+               "256), _cold, _mlaN (values "
                "the first N < D dims of each key row) (e.g. "
                "1x12x4096x64_kvbf16_paged16)"
              : "BxHxTxD with optional _kvG (G dividing H), _causal, "
