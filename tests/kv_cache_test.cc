@@ -117,6 +117,19 @@ Held Read(const KVCache& cache, size_t b) {
   return held;
 }
 
+// One token's row appended as key and value to a one-head cache of
+// `config`, read back.
+Held StoreRow(const KVCacheConfig& config, const std::vector<float>& row) {
+  const size_t dim = row.size();
+  KVCache cache(1, 1, 1, dim, config);
+  cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, dim),
+               ConstTensor4::Dense(row.data(), 1, 1, 1, dim));
+  Held held{std::vector<float>(dim), std::vector<float>(dim)};
+  cache.Read(0, Tensor3(held.keys.data(), 1, 1, dim),
+             Tensor3(held.values.data(), 1, 1, dim));
+  return held;
+}
+
 // softmax(scale q k^T) v in double for the last q_tokens positions of each
 // sequence, causal (and windowed when window > 0) or not.
 std::vector<double> Reference(const KVCache& cache, const std::vector<float>& q,
@@ -342,12 +355,7 @@ TEST_P(KVCacheTest, AppendConvertsAsTheScalarConversions) {
   for (const KVType type : {KVType::kBF16, KVType::kF16}) {
     KVCacheConfig config;
     config.type = type;
-    KVCache cache(1, 1, 1, dim, config);
-    cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, dim),
-                 ConstTensor4::Dense(row.data(), 1, 1, 1, dim));
-    std::vector<float> keys(dim), values(dim);
-    cache.Read(0, Tensor3(keys.data(), 1, 1, dim),
-               Tensor3(values.data(), 1, 1, dim));
+    const std::vector<float> keys = StoreRow(config, row).keys;
     for (size_t c = 0; c < dim; ++c) {
       const float expected = type == KVType::kBF16 ? ToFloat(ToBFloat16(row[c]))
                                                    : ToFloat(ToFloat16(row[c]));
@@ -433,17 +441,13 @@ TEST_P(KVCacheTest, Fp8RoundsToNearestEvenAsOcpDefines) {
         row.push_back(-x);
       }
     }
-    const size_t dim = row.size();
     KVCacheConfig config;
     config.type = format.type;
     config.value_scale = 0.5f;
-    KVCache cache(1, 1, 1, dim, config);
-    cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, dim),
-                 ConstTensor4::Dense(row.data(), 1, 1, 1, dim));
-    std::vector<float> keys(dim), values(dim);
-    cache.Read(0, Tensor3(keys.data(), 1, 1, dim),
-               Tensor3(values.data(), 1, 1, dim));
-    for (size_t c = 0; c < dim; ++c) {
+    const Held held = StoreRow(config, row);
+    const std::vector<float>& keys = held.keys;
+    const std::vector<float>& values = held.values;
+    for (size_t c = 0; c < row.size(); ++c) {
       const double key = format.Round(row[c]);
       const double value = 0.5 * format.Round(row[c] / 0.5f);
       for (const auto& [got, expected] :
@@ -549,10 +553,6 @@ TEST(KVCacheFormats, BadShapesAndScalesAreErrors) {
   for (const float x : out) ASSERT_EQ(x, 7.0f);  // Untouched.
 }
 
-// Narrow caches against the float one: each output within the bound the
-// perturbations give. Scores move by at most D = scale |q|_1 max |dk|, so
-// the weights' L1 distance is at most e^(2D) - 1, and
-
 // int8 stores q = round(x / scale), float32 quotient, ties to even, on every
 // target and in the vector tail: exact ties (scale 1), the row whose product
 // with 127 / max rounded the other way (x / scale = 120.5000119 gives 121),
@@ -568,12 +568,7 @@ TEST_P(KVCacheTest, Int8RoundsTheQuotientToNearestEven) {
     const size_t dim = row.size();
     KVCacheConfig config;
     config.type = KVType::kInt8;
-    KVCache cache(1, 1, 1, dim, config);
-    cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, dim),
-                 ConstTensor4::Dense(row.data(), 1, 1, 1, dim));
-    std::vector<float> keys(dim), values(dim);
-    cache.Read(0, Tensor3(keys.data(), 1, 1, dim),
-               Tensor3(values.data(), 1, 1, dim));
+    const std::vector<float> keys = StoreRow(config, row).keys;
     float max_abs = 0.0f;
     for (const float x : row) max_abs = std::max(max_abs, std::abs(x));
     const float scale = max_abs / 127.0f;
@@ -585,17 +580,17 @@ TEST_P(KVCacheTest, Int8RoundsTheQuotientToNearestEven) {
   // The ties themselves, spelled out (scale 1): 0.5 -> 0, 1.5 -> 2, 2.5 -> 2.
   KVCacheConfig config;
   config.type = KVType::kInt8;
-  KVCache cache(1, 1, 1, 4, config);
-  const float row[4] = {0.5f, 1.5f, 2.5f, 127.0f};
-  cache.Append(ConstTensor4::Dense(row, 1, 1, 1, 4),
-               ConstTensor4::Dense(row, 1, 1, 1, 4));
-  float keys[4], values[4];
-  cache.Read(0, Tensor3(keys, 1, 1, 4), Tensor3(values, 1, 1, 4));
+  const std::vector<float> keys =
+      StoreRow(config, {0.5f, 1.5f, 2.5f, 127.0f}).keys;
   EXPECT_EQ(keys[0], 0.0f);
   EXPECT_EQ(keys[1], 2.0f);
   EXPECT_EQ(keys[2], 2.0f);
   EXPECT_EQ(keys[3], 127.0f);
 }
+
+// Narrow caches against the float one: each output within the bound the
+// perturbations give. Scores move by at most D = scale |q|_1 max |dk|, so
+// the weights' L1 distance is at most e^(2D) - 1, and
 // |o' - o| <= (e^(2D) - 1) max |v'| + max |dv|.
 TEST_P(KVCacheTest, NarrowTypesWithinTheirBoundOfFloat) {
   KVCache reference = MakeCache({KVType::kF32, 0});
