@@ -505,6 +505,21 @@ TEST(KVCacheFormats, BlocksAreGgmlsBitForBit) {
   }
 }
 
+// Blocks too small for ggml's 1 / d (it overflows) store zeros, and blocks
+// holding NaN or infinity read back as NaN.
+TEST(KVCacheFormats, TinyAndNonFiniteBlocks) {
+  std::vector<float> row(64);
+  for (size_t c = 0; c < 32; ++c) row[c] = (c % 2 ? 1e-39f : -3e-40f) * c;
+  for (size_t c = 32; c < 64; ++c) row[c] = c == 40 ? INFINITY : 1.0f;
+  for (const KVType type : {KVType::kQ8_0, KVType::kQ4_0}) {
+    KVCacheConfig config;
+    config.type = type;
+    const Held held = StoreRow(config, row);
+    for (size_t c = 0; c < 32; ++c) EXPECT_EQ(held.keys[c], 0.0f) << c;
+    for (size_t c = 32; c < 64; ++c) EXPECT_TRUE(std::isnan(held.values[c]));
+  }
+}
+
 // Caches whose type cannot hold the shape or whose scales are not scales.
 TEST(KVCacheFormats, BadShapesAndScalesAreErrors) {
   for (const KVType type : {KVType::kQ8_0, KVType::kQ4_0}) {

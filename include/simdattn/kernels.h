@@ -259,7 +259,8 @@ SIMDATTN_API void ScaledDotProductAttention(
 // magnitude, q = min(15, trunc(x * (1 / d) + 8.5)) - 8 in -8..7, |x - d q|
 // <= |d| / 2, or <= |d| for elements beyond 7.5 |d| of the sign opposite to
 // m (clamped to q = 7), plus d's rounding (relative 2^-11 of |m|). Blocks
-// holding a NaN or an infinity store d NaN and q 0 (ggml leaves them
+// holding a NaN or an infinity store d NaN and q 0, blocks where 1 / d
+// overflows (max |x| below about 2^-121) d 0 and q 0 (ggml leaves both
 // undefined); |x| up to 65504 * 127 (q8_0) or 65504 * 8 (q4_0) keeps d
 // finite.
 

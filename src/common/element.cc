@@ -143,6 +143,13 @@ bool AllFinite(const float* x) {
 
 constexpr Float16 kHalfNaN = {0x7E00};
 
+// ggml's 1 / d, 0 for d = 0; also 0 where 1 / d overflows (|d| < 2^-128,
+// whose fp16 is 0): ggml's quants are undefined there, these are 0.
+float Inverse(float d) {
+  const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+  return std::isfinite(inverse) ? inverse : 0.0f;
+}
+
 }  // namespace
 
 // This file is compiled without floating-point contraction (CMakeLists.txt):
@@ -159,7 +166,7 @@ void QuantizeBlock(const float* x, BlockQ8_0* out) {
     max_abs = std::max(max_abs, std::abs(x[j]));
   }
   const float d = max_abs / 127.0f;
-  const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+  const float inverse = Inverse(d);
   out->d = ToFloat16(d);
   for (size_t j = 0; j < kQuantBlock; ++j) {
     out->qs[j] = static_cast<int8_t>(std::round(x[j] * inverse));
@@ -181,7 +188,7 @@ void QuantizeBlock(const float* x, BlockQ4_0* out) {
     }
   }
   const float d = max / -8.0f;
-  const float inverse = d != 0.0f ? 1.0f / d : 0.0f;
+  const float inverse = Inverse(d);
   out->d = ToFloat16(d);
   const auto quant = [&](float v) {
     const float shifted = v * inverse + 8.5f;  // In [0.5, 16.5].

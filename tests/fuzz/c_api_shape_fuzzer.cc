@@ -727,7 +727,10 @@ void FuzzModule(Input& in) {
 // attention over it: every call succeeds or fails cleanly.
 void FuzzTypedKVCache(Input& in) {
   auto config = Grow<simdattn_kv_cache_config>(SIMDATTN_KV_CACHE_CONFIG_INIT);
-  config.value.type = in.Byte() % 5;  // 4: not a type.
+  config.value.type = in.Byte() % 9;  // 8: not a type.
+  // fp8's scales, 0 (the default) or anything.
+  config.value.key_scale = in.Byte() % 4 == 0 ? in.Float() : 0.0f;
+  config.value.value_scale = in.Byte() % 4 == 0 ? in.Float() : 0.0f;
   static const size_t kBlockSizes[] = {0, 16, 32, 256, 24, 8};
   config.value.block_size = kBlockSizes[in.Byte() % 6];
   config.value.num_blocks = in.Byte() % 4 == 0 ? in.Byte() % 12 : 0;
@@ -738,7 +741,10 @@ void FuzzTypedKVCache(Input& in) {
   rope.value.theta = in.Byte() % 8 == 0 ? in.Float() : 0.0f;
   rope.value.rotary_dim = in.Byte() % 4 == 0 ? in.Byte() % 24 : 0;
   const size_t batch = in.Byte() % 4, kv_heads = in.Byte() % 4;
-  const size_t capacity = in.Byte() % 70, head_dim = in.Byte() % 21;
+  const size_t capacity = in.Byte() % 70;
+  // Whole blocks of 32 for q8_0 and q4_0 sometimes, other dims too.
+  const uint8_t dim = in.Byte();
+  const size_t head_dim = dim >= 224 ? 32 * (dim % 3) : dim % 21;
   // A cache knows its positions: positions given are refused.
   const size_t position = 7;
   const bool positions = in.Tail() >= 248;
