@@ -2383,6 +2383,166 @@ static void TestQuantizedKVCaches(void) {
   CHECK(cache == NULL);
 }
 
+/* A serving step over the caller's pages: two sequences written by slot
+ * (one through a negative slot that is skipped), then one varlen call of a
+ * 3-token prefill and a decode, each sequence's rows against dense
+ * attention over the tokens it holds. */
+static void TestVarlenStep(void) {
+  enum { kHeads = 2, kD = 4, kBlock = 16, kBlocks = 4, kN = 20 };
+  /* Sequence 0: tokens 0..2 (slots 32..34, block 2); sequence 1: tokens
+   * 3..19 (17, slots 0..15 of block 0 then 48 of block 3). */
+  static const int32_t kTable[2 * 2] = {2, 0, 0, 3};
+  static const size_t kLens[2] = {3, 17};
+  static const size_t kStarts[3] = {0, 3, 4};
+  float pool_k[kBlocks * kBlock * kD], pool_v[kBlocks * kBlock * kD];
+  float k[kN * kD], v[kN * kD], q[4 * kHeads * kD], out[4 * kHeads * kD];
+  float ref[kHeads * 3 * kD], q1[kHeads * 3 * kD], o1[kHeads * 3 * kD];
+  float lse[kHeads * 4];
+  int64_t slots[kN + 1];
+  simdattn_kv_pages pages = SIMDATTN_KV_PAGES_INIT;
+  simdattn_varlen_step step = SIMDATTN_VARLEN_STEP_INIT;
+  simdattn_attention_options options = SIMDATTN_ATTENTION_OPTIONS_INIT;
+  simdattn_mask mask = SIMDATTN_MASK_INIT;
+  size_t t, h, i, c;
+  Fill(k, kN * kD, 91);
+  Fill(v, kN * kD, 92);
+  Fill(q, 4 * kHeads * kD, 93);
+  memset(pool_k, 0, sizeof(pool_k));
+  memset(pool_v, 0, sizeof(pool_v));
+  for (t = 0; t < kN; ++t) {
+    slots[t] = t < 3 ? 32 + (int64_t)t : (t < 19 ? (int64_t)t - 3 : 48);
+  }
+  pages.type = SIMDATTN_F32;
+  pages.kv_heads = 1;
+  pages.head_dim = kD;
+  pages.keys = pool_k;
+  pages.values = pool_v;
+  pages.block_stride = kBlock * kD;
+  pages.head_stride = kBlock * kD;
+  pages.row_stride = kD;
+  pages.block_size = kBlock;
+  pages.num_blocks = kBlocks;
+  CHECK_OK(simdattn_write_kv_slots(Const4(Dense4(k, 1, 1, kN, kD)),
+                                   Const4(Dense4(v, 1, 1, kN, kD)), slots,
+                                   &pages));
+  CHECK(pool_k[32 * kD] == k[0] && pool_v[48 * kD + 3] == v[19 * kD + 3]);
+  slots[1] = 32; /* Twice: an error, nothing written. */
+  pool_k[33 * kD] = 7.0f;
+  CHECK_ERROR(
+      simdattn_write_kv_slots(Const4(Dense4(k, 1, 1, kN, kD)),
+                              Const4(Dense4(v, 1, 1, kN, kD)), slots, &pages),
+      INVALID, "slot 32 appears twice in slot_mapping");
+  CHECK(pool_k[33 * kD] == 7.0f);
+  pool_k[33 * kD] = k[kD];
+
+  step.num_seqs = 2;
+  step.query_starts = kStarts;
+  step.seq_lens = kLens;
+  step.block_table = kTable;
+  step.blocks_per_sequence = 2;
+  mask.causal = 1;
+  options.mask = &mask;
+  options.log_sum_exp = lse;
+  /* q and out packed (4 tokens, kHeads, kD): token-major views. */
+  {
+    simdattn_const_tensor4 qv = {q, {1, kHeads, 4, kD}, {0, kD, kHeads * kD}};
+    simdattn_tensor4 ov = {out, {1, kHeads, 4, kD}, {0, kD, kHeads * kD}};
+    CHECK_OK(simdattn_varlen_attention(qv, &step, &pages, ov, &options));
+  }
+  /* Sequence 0: its 3 tokens, causal; sequence 1: the last of 17. */
+  for (h = 0; h < kHeads; ++h) {
+    for (i = 0; i < 3; ++i) {
+      for (c = 0; c < kD; ++c)
+        q1[(h * 3 + i) * kD + c] = q[(i * kHeads + h) * kD + c];
+    }
+  }
+  options.log_sum_exp = NULL;
+  CHECK_OK(simdattn_scaled_dot_product_attention(
+      Const4(Dense4(q1, 1, kHeads, 3, kD)), Const4(Dense4(k, 1, 1, 3, kD)),
+      Const4(Dense4(v, 1, 1, 3, kD)), Dense4(ref, 1, kHeads, 3, kD), &options));
+  for (h = 0; h < kHeads; ++h) {
+    for (i = 0; i < 3; ++i) {
+      for (c = 0; c < kD; ++c) {
+        CHECK_NEAR(out[(i * kHeads + h) * kD + c], ref[(h * 3 + i) * kD + c],
+                   1e-6);
+      }
+    }
+  }
+  for (h = 0; h < kHeads; ++h) {
+    for (c = 0; c < kD; ++c) q1[h * kD + c] = q[(3 * kHeads + h) * kD + c];
+  }
+  mask.causal = 0;
+  CHECK_OK(simdattn_scaled_dot_product_attention(
+      Const4(Dense4(q1, 1, kHeads, 1, kD)),
+      Const4(Dense4(k + 3 * kD, 1, 1, 17, kD)),
+      Const4(Dense4(v + 3 * kD, 1, 1, 17, kD)), Dense4(o1, 1, kHeads, 1, kD),
+      &options));
+  for (h = 0; h < kHeads; ++h) {
+    for (c = 0; c < kD; ++c) {
+      CHECK_NEAR(out[(3 * kHeads + h) * kD + c], o1[h * kD + c], 1e-6);
+    }
+    CHECK(lse[h * 4 + 3] == lse[h * 4 + 3]); /* Written: not NaN. */
+  }
+  step.query_starts = NULL;
+  CHECK_ERROR(
+      simdattn_varlen_attention(Const4(Dense4(q, 1, kHeads, 4, kD)), &step,
+                                &pages, Dense4(out, 1, kHeads, 4, kD), NULL),
+      INVALID, "VarlenAttention: query_starts is null");
+  CHECK_ERROR(
+      simdattn_varlen_attention(Const4(Dense4(q, 1, kHeads, 4, kD)), NULL,
+                                &pages, Dense4(out, 1, kHeads, 4, kD), NULL),
+      INVALID, "simdattn_varlen_attention: step is null");
+}
+
+/* A sequence exported from a paged int8 cache and imported into a
+ * contiguous one attends as before, bit for bit. */
+static void TestMoveSequence(void) {
+  enum { kHeads = 2, kN = 21, kD = 8 };
+  float k[kN * kD], v[kN * kD], q[kHeads * kD], a[kHeads * kD], b[kHeads * kD];
+  unsigned char buffer[kN * (2 * kD + 8)];
+  simdattn_kv_cache_config paged = SIMDATTN_KV_CACHE_CONFIG_INIT;
+  simdattn_kv_cache_config contiguous = SIMDATTN_KV_CACHE_CONFIG_INIT;
+  simdattn_kv_cache *from = NULL, *to = NULL;
+  size_t bytes = 0, length = 0;
+  Fill(k, kN * kD, 95);
+  Fill(v, kN * kD, 96);
+  Fill(q, kHeads * kD, 97);
+  paged.type = contiguous.type = SIMDATTN_INT8;
+  paged.block_size = 16;
+  CHECK_OK(simdattn_kv_cache_create(1, 1, 32, kD, &paged, &from));
+  CHECK_OK(simdattn_kv_cache_create(2, 1, 24, kD, &contiguous, &to));
+  if (from == NULL || to == NULL) return;
+  CHECK_OK(simdattn_kv_cache_append(from, Const4(Dense4(k, 1, 1, kN, kD)),
+                                    Const4(Dense4(v, 1, 1, kN, kD)), NULL));
+  CHECK_OK(simdattn_kv_cache_export_bytes(from, kN, &bytes));
+  CHECK(bytes == kN * (2 * kD + 8));
+  CHECK_OK(simdattn_kv_cache_export(from, 0, 0, kN, buffer, sizeof(buffer)));
+  CHECK_ERROR(simdattn_kv_cache_import(to, 0, buffer, bytes - 1, kN), INVALID,
+              "is less than the 504 bytes of 21 tokens");
+  CHECK_OK(simdattn_kv_cache_import(to, 0, buffer, sizeof(buffer), kN));
+  CHECK_OK(simdattn_kv_cache_length(to, 0, &length));
+  CHECK(length == kN);
+  CHECK_OK(simdattn_kv_cache_attention(Const4(Dense4(q, 1, kHeads, 1, kD)),
+                                       from, Dense4(a, 1, kHeads, 1, kD),
+                                       NULL));
+  {
+    /* Sequence 0 of `to`: its batch is 2, the other sequence empty. */
+    float q2[2 * kHeads * kD], out2[2 * kHeads * kD];
+    memcpy(q2, q, sizeof(q));
+    memcpy(q2 + kHeads * kD, q, sizeof(q));
+    /* Sequence 1 needs a token for its query: the first one, re-exported. */
+    CHECK_OK(simdattn_kv_cache_export(from, 0, 0, 1, buffer, sizeof(buffer)));
+    CHECK_OK(simdattn_kv_cache_import(to, 1, buffer, sizeof(buffer), 1));
+    CHECK_OK(simdattn_kv_cache_attention(Const4(Dense4(q2, 2, kHeads, 1, kD)),
+                                         to, Dense4(out2, 2, kHeads, 1, kD),
+                                         NULL));
+    memcpy(b, out2, sizeof(b));
+  }
+  CHECK(memcmp(a, b, sizeof(a)) == 0);
+  simdattn_kv_cache_destroy(from);
+  simdattn_kv_cache_destroy(to);
+}
+
 static void TestLatentKVCache(void) {
   enum { kHeads = 3, kN = 5, kD = 6, kV = 4 };
   float rows[kN * kD], q[kHeads * kD], out[kHeads * kV], ref[kHeads * kV];
@@ -2476,6 +2636,8 @@ int main(void) {
   TestUnboundedContext();
   TestLatentKVCache();
   TestQuantizedKVCaches();
+  TestVarlenStep();
+  TestMoveSequence();
   TestModuleRope();
   if (g_failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);

@@ -1352,7 +1352,7 @@ TEST(KVCacheErrors, BadArgumentsNameThemselves) {
         Tensor4::Dense(out.data(), 2, 1, q_tokens, 4), options);
   };
   ExpectInvalid([&] { attend(cache.View(), 3, {}); },
-                "kv.lengths[0] (2) is less than the 3 queries");
+                "kv.lengths[0] (2) is less than its 3 queries");
   AttentionOptions offset;
   offset.mask.causal = true;
   offset.mask.causal_offset = 1;

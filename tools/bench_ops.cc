@@ -345,6 +345,58 @@ double CheckAttention(const measure::AttentionShape& s) {
   return worst;
 }
 
+// A serving step (one call, or one per group with _separate) against
+// reference::Attention over each sequence's keys and values as the cache
+// holds them (KVCache::Read), its queries its last positions: outputs within
+// 1e-5 (convex combinations of values in [-1, 1]), log-sum-exps within
+// 1e-5 (1 + |L|).
+double CheckServe(const measure::ServeShape& s) {
+  const measure::ServeOperands step(s);
+  const size_t heads = s.heads, d = s.head_dim, n = step.starts.back();
+  std::vector<float> out(n * heads * d, -1.0f), lse(heads * n, -1.0f);
+  const measure::ShapeMask cache_mask(s.variants, heads, true, 0);
+  AttentionOptions options;
+  options.mask = cache_mask.mask();
+  // The separate calls' log-sum-exps would be per group: compared in the
+  // single call only.
+  if (!s.separate) options.log_sum_exp = lse.data();
+  step.Run(options, out.data());
+  double worst = 0;
+  for (size_t b = 0; b + 1 < step.starts.size(); ++b) {
+    const size_t m = step.starts[b + 1] - step.starts[b];
+    const size_t length = step.cache.length(b);
+    std::vector<float> k(s.kv_heads * length * d), v(k.size());
+    step.cache.Read(b, Tensor3(k.data(), s.kv_heads, length, d),
+                    Tensor3(v.data(), s.kv_heads, length, d));
+    const measure::ShapeMask mask(s.variants, heads, true, length - m);
+    std::vector<double> ref_lse;
+    const std::vector<double> ref = reference::Attention(
+        ConstTensor4::FromTokenMajor(step.q.data() + step.starts[b] * heads * d,
+                                     1, m, heads, d),
+        ConstTensor4::Dense(k.data(), 1, s.kv_heads, length, d),
+        ConstTensor4::Dense(v.data(), 1, s.kv_heads, length, d),
+        1.0 / std::sqrt(double(d)), mask.mask(), &ref_lse);
+    for (size_t h = 0; h < heads; ++h) {
+      for (size_t i = 0; i < m; ++i) {
+        const size_t token = step.starts[b] + i;
+        for (size_t c = 0; c < d; ++c) {
+          const double error =
+              out[(token * heads + h) * d + c] - ref[(h * m + i) * d + c];
+          worst = std::max(worst, Ratio(error, 1e-5));
+        }
+        if (s.separate) continue;
+        const double expected = ref_lse[h * m + i];
+        const double got = lse[h * n + token];
+        const double bound =
+            std::isinf(expected) ? 0 : 1e-5 * (1 + std::abs(expected));
+        worst =
+            std::max(worst, Ratio(got == expected ? 0 : got - expected, bound));
+      }
+    }
+  }
+  return worst;
+}
+
 // KVCache::Append of random tokens (keys rotated with _rope) read back:
 // each element within its type's stated bound (kernels.h) of the float key
 // (rotated by ApplyRope, which the rope tests hold to PyTorch) or value:
@@ -477,6 +529,16 @@ OpCase AppendCase(const std::string& text) {
           [s] { return CheckAppend(s); }};
 }
 
+OpCase ServeCase(const std::string& text) {
+  const measure::ServeShape s = measure::ParseServeShape(text);
+  return {s.Name(), s.Flops(),
+          [s](Library lib, int) -> std::unique_ptr<measure::Workload> {
+            if (lib != Library::kSimdattn) return nullptr;
+            return measure::MakeServe(s);
+          },
+          [s] { return CheckServe(s); }};
+}
+
 }  // namespace
 
 const std::vector<OpSpec>& Ops() {
@@ -577,6 +639,23 @@ const std::vector<OpSpec>& Ops() {
         "2x3x37x20_kvfp8_rope", "1x2x40x64_kvq4_0_paged16_rope",
         "2x2x33x32_kvq8_0"},
        AppendCase},
+      {"serve",
+       Metric::kGflops,
+       "HxGxD_ctxN_dS_pSxT_vSxT[_windowW][_softcapC][_sinks][_alibi]"
+       "[_kv<type>][_pagedN][_separate]  one serving step over a paged "
+       "cache (blocks of 16 unless _pagedN): H query heads over G key/value "
+       "heads of D dims, every sequence N cached tokens plus its new ones; "
+       "S sequences decode a token (_dS), prefill T tokens (_pSxT) or verify "
+       "T draft tokens (_vSxT), all in one VarlenAttention call, or one call "
+       "per group with _separate; useful FLOPs",
+       {"32x8x128_ctx4096_d28_p2x512_v2x5",
+        "32x8x128_ctx4096_d28_p2x512_v2x5_separate", "32x8x128_ctx4096_d32",
+        "32x8x128_ctx4096_d32_separate"},
+       {"4x2x16_ctx40_d3_p1x20_v2x3", "4x2x16_ctx40_d3_p1x20_v2x3_separate",
+        "6x2x32_ctx100_d2_p1x37_window30_sinks_kvbf16_paged32",
+        "4x1x64_ctx70_d2_v1x4_kvq8_0",
+        "4x4x24_ctx50_p2x9_softcap20_alibi_kvint8"},
+       ServeCase},
   };
   return ops;
 }

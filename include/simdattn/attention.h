@@ -166,6 +166,21 @@ class SIMDATTN_API KVCache {
   // order may repeat or drop sequences). order.size() == batch().
   void Reorder(const std::vector<size_t>& order);
 
+  // Moving a sequence (prefill on one worker and decode on another, offload
+  // to host memory, a prefix cache): its tokens [first, first + count) as
+  // the cache stores them, in its own type, into ExportBytes(count) bytes at
+  // `buffer`: keys (kv_heads, count, head_dim), then values (kv_heads, count,
+  // value_dim; not in a latent cache), then int8 key and value scales
+  // (kv_heads, count floats each; a latent cache's key scales only).
+  size_t ExportBytes(size_t count) const;
+  void Export(size_t sequence, size_t first, size_t count, void* buffer) const;
+  // Appends `count` tokens exported by a cache of the same type, kv_heads,
+  // head_dim, value_dim, latent and fp8 scales (any layout) to `sequence`:
+  // attention over them then gives the bits it gave over the source. Keys
+  // keep the rotation they were stored with. Throws, changing nothing, if
+  // they do not fit.
+  void Import(size_t sequence, const void* buffer, size_t count);
+
   // Where the tokens lie, for ScaledDotProductAttention; valid until the
   // next change to the cache.
   KVCacheView View() const;
@@ -199,6 +214,11 @@ class SIMDATTN_API KVCache {
   // is null (count = batch).
   void AppendTo(ConstTensor4 keys, ConstTensor4 values, const size_t* sequences,
                 size_t count);
+  // Checks that n more tokens fit in each listed sequence (as AppendTo
+  // lists them), then takes their blocks; lengths stay. Returns the longest
+  // length after them.
+  size_t Reserve(const char* function, const size_t* sequences, size_t count,
+                 size_t n);
 
   size_t batch_ = 0, kv_heads_ = 0, capacity_ = 0, head_dim_ = 0;
   size_t value_dim_ = 0;

@@ -123,6 +123,16 @@ struct AttentionMask {
   const float* alibi_slopes = nullptr;
   // Per head of the scores (dims[1]), finite: the sink logits.
   const float* sinks = nullptr;
+  // Draft trees of speculative decoding (EAGLE, Medusa), over a cache only
+  // (VarlenAttention, or ScaledDotProductAttention over a KVCacheView): a
+  // sequence b with tree_offsets[b] != kNoTree sees its own n new tokens as
+  // its bits say instead of causally: query i sees new token j (i, j < n)
+  // iff bit tree_offsets[b] + i * n + j of tree_bits is set (bit k is bit
+  // k % 64 of tree_bits[k / 64]). The tokens before them stay visible (as
+  // the window allows). Null: no trees.
+  static constexpr size_t kNoTree = ~size_t{0};
+  const uint64_t* tree_bits = nullptr;
+  const size_t* tree_offsets = nullptr;
 };
 
 // ALiBi's slopes for num_heads heads, as its paper defines them: 2^(-8k/n),
@@ -315,6 +325,97 @@ struct KVCacheView {
 SIMDATTN_API void ScaledDotProductAttention(
     ConstTensor4 q, const KVCacheView& kv, Tensor4 out,
     const AttentionOptions& options = {});
+
+// One serving step's attention over caller-owned pages (vLLM's and
+// FlashInfer's varlen conventions): any mix of prefill chunks, decodes and
+// speculative verifications of kv.batch sequences in one call, spread over
+// the cores as one piece of work.
+//   q    (1, q_heads, num_tokens, head_dim): the packed (num_tokens,
+//        q_heads, head_dim) queries as Tensor4View::FromTokenMajor(data, 1,
+//        num_tokens, q_heads, head_dim) views them;
+//   query_starts  kv.batch + 1 offsets (vLLM's query_start_loc), from 0,
+//        non-decreasing, the last num_tokens: sequence b's queries are rows
+//        [query_starts[b], query_starts[b + 1]) of q, its last q_len tokens
+//        (kv.lengths[b] >= q_len, the lengths after this step's writes:
+//        vLLM's seq_lens); q_len 0 skips the sequence;
+//   out  (1, q_heads, num_tokens, value_dim), likewise.
+// options as ScaledDotProductAttention over a KVCacheView takes them, each
+// sequence on its own (causal and window from its position, softcap, ALiBi,
+// sinks, scale, compute); log_sum_exp is (q_heads, num_tokens). The mask's
+// boolean and additive tensors, causal offsets and key lengths, and dropout
+// are refused: the cache gives the positions and lengths. Each sequence's
+// rows are those of ScaledDotProductAttention over a view of it alone up to
+// the order of summation; a step of single-token decodes gives the bits of
+// the (num_seqs, q_heads, 1, head_dim) call.
+SIMDATTN_API void VarlenAttention(ConstTensor4 q, const size_t* query_starts,
+                                  const KVCacheView& kv, Tensor4 out,
+                                  const AttentionOptions& options = {});
+
+// A pool of KV blocks that the caller owns and writes (one per layer, or a
+// layer's part of an arena): num_blocks blocks of block_size tokens, laid
+// out as KVCacheView says (slot s = block * block_size + offset holds
+// element c of head h at keys[block * block_stride + h * head_stride +
+// offset * row_stride + c], values, int8 scales and fp8 scales alike). With
+// values == keys (value_dim < head_dim), a latent pool: each key row's first
+// value_dim elements are its value (MLA).
+struct KVPages {
+  KVType type = KVType::kF32;
+  size_t kv_heads = 0, head_dim = 0;
+  size_t value_dim = 0;  // 0: head_dim.
+  void* keys = nullptr;
+  void* values = nullptr;
+  size_t block_stride = 0, head_stride = 0, row_stride = 0;  // In elements.
+  float* key_scales = nullptr;  // int8: one per slot and head.
+  float* value_scales = nullptr;
+  size_t scale_block_stride = 0, scale_head_stride = 0;
+  size_t block_size = 0;  // A power of two.
+  size_t num_blocks = 0;
+  float key_scale = 1.0f, value_scale = 1.0f;  // fp8: finite, > 0.
+
+  // What attention reads: num_seqs sequences, sequence b's tokens in the
+  // blocks block_table[b * blocks_per_sequence + t / block_size] (vLLM's
+  // block_table), lengths[b] of them.
+  KVCacheView View(size_t num_seqs, const size_t* lengths,
+                   const int32_t* block_table,
+                   size_t blocks_per_sequence) const {
+    KVCacheView v;
+    v.type = type;
+    v.batch = num_seqs;
+    v.kv_heads = kv_heads;
+    v.head_dim = head_dim;
+    v.value_dim = value_dim;
+    v.lengths = lengths;
+    v.keys = keys;
+    v.values = values;
+    v.block_stride = block_stride;
+    v.head_stride = head_stride;
+    v.row_stride = row_stride;
+    v.key_scales = key_scales;
+    v.value_scales = value_scales;
+    v.scale_block_stride = scale_block_stride;
+    v.scale_head_stride = scale_head_stride;
+    v.block_size = block_size;
+    v.block_table = block_table;
+    v.blocks_per_sequence = blocks_per_sequence;
+    v.num_blocks = num_blocks;
+    v.capacity = blocks_per_sequence * block_size;
+    v.key_scale = key_scale;
+    v.value_scale = value_scale;
+    return v;
+  }
+};
+
+// Stores a step's new keys (1, kv_heads, num_tokens, head_dim) and values
+// (1, kv_heads, num_tokens, value_dim), FromTokenMajor views of packed rows
+// as VarlenAttention's q, token t at slot slot_mapping[t] (block *
+// block_size + offset; vLLM's slot_mapping), converted to the pages' type
+// with KVCache::Append's bits (kernels.h's KVType comment). A negative slot
+// skips its token; the others must be distinct slots of the pool. A latent
+// pool takes empty values. Keys are stored as given: rotate them first
+// (ApplyRope) where the model uses RoPE. On error nothing is written.
+SIMDATTN_API void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
+                               const int64_t* slot_mapping,
+                               const KVPages& pages);
 
 }  // namespace simdattn
 

@@ -258,6 +258,13 @@ typedef struct simdattn_mask {
    * joins the row's denominator and nothing its output, so a row that sees
    * no column gets zeros. */
   const float* sinks;
+  /* 0.5, attention over a cache only: NULL, or per sequence a draft tree
+   * (EAGLE, Medusa) over its n new tokens, SIZE_MAX for none: query i sees
+   * new token j iff bit tree_offsets[b] + i * n + j of tree_bits is set
+   * (bit k is bit k % 64 of tree_bits[k / 64]); earlier tokens stay
+   * visible. */
+  const uint64_t* tree_bits;
+  const size_t* tree_offsets;
 } simdattn_mask;
 #define SIMDATTN_MASK_INIT SIMDATTN_STRUCT_INIT_(simdattn_mask)
 
@@ -424,6 +431,22 @@ SIMDATTN_API simdattn_status simdattn_kv_cache_copy(simdattn_kv_cache* cache,
 SIMDATTN_API simdattn_status simdattn_kv_cache_reorder(simdattn_kv_cache* cache,
                                                        const size_t* order);
 
+/* 0.5: moving a sequence (attention.h's KVCache::Export and Import): its
+ * tokens [first, first + count) in the cache's own type into buffer, which
+ * holds buffer_bytes >= *bytes of simdattn_kv_cache_export_bytes(count);
+ * import appends count such tokens to a sequence of a cache of the same
+ * type, heads and dims (any layout), or fails changing nothing. */
+SIMDATTN_API simdattn_status simdattn_kv_cache_export_bytes(
+    const simdattn_kv_cache* cache, size_t count, size_t* bytes);
+SIMDATTN_API simdattn_status simdattn_kv_cache_export(
+    const simdattn_kv_cache* cache, size_t sequence, size_t first, size_t count,
+    void* buffer, size_t buffer_bytes);
+SIMDATTN_API simdattn_status simdattn_kv_cache_import(simdattn_kv_cache* cache,
+                                                      size_t sequence,
+                                                      const void* buffer,
+                                                      size_t buffer_bytes,
+                                                      size_t count);
+
 /* A sequence's keys and values as attention sees them, widened or
  * dequantized to float, whatever the type and layout: into (kv_heads,
  * length, head_dim) and (kv_heads, length, value_dim) views (batch =
@@ -447,6 +470,69 @@ SIMDATTN_API simdattn_status simdattn_kv_cache_view(
 SIMDATTN_API simdattn_status simdattn_kv_cache_attention(
     simdattn_const_tensor4 q, const simdattn_kv_cache* cache,
     simdattn_tensor4 out, const simdattn_attention_options* options);
+
+/* ------------------------------------------------------------------------ */
+/* A serving step over caller-owned pages (0.5; kernels.h's KVPages,        */
+/* WriteKVSlots and VarlenAttention)                                         */
+
+/* A pool of KV blocks the caller owns: num_blocks blocks of block_size
+ * tokens (a power of two); slot s = block * block_size + offset holds
+ * element c of head h at keys[block * block_stride + h * head_stride +
+ * offset * row_stride + c] (strides in elements of `type`), values, int8
+ * scales (one float per slot and head) and fp8 scales alike. values == keys
+ * (value_dim < head_dim): a latent pool (MLA). SIMDATTN_KV_PAGES_INIT, then
+ * the fields. */
+typedef struct simdattn_kv_pages {
+  size_t struct_size;
+  int32_t type;     /* a simdattn_element_type */
+  int32_t reserved; /* 0 */
+  size_t kv_heads, head_dim;
+  size_t value_dim; /* 0: head_dim */
+  void* keys;
+  void* values;
+  size_t block_stride, head_stride, row_stride;
+  float* key_scales; /* int8 */
+  float* value_scales;
+  size_t scale_block_stride, scale_head_stride;
+  size_t block_size;
+  size_t num_blocks;
+  float key_scale, value_scale; /* fp8: finite, > 0; 0 means 1 */
+} simdattn_kv_pages;
+#define SIMDATTN_KV_PAGES_INIT SIMDATTN_STRUCT_INIT_(simdattn_kv_pages)
+
+/* The sequences of one step (vLLM's names): sequence b's queries are rows
+ * [query_starts[b], query_starts[b + 1]) of the packed queries, its last
+ * tokens; it holds seq_lens[b] tokens after this step's writes, in the blocks
+ * block_table[b * blocks_per_sequence + t / block_size].
+ * SIMDATTN_VARLEN_STEP_INIT, then the fields. */
+typedef struct simdattn_varlen_step {
+  size_t struct_size;
+  size_t num_seqs;
+  const size_t* query_starts; /* num_seqs + 1, from 0, non-decreasing */
+  const size_t* seq_lens;     /* num_seqs */
+  const int32_t* block_table;
+  size_t blocks_per_sequence;
+} simdattn_varlen_step;
+#define SIMDATTN_VARLEN_STEP_INIT SIMDATTN_STRUCT_INIT_(simdattn_varlen_step)
+
+/* Stores keys (1, kv_heads, num_tokens, head_dim) and values (1, kv_heads,
+ * num_tokens, value_dim; empty for a latent pool), token t at slot
+ * slot_mapping[t] (negative: skipped; the others distinct), converted to the
+ * pages' type with simdattn_kv_cache_append's bits. On error nothing is
+ * written. */
+SIMDATTN_API simdattn_status simdattn_write_kv_slots(
+    simdattn_const_tensor4 keys, simdattn_const_tensor4 values,
+    const int64_t* slot_mapping, const simdattn_kv_pages* pages);
+
+/* One call for a step's mix of prefill chunks, decodes and verifications:
+ * q (1, q_heads, num_tokens, head_dim) and out (1, q_heads, num_tokens,
+ * value_dim), packed token-major; options as simdattn_kv_cache_attention
+ * takes them, log_sum_exp (q_heads, num_tokens); no boolean or additive
+ * mask, causal offsets, key lengths or dropout. */
+SIMDATTN_API simdattn_status simdattn_varlen_attention(
+    simdattn_const_tensor4 q, const simdattn_varlen_step* step,
+    const simdattn_kv_pages* pages, simdattn_tensor4 out,
+    const simdattn_attention_options* options);
 
 /* ------------------------------------------------------------------------ */
 /* Attention modules (attention.h)                                           */

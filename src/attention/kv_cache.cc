@@ -432,17 +432,13 @@ void KVCache::Append(ConstTensor4 keys, ConstTensor4 values,
   AppendTo(keys, values, sequences.data(), sequences.size());
 }
 
-void KVCache::AppendTo(ConstTensor4 keys, ConstTensor4 values,
-                       const size_t* list, size_t count) {
-  constexpr const char* kFn = "KVCache::Append";
+size_t KVCache::Reserve(const char* kFn, const size_t* list, size_t count,
+                        size_t n) {
   Storage& s = *storage_;
-  const size_t n = keys.dims[2];
-  CheckTokens(kFn, keys, values, count);
   if (s.appended.size() != batch_) s.appended.assign(batch_, 0);
   s.written.reserve(batch_);
   const uint64_t append = ++s.appends;
   const auto sequence = [list](size_t i) { return list ? list[i] : i; };
-  size_t blocks_needed = 0;
   for (size_t i = 0; i < count; ++i) {
     const size_t b = sequence(i);
     SIMDATTN_REQUIRE(b < batch_, kFn, "sequences[", i, "] (", b,
@@ -455,19 +451,30 @@ void KVCache::AppendTo(ConstTensor4 keys, ConstTensor4 values,
                      " tokens to sequence ", b, "'s ", s.lengths[b],
                      " exceeds the capacity (", capacity_, ")");
   }
-  if (s.paged) blocks_needed = s.BlocksNeeded(list, count, n);
+  const size_t blocks_needed = s.paged ? s.BlocksNeeded(list, count, n) : 0;
   SIMDATTN_REQUIRE(blocks_needed <= s.free_blocks.size(), kFn, "appending ", n,
                    " tokens needs ", blocks_needed, " blocks, but only ",
                    s.free_blocks.size(), " of the pool's ", s.num_blocks,
                    " are free");
-  if (n == 0 || count == 0) return;
   // Blocks for every token, even of zero bytes: the table stays complete.
   size_t longest = 0;
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < count && n != 0; ++i) {
     const size_t b = sequence(i);
     if (s.paged) s.Reserve(b, n);
     longest = std::max(longest, s.lengths[b] + n);
   }
+  return longest;
+}
+
+void KVCache::AppendTo(ConstTensor4 keys, ConstTensor4 values,
+                       const size_t* list, size_t count) {
+  constexpr const char* kFn = "KVCache::Append";
+  Storage& s = *storage_;
+  const size_t n = keys.dims[2];
+  CheckTokens(kFn, keys, values, count);
+  const auto sequence = [list](size_t i) { return list ? list[i] : i; };
+  const size_t longest = Reserve(kFn, list, count, n);
+  if (n == 0 || count == 0) return;
   const size_t row = std::max(head_dim_, value_dim_);
   if (kv_heads_ == 0 || row == 0) {
     for (size_t i = 0; i < count; ++i) s.lengths[sequence(i)] += n;
@@ -608,6 +615,95 @@ KVCacheView KVCache::View() const {
     view.num_blocks = s.num_blocks;
   }
   return view;
+}
+
+size_t KVCache::ExportBytes(size_t count) const {
+  const Storage& s = *storage_;
+  size_t row = s.Bytes(head_dim_) + (s.latent ? 0 : s.Bytes(value_dim_));
+  if (s.scaled) row += (s.latent ? 1 : 2) * sizeof(float);
+  return internal::CheckedMul(
+      "KVCache::ExportBytes", "count * kv_heads * the bytes of a token's row",
+      internal::CheckedMul("KVCache::ExportBytes", "count * kv_heads", count,
+                           kv_heads_),
+      row);
+}
+
+namespace {
+
+// Export's and Import's buffer, section by section (attention.h): for every
+// (head, token) of tokens [first, first + count) of sequence b, copy(cache,
+// buffer, bytes) with the row's bytes in the cache's keys, values and
+// scales and their place in the buffer. Storage is const to export, Byte
+// const to import.
+inline uint8_t* AsBytes(float* p) { return reinterpret_cast<uint8_t*>(p); }
+inline const uint8_t* AsBytes(const float* p) {
+  return reinterpret_cast<const uint8_t*>(p);
+}
+template <class Storage, typename Byte, class Copy>
+void ForEachExportedRow(Storage& s, size_t kv_heads, size_t head_dim,
+                        size_t value_dim, size_t b, size_t first, size_t count,
+                        Byte* buffer, const Copy& copy) {
+  const size_t rows = kv_heads * count;
+  const size_t key_bytes = s.Bytes(head_dim), value_bytes = s.Bytes(value_dim);
+  Byte* values = buffer + rows * key_bytes;
+  Byte* key_scales = values + (s.latent ? 0 : rows * value_bytes);
+  Byte* value_scales = key_scales + rows * sizeof(float);
+  for (size_t h = 0; h < kv_heads; ++h) {
+    for (size_t t = 0; t < count; ++t) {
+      const size_t row = h * count + t, position = first + t;
+      const size_t at = s.Bytes(s.Offset(b, h, position));
+      copy(s.keys + at, buffer + row * key_bytes, key_bytes);
+      if (!s.latent) {
+        copy(s.values + at, values + row * value_bytes, value_bytes);
+      }
+      if (!s.scaled) continue;
+      const size_t scale = s.ScaleOffset(b, h, position);
+      copy(AsBytes(&s.key_scales[scale]), key_scales + row * sizeof(float),
+           sizeof(float));
+      if (!s.latent) {
+        copy(AsBytes(&s.value_scales[scale]),
+             value_scales + row * sizeof(float), sizeof(float));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void KVCache::Export(size_t sequence, size_t first, size_t count,
+                     void* buffer) const {
+  constexpr const char* kFn = "KVCache::Export";
+  const Storage& s = *storage_;
+  SIMDATTN_REQUIRE(sequence < batch_, kFn, "sequence (", sequence,
+                   ") is not below the batch (", batch_, ")");
+  SIMDATTN_REQUIRE(
+      first <= s.lengths[sequence] && count <= s.lengths[sequence] - first, kFn,
+      "tokens [", first, ", ", first, " + ", count,
+      ") are not within sequence ", sequence, "'s ", s.lengths[sequence]);
+  SIMDATTN_REQUIRE(buffer != nullptr || ExportBytes(count) == 0, kFn,
+                   "buffer is null");
+  ForEachExportedRow(s, kv_heads_, head_dim_, value_dim_, sequence, first,
+                     count, static_cast<uint8_t*>(buffer),
+                     [](const uint8_t* cache, uint8_t* out, size_t bytes) {
+                       std::memcpy(out, cache, bytes);
+                     });
+}
+
+void KVCache::Import(size_t sequence, const void* buffer, size_t count) {
+  constexpr const char* kFn = "KVCache::Import";
+  Storage& s = *storage_;
+  SIMDATTN_REQUIRE(sequence < batch_, kFn, "sequence (", sequence,
+                   ") is not below the batch (", batch_, ")");
+  SIMDATTN_REQUIRE(buffer != nullptr || ExportBytes(count) == 0, kFn,
+                   "buffer is null");
+  Reserve(kFn, &sequence, 1, count);
+  ForEachExportedRow(s, kv_heads_, head_dim_, value_dim_, sequence,
+                     s.lengths[sequence], count,
+                     static_cast<const uint8_t*>(buffer),
+                     [](uint8_t* cache, const uint8_t* in, size_t bytes) {
+                       std::memcpy(cache, in, bytes);
+                     });
+  s.lengths[sequence] += count;
 }
 
 void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {

@@ -108,7 +108,7 @@ struct Growable;
                 #S " has tail padding, or " #last " is not last");
 SIMDATTN_GROWABLE(simdattn_matmul_options, SIMDATTN_MATMUL_OPTIONS_INIT, bias,
                   bias)
-SIMDATTN_GROWABLE(simdattn_mask, SIMDATTN_MASK_INIT, sinks, sinks)
+SIMDATTN_GROWABLE(simdattn_mask, SIMDATTN_MASK_INIT, sinks, tree_offsets)
 SIMDATTN_GROWABLE(simdattn_rope_options, SIMDATTN_ROPE_OPTIONS_INIT, positions,
                   rotary_offset)
 SIMDATTN_GROWABLE(simdattn_attention_options, SIMDATTN_ATTENTION_OPTIONS_INIT,
@@ -121,6 +121,10 @@ SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT, reserved,
                   reserved)
 SIMDATTN_GROWABLE(simdattn_forward_options, SIMDATTN_FORWARD_OPTIONS_INIT,
                   attention_weights, attention_weights)
+SIMDATTN_GROWABLE(simdattn_kv_pages, SIMDATTN_KV_PAGES_INIT, value_scale,
+                  value_scale)
+SIMDATTN_GROWABLE(simdattn_varlen_step, SIMDATTN_VARLEN_STEP_INIT,
+                  blocks_per_sequence, blocks_per_sequence)
 #undef SIMDATTN_GROWABLE
 #undef SIMDATTN_FIELD_END_
 
@@ -203,6 +207,8 @@ AttentionMask ToMask(const simdattn_mask* caller, const char* function,
   m.softcap = mask.softcap;
   m.alibi_slopes = mask.alibi_slopes;
   m.sinks = mask.sinks;
+  m.tree_bits = mask.tree_bits;
+  m.tree_offsets = mask.tree_offsets;
   return m;
 }
 
@@ -332,16 +338,20 @@ static_assert(SIMDATTN_F32 == static_cast<int>(ElementType::kF32) &&
                   SIMDATTN_Q4_0 == static_cast<int>(ElementType::kQ4_0),
               "simdattn_element_type and ElementType disagree");
 
+// A C element type, named `what` in the error.
+KVType ToElementType(int32_t type, const char* kFn, const char* what) {
+  SIMDATTN_REQUIRE(type >= 0 && type <= UINT8_MAX &&
+                       IsElementType(static_cast<KVType>(type)),
+                   kFn, what, " (", type, ") is not a simdattn_element_type");
+  return static_cast<KVType>(type);
+}
+
 KVCacheConfig ToConfig(const simdattn_kv_cache_config* caller,
                        const char* kFn) {
   KVCacheConfig c;
   if (caller == nullptr) return c;
   const simdattn_kv_cache_config config = ReadGrowable(*caller, kFn, "config");
-  SIMDATTN_REQUIRE(config.type >= 0 && config.type <= UINT8_MAX &&
-                       IsElementType(static_cast<KVType>(config.type)),
-                   kFn, "config->type (", config.type,
-                   ") is not a simdattn_element_type");
-  c.type = static_cast<KVType>(config.type);
+  c.type = ToElementType(config.type, kFn, "config->type");
   c.block_size = config.block_size;
   c.num_blocks = config.num_blocks;
   c.value_dim = config.value_dim;
@@ -414,6 +424,40 @@ ThreadLimit& GetThreadLimit() {
   return limit;
 }
 
+KVPages ToPages(const simdattn_kv_pages* caller, const char* kFn) {
+  RequireNonNull(caller, kFn, "pages");
+  const simdattn_kv_pages p = ReadGrowable(*caller, kFn, "pages");
+  SIMDATTN_REQUIRE(p.reserved == 0, kFn, "pages->reserved (", p.reserved,
+                   ") is not 0");
+  KVPages pages;
+  pages.type = ToElementType(p.type, kFn, "pages->type");
+  pages.kv_heads = p.kv_heads;
+  pages.head_dim = p.head_dim;
+  pages.value_dim = p.value_dim;
+  pages.keys = p.keys;
+  pages.values = p.values;
+  pages.block_stride = p.block_stride;
+  pages.head_stride = p.head_stride;
+  pages.row_stride = p.row_stride;
+  pages.key_scales = p.key_scales;
+  pages.value_scales = p.value_scales;
+  pages.scale_block_stride = p.scale_block_stride;
+  pages.scale_head_stride = p.scale_head_stride;
+  pages.block_size = p.block_size;
+  pages.num_blocks = p.num_blocks;
+  if (p.key_scale != 0.0f) pages.key_scale = p.key_scale;
+  if (p.value_scale != 0.0f) pages.value_scale = p.value_scale;
+  return pages;
+}
+
+// Throws unless a buffer of buffer_bytes holds `count` exported tokens.
+void CheckExportBuffer(const char* kFn, const KVCache& cache, size_t count,
+                       size_t buffer_bytes) {
+  const size_t needed = cache.ExportBytes(count);
+  SIMDATTN_REQUIRE(buffer_bytes >= needed, kFn, "buffer_bytes (", buffer_bytes,
+                   ") is less than the ", needed, " bytes of ", count,
+                   " tokens");
+}
 }  // namespace
 }  // namespace simdattn
 
@@ -644,6 +688,68 @@ simdattn_status simdattn_kv_cache_attention(
     simdattn::ScaledDotProductAttention(simdattn::View4<const float>(q),
                                         cache->cache.View(),
                                         simdattn::View4<float>(out), o);
+  });
+}
+
+simdattn_status simdattn_write_kv_slots(simdattn_const_tensor4 keys,
+                                        simdattn_const_tensor4 values,
+                                        const int64_t* slot_mapping,
+                                        const simdattn_kv_pages* pages) {
+  constexpr const char* kFn = "simdattn_write_kv_slots";
+  return CallGuarded(kFn, [&] {
+    simdattn::WriteKVSlots(simdattn::View4<const float>(keys),
+                           simdattn::View4<const float>(values), slot_mapping,
+                           simdattn::ToPages(pages, kFn));
+  });
+}
+
+simdattn_status simdattn_varlen_attention(
+    simdattn_const_tensor4 q, const simdattn_varlen_step* step,
+    const simdattn_kv_pages* pages, simdattn_tensor4 out,
+    const simdattn_attention_options* options) {
+  constexpr const char* kFn = "simdattn_varlen_attention";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(step, kFn, "step");
+    const simdattn_varlen_step s = simdattn::ReadGrowable(*step, kFn, "step");
+    const simdattn::AttentionOptions o = simdattn::ToOptions(options, kFn);
+    simdattn::VarlenAttention(
+        simdattn::View4<const float>(q), s.query_starts,
+        simdattn::ToPages(pages, kFn)
+            .View(s.num_seqs, s.seq_lens, s.block_table, s.blocks_per_sequence),
+        simdattn::View4<float>(out), o);
+  });
+}
+
+simdattn_status simdattn_kv_cache_export_bytes(const simdattn_kv_cache* cache,
+                                               size_t count, size_t* bytes) {
+  constexpr const char* kFn = "simdattn_kv_cache_export_bytes";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    simdattn::RequireNonNull(bytes, kFn, "bytes");
+    *bytes = cache->cache.ExportBytes(count);
+  });
+}
+
+simdattn_status simdattn_kv_cache_export(const simdattn_kv_cache* cache,
+                                         size_t sequence, size_t first,
+                                         size_t count, void* buffer,
+                                         size_t buffer_bytes) {
+  constexpr const char* kFn = "simdattn_kv_cache_export";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    simdattn::CheckExportBuffer(kFn, cache->cache, count, buffer_bytes);
+    cache->cache.Export(sequence, first, count, buffer);
+  });
+}
+
+simdattn_status simdattn_kv_cache_import(simdattn_kv_cache* cache,
+                                         size_t sequence, const void* buffer,
+                                         size_t buffer_bytes, size_t count) {
+  constexpr const char* kFn = "simdattn_kv_cache_import";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(cache, kFn, "cache");
+    simdattn::CheckExportBuffer(kFn, cache->cache, count, buffer_bytes);
+    cache->cache.Import(sequence, buffer, count);
   });
 }
 

@@ -265,10 +265,23 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
   // The offsets place rows among the keys: for causality, the window and
   // ALiBi's distances.
   SIMDATTN_REQUIRE(mask.causal_offsets == nullptr || mask.causal ||
-                       mask.window != 0 || mask.alibi_slopes != nullptr,
+                       mask.window != 0 || mask.alibi_slopes != nullptr ||
+                       mask.tree_offsets != nullptr,
                    function,
                    "mask.causal_offsets is given but neither mask.causal nor "
                    "mask.window (nor mask.alibi_slopes) is set");
+  // A tree's new tokens are [causal_offsets[b], key_lengths[b]): what a
+  // cache's lengths give.
+  if (mask.tree_offsets != nullptr) {
+    SIMDATTN_REQUIRE(
+        mask.key_lengths != nullptr && mask.causal_offsets != nullptr, function,
+        "mask.tree_offsets is given outside attention over a "
+        "cache (VarlenAttention, or a KVCacheView)");
+    SIMDATTN_REQUIRE(mask.tree_bits != nullptr, function,
+                     "mask.tree_offsets is given but mask.tree_bits is null");
+    check_array("mask.tree_offsets", mask.tree_offsets, scores[0],
+                sizeof(size_t));
+  }
   check_array("mask.causal_offsets", mask.causal_offsets, scores[0],
               sizeof(size_t));
   SIMDATTN_REQUIRE(std::isfinite(mask.softcap) && mask.softcap >= 0.0f,
@@ -304,7 +317,7 @@ void CheckDropout(const char* function, const char* p_name, float p,
 }
 
 KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
-                                  size_t q_tokens) {
+                                  size_t q_tokens, const size_t* query_starts) {
   const bool paged = kv.block_table != nullptr;
   SIMDATTN_REQUIRE(kv.block_size != 0 || !paged, function,
                    "kv.block_size is 0");
@@ -326,10 +339,13 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
   KVCacheViewSpans spans;
   for (size_t b = 0; b < batch; ++b) {
     const size_t length = kv.lengths[b];
+    if (query_starts != nullptr) {
+      q_tokens = query_starts[b + 1] - query_starts[b];
+    }
     SIMDATTN_REQUIRE(length <= capacity, function, "kv.lengths[", b, "] (",
                      length, ") exceeds the capacity (", capacity, ")");
     SIMDATTN_REQUIRE(length >= q_tokens, function, "kv.lengths[", b, "] (",
-                     length, ") is less than the ", q_tokens,
+                     length, ") is less than its ", q_tokens,
                      " queries, the sequence's last tokens");
     spans.longest = std::max(spans.longest, length);
     if (!paged) continue;

@@ -105,16 +105,18 @@ inline size_t ValueDim(const KVCacheView& kv) {
 }
 
 // Validates a KV cache's layout (kernels.h's KVCacheView) for attention of
-// q_tokens queries per sequence, the type and the shapes against q checked
-// by the caller: block size and table entries, capacity, lengths (each at
-// least q_tokens), and the memory of keys, values and scales. Returns what
-// they span, and the longest length.
+// q_tokens queries per sequence (or, with query_starts, already validated,
+// query_starts[b + 1] - query_starts[b] for sequence b), the type and the
+// shapes against q checked by the caller: block size and table entries,
+// capacity, lengths (each at least its queries), and the memory of keys,
+// values and scales. Returns what they span, and the longest length.
 struct KVCacheViewSpans {
   Footprint keys, values, key_scales, value_scales;
   size_t longest = 0;
 };
 KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
-                                  size_t q_tokens);
+                                  size_t q_tokens,
+                                  const size_t* query_starts = nullptr);
 
 // Validates a dropout probability `p` (named p_name; NaN fails) over a
 // weights tensor of shape `dims`, whose dims are named dim_names in messages.

@@ -98,6 +98,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // type the functions below take as a template parameter.
 struct Problem {
   ConstTensor4 q;
+  internal::QueryLayout layout;
   const internal::KVSource* kv;
   size_t value_dim;
   Tensor4 out;
@@ -339,6 +340,17 @@ HWY_INLINE float MaskTileRow(D d, const Problem& pr, Workspace& ws, float* srow,
     std::memcpy(ws.masked, masks.boolean + j0, cols);
     std::fill(ws.masked + cols, ws.masked + kKeyBlock, uint8_t{0});
     masks.boolean = ws.masked;
+  }
+  // A draft tree masks the new tokens its bits hide, as a boolean mask.
+  const size_t tree_first = pr.mask.HasTree(b) ? pr.mask.Position(b, 0) : 0;
+  if (pr.mask.HasTree(b) && tree_first < j0 + cols) {
+    if (masks.boolean == nullptr) {
+      std::fill(ws.masked, ws.masked + kKeyBlock, uint8_t{0});
+      masks.boolean = ws.masked;
+    }
+    for (size_t j = std::max(j0, tree_first); j < j0 + cols; ++j) {
+      if (!pr.mask.TreeSees(b, i, j)) ws.masked[j - j0] = 1;
+    }
   }
   if (masks.additive != nullptr) {
     return masks.boolean != nullptr
@@ -685,12 +697,12 @@ inline ConstMatrix TaskQueries(const Problem& pr, const QueryRows& t,
                                bool round, float* buffer) {
   const size_t head_dim = pr.q.dims[3];
   if (buffer == nullptr) {
-    const ConstMatrix q = pr.q.Slice(t.b, t.h0);
+    const ConstMatrix q = pr.layout.Rows(pr.q, t.b, t.h0);
     return ConstMatrix(q.Row(t.i0), t.rows, head_dim, q.stride);
   }
   const hn::ScalableTag<float> d;
   for (size_t r = 0; r < t.rows; ++r) {
-    const float* row = pr.q.Slice(t.b, t.Head(r)).Row(t.Token(r));
+    const float* row = pr.layout.Rows(pr.q, t.b, t.Head(r)).Row(t.Token(r));
     if (round) {
       RoundRows(d, ConstMatrix(row, 1, head_dim, head_dim),
                 buffer + r * head_dim);
@@ -869,25 +881,30 @@ HWY_INLINE float LogSumExp(float max, float sum, bool nan) {
   return sum == 0.0f ? -kInf : max + std::log(sum);
 }
 
-// Attention over keys and values of element type T.
+// Attention over keys and values of element type T, queries and outputs
+// where `layout` puts them.
 template <typename T>
-void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
-               float scale, const AttentionMask& mask, float dropout,
-               PhiloxKey dropout_key, float* log_sum_exp, bool round_weights,
-               bool amx, bool inputs_rounded) {
-  const size_t batch = q.dims[0], heads = q.dims[1], q_tokens = q.dims[2];
+void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
+               const internal::KVSource& kv, Tensor4 out, float scale,
+               const AttentionMask& mask, float dropout, PhiloxKey dropout_key,
+               float* log_sum_exp, bool round_weights, bool amx,
+               bool inputs_rounded) {
+  const size_t batch = layout.batch, heads = q.dims[1];
   const size_t k_tokens = kv.tokens, value_dim = kv.values.cols;
   const auto lse = [&](size_t b, size_t h, size_t i) -> float& {
-    return log_sum_exp[(b * heads + h) * q_tokens + i];
+    return log_sum_exp[layout.LogSumExpIndex(b, h, i)];
+  };
+  const auto out_rows = [&](size_t b, size_t h) {
+    return layout.Rows(out, b, h);
   };
   // Every weight dropped: the context is 0 (and the log-sum-exp is that of
   // the weights before dropout).
   const auto zero_outputs = [&] {
     for (size_t b = 0; b < batch; ++b) {
       for (size_t h = 0; h < heads; ++h) {
-        for (size_t i = 0; i < q_tokens; ++i) {
-          float* row = out.Slice(b, h).Row(i);
-          std::fill(row, row + value_dim, 0.0f);
+        const Matrix o = out_rows(b, h);
+        for (size_t i = 0; i < o.rows; ++i) {
+          std::fill(o.Row(i), o.Row(i) + value_dim, 0.0f);
         }
       }
     }
@@ -897,6 +914,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
   // An fp8 cache's key scale joins the scores' (its value scale joins the
   // outputs, in FinishRow).
   Problem pr{q,
+             layout,
              &kv,
              value_dim,
              out,
@@ -925,11 +943,20 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
   // Too few tasks for the cores: a query block per task (each tile of K and
   // V packed for fewer rows, a few % more work) before splitting the keys,
   // whose partials would take memory in proportion to the rows.
-  if (batch * head_blocks * hwy::DivCeil(q_tokens, task_tokens) < kMinTasks) {
+  size_t most_tokens = 0;
+  const auto count_tasks = [&] {
+    size_t tasks = 0;
+    for (size_t b = 0; b < batch; ++b) {
+      tasks += head_blocks * hwy::DivCeil(layout.Tokens(b), task_tokens);
+      most_tokens = std::max(most_tokens, layout.Tokens(b));
+    }
+    return tasks;
+  };
+  size_t tasks = count_tasks();
+  if (tasks < kMinTasks) {
     task_tokens = std::max<size_t>(1, kQueryBlock / task_heads);
+    tasks = count_tasks();
   }
-  const size_t row_blocks = hwy::DivCeil(q_tokens, task_tokens);
-  const size_t tasks = batch * head_blocks * row_blocks;
   size_t splits = 1;
   if (tasks < kMinTasks && k_tokens >= 2 * kMinSplitKeys) {
     splits = std::min(hwy::DivCeil(kMinTasks, tasks), k_tokens / kMinSplitKeys);
@@ -942,7 +969,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
   // With splits, every (task, split) leaves its partial accumulator and
   // states here; without, the accumulator is the output itself (one head
   // per task) or the task's own scratch.
-  const size_t block_rows = task_heads * std::min(task_tokens, q_tokens);
+  const size_t block_rows = task_heads * std::min(task_tokens, most_tokens);
   const size_t partial_rows = splits > 1 ? tasks * splits * block_rows : 0;
   internal::ScratchBuffer partials(partial_rows * (value_dim + 3) + 1);
   float* partial_acc = partials.data();
@@ -951,19 +978,41 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
                                  partial_acc + partial_rows * (value_dim + 2)};
   const size_t workspace_floats = Workspace::Floats(nr, head_dim, value_dim);
 
-  // Heavy tasks first: with a causal mask, later row blocks see more keys.
+  // Heavy tasks first: items with more query rows first (ties, and every
+  // dense call, in batch order), and within an item, the later row blocks,
+  // which see more keys under a causal mask. first_task[p] is the first task
+  // of the p-th item in that order (from the scratch pool, used as size_t).
+  internal::ScratchBuffer order_buffer(
+      hwy::DivCeil((2 * batch + 1) * sizeof(size_t), sizeof(float)));
+  size_t* order = reinterpret_cast<size_t*>(order_buffer.data());
+  size_t* first_task = order + batch;
+  for (size_t b = 0; b < batch; ++b) order[b] = b;
+  if (layout.starts != nullptr) {
+    std::stable_sort(order, order + batch, [&](size_t a, size_t b) {
+      return layout.Tokens(a) > layout.Tokens(b);
+    });
+  }
+  first_task[0] = 0;
+  for (size_t p = 0; p < batch; ++p) {
+    first_task[p + 1] =
+        first_task[p] +
+        head_blocks * hwy::DivCeil(layout.Tokens(order[p]), task_tokens);
+  }
   const auto locate = [&](size_t index, size_t* split) {
     *split = index % splits;
     const size_t task = index / splits;
-    const size_t block = row_blocks - 1 - task % row_blocks;
-    const size_t head_block = task / row_blocks % head_blocks;
-    const size_t i0 = block * task_tokens;
-    return QueryRows{task / row_blocks / head_blocks, head_block * task_heads,
-                     task_heads, i0,
-                     task_heads * std::min(task_tokens, q_tokens - i0)};
+    const size_t p = static_cast<size_t>(
+        std::upper_bound(first_task, first_task + batch + 1, task) -
+        first_task - 1);
+    const size_t b = order[p], tokens = layout.Tokens(b);
+    const size_t row_blocks = hwy::DivCeil(tokens, task_tokens);
+    const size_t local = task - first_task[p];
+    const size_t i0 = (row_blocks - 1 - local % row_blocks) * task_tokens;
+    return QueryRows{b, local / row_blocks * task_heads, task_heads, i0,
+                     task_heads * std::min(task_tokens, tokens - i0)};
   };
   const auto out_row = [&](const QueryRows& t, size_t r) {
-    return out.Slice(t.b, t.Head(r)).Row(t.Token(r));
+    return out_rows(t.b, t.Head(r)).Row(t.Token(r));
   };
   // A task's scratch past its workspace and row states: AMX's pairs; the
   // query rows, gathered when they come from several heads or must be
@@ -998,7 +1047,7 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
       const ConstMatrix queries = TaskQueries(pr, t, round_q, gathered);
       if (splits == 1) {
         // One head: the output rows are one strided matrix.
-        const Matrix o = out.Slice(t.b, t.h0);
+        const Matrix o = out_rows(t.b, t.h0);
         float* acc = t.heads == 1 ? o.Row(t.i0) : own_acc;
         const size_t acc_stride = t.heads == 1 ? o.stride : value_dim;
         AttendBlock<T>(pr, t, queries, 0, k_tokens, acc, acc_stride, own_states,
@@ -1064,14 +1113,14 @@ void AttendAll(ConstTensor4 q, const internal::KVSource& kv, Tensor4 out,
 // Same-target entry point; arguments were validated by the caller (shapes
 // consistent, out disjoint from the inputs, 0 <= dropout <= 1, the cache's
 // rows and table entries in bounds).
-inline void AttentionImpl(ConstTensor4 q, const internal::KVSource& kv,
-                          Tensor4 out, float scale, const AttentionMask& mask,
-                          float dropout, PhiloxKey dropout_key,
-                          float* log_sum_exp, bool round_weights, bool amx,
-                          bool inputs_rounded) {
+inline void AttentionImpl(ConstTensor4 q, const internal::QueryLayout& layout,
+                          const internal::KVSource& kv, Tensor4 out,
+                          float scale, const AttentionMask& mask, float dropout,
+                          PhiloxKey dropout_key, float* log_sum_exp,
+                          bool round_weights, bool amx, bool inputs_rounded) {
   internal::VisitElementType(kv.type, [&](auto tag) {
     attention_detail::AttendAll<typename decltype(tag)::type>(
-        q, kv, out, scale, mask, dropout, dropout_key, log_sum_exp,
+        q, layout, kv, out, scale, mask, dropout, dropout_key, log_sum_exp,
         round_weights, amx, inputs_rounded);
   });
 }

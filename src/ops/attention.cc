@@ -58,7 +58,8 @@ internal::KVMemory RoundedRows(const internal::KVMemory& m, size_t batch,
 // The checks and the dispatch both overloads share: q and out against the
 // keys' and values' footprints, the mask over (batch, q_heads, q_tokens,
 // `capacity`) keys, dropout and the log-sum-exp.
-void Attend(const char* kFn, ConstTensor4 q, KVSource kv, size_t capacity,
+void Attend(const char* kFn, ConstTensor4 q,
+            const internal::QueryLayout& layout, KVSource kv, size_t capacity,
             std::initializer_list<std::pair<Footprint, const char*>> inputs,
             Tensor4 out, const AttentionOptions& options,
             const AttentionMask& mask) {
@@ -87,7 +88,8 @@ void Attend(const char* kFn, ConstTensor4 q, KVSource kv, size_t capacity,
   for (const auto& [input, name] : inputs) {
     SIMDATTN_REQUIRE(!ro.Overlaps(input), kFn, "out overlaps ", name);
   }
-  const size_t scores[4] = {q.dims[0], q.dims[1], q.dims[2], capacity};
+  // Varlen: the mask's arrays have an entry per sequence.
+  const size_t scores[4] = {layout.batch, q.dims[1], q.dims[2], capacity};
   internal::CheckAttentionMask(kFn, mask, scores, "k.dims[2]", ro, "out");
   if (options.log_sum_exp != nullptr && !out.empty()) {
     const Footprint rl = internal::ContiguousFootprint(
@@ -112,10 +114,12 @@ void Attend(const char* kFn, ConstTensor4 q, KVSource kv, size_t capacity,
   // bf16: prefill rounds Q, K and V as it packs them (AMX tiles or float
   // panels). A single query (decode) reads K and V rows in place: Q is
   // rounded here, and float K and V (tensors) into bf16 copies, which the
-  // kernel widens exactly. Sizes are those of validated tensors.
+  // kernel widens exactly; so is a varlen step's Q, whose decodes read the
+  // cache in place. Sizes are those of validated tensors.
   const bool amx = bf16 && internal::ChosenBFloat16DotKernel() ==
                                internal::BFloat16DotKernelKind::kAmx;
-  const bool round_inputs = bf16 && q.dims[2] == 1;
+  const bool round_inputs =
+      bf16 && (q.dims[2] == 1 || layout.starts != nullptr);
   const size_t q_size =
       round_inputs ? q.dims[0] * q.dims[1] * q.dims[2] * q.dims[3] : 0;
   const size_t k_size = round_inputs && kv.type == KVType::kF32
@@ -137,7 +141,7 @@ void Attend(const char* kFn, ConstTensor4 q, KVSource kv, size_t capacity,
     kv.type = KVType::kBF16;
   }
   HWY_DYNAMIC_DISPATCH(AttentionImpl)
-  (q, kv, out, scale, mask, dropout,
+  (q, layout, kv, out, scale, mask, dropout,
    DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
    options.log_sum_exp, bf16, amx, round_inputs || !bf16);
 }
@@ -177,14 +181,19 @@ void ScaledDotProductAttention(ConstTensor4 q, ConstTensor4 k, ConstTensor4 v,
   kv.values = TensorMemory(v);
   kv.kv_heads = k.dims[1];
   kv.tokens = k.dims[2];
-  Attend(kFn, q, kv, k.dims[2], {{rk, "k"}, {rv, "v"}}, out, options,
-         options.mask);
+  Attend(kFn, q, internal::QueryLayout::Dense(q), kv, k.dims[2],
+         {{rk, "k"}, {rv, "v"}}, out, options, options.mask);
 }
 
-void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
-                               Tensor4 out, const AttentionOptions& options) {
-  constexpr const char* kFn = "ScaledDotProductAttention";
-  const size_t batch = q.dims[0], q_tokens = q.dims[2];
+namespace {
+
+// Both overloads over a cache: its memory as the source, its lengths as the
+// key lengths, each sequence's queries (as `layout` places them, validated)
+// its last tokens.
+void AttendCache(const char* kFn, ConstTensor4 q,
+                 const internal::QueryLayout& layout, const KVCacheView& kv,
+                 Tensor4 out, const AttentionOptions& options) {
+  const size_t batch = layout.batch;
   SIMDATTN_REQUIRE(IsElementType(kv.type), kFn, "kv.type (",
                    static_cast<int>(kv.type), ") is not a KVType");
   SIMDATTN_REQUIRE(
@@ -192,9 +201,9 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
       kFn, "options.compute is kBFloat16 but the cache's type is ",
       static_cast<int>(kv.type),
       ", not kBF16: bf16 arithmetic reads a bf16 cache");
-  SIMDATTN_REQUIRE(kv.batch == batch && kv.head_dim == q.dims[3], kFn,
-                   "the cache holds (batch ", kv.batch, ", head_dim ",
-                   kv.head_dim, ") but q has shape ", ShapeString(q.dims));
+  SIMDATTN_REQUIRE(kv.head_dim == q.dims[3], kFn, "the cache's head_dim (",
+                   kv.head_dim, ") differs from q's: q has shape ",
+                   ShapeString(q.dims));
   SIMDATTN_REQUIRE(
       q.dims[1] == 0 || (kv.kv_heads != 0 && q.dims[1] % kv.kv_heads == 0), kFn,
       "q's heads (", q.dims[1],
@@ -207,7 +216,7 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
                    "mask.causal_offset(s) and mask.key_lengths must be unset: "
                    "the cache's lengths give them");
   const internal::KVCacheViewSpans spans =
-      internal::CheckKVCacheView(kFn, kv, q_tokens);
+      internal::CheckKVCacheView(kFn, kv, layout.rows, layout.starts);
   const bool paged = kv.block_table != nullptr;
   KVSource source;
   source.type = kv.type;
@@ -235,24 +244,73 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
       m->side_scale = keys ? kv.key_scale : kv.value_scale;
     }
   }
-  // The queries are the last q_tokens of each sequence.
   AttentionMask mask = user_mask;
   mask.key_lengths = kv.lengths;
   // From the scratch pool (untyped memory, used as size_t only): a decode
   // step allocates nothing.
   std::optional<internal::ScratchBuffer> offsets_buffer;
-  if (mask.causal || mask.window != 0 || mask.alibi_slopes != nullptr) {
+  if (mask.causal || mask.window != 0 || mask.alibi_slopes != nullptr ||
+      mask.tree_offsets != nullptr) {
     offsets_buffer.emplace(hwy::DivCeil(batch * sizeof(size_t), sizeof(float)));
     size_t* offsets = reinterpret_cast<size_t*>(offsets_buffer->data());
-    for (size_t b = 0; b < batch; ++b) offsets[b] = kv.lengths[b] - q_tokens;
+    for (size_t b = 0; b < batch; ++b) {
+      offsets[b] = kv.lengths[b] - layout.Tokens(b);
+    }
     mask.causal_offsets = offsets;
   }
-  Attend(kFn, q, source, kv.capacity,
+  Attend(kFn, q, layout, source, kv.capacity,
          {{spans.keys, "kv.keys"},
           {spans.values, "kv.values"},
           {spans.key_scales, "kv.key_scales"},
           {spans.value_scales, "kv.value_scales"}},
          out, options, mask);
+}
+
+}  // namespace
+
+void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
+                               Tensor4 out, const AttentionOptions& options) {
+  constexpr const char* kFn = "ScaledDotProductAttention";
+  SIMDATTN_REQUIRE(kv.batch == q.dims[0], kFn, "the cache holds batch ",
+                   kv.batch, " but q has shape ", ShapeString(q.dims));
+  AttendCache(kFn, q, internal::QueryLayout::Dense(q), kv, out, options);
+}
+
+void VarlenAttention(ConstTensor4 q, const size_t* query_starts,
+                     const KVCacheView& kv, Tensor4 out,
+                     const AttentionOptions& options) {
+  constexpr const char* kFn = "VarlenAttention";
+  const size_t num_tokens = q.dims[2];
+  SIMDATTN_REQUIRE(q.dims[0] == 1, kFn, "q has shape ", ShapeString(q.dims),
+                   ": expected (1, q_heads, num_tokens, head_dim), the "
+                   "packed queries' FromTokenMajor view");
+  SIMDATTN_REQUIRE(query_starts != nullptr, kFn, "query_starts is null");
+  SIMDATTN_REQUIRE(query_starts[0] == 0, kFn, "query_starts[0] (",
+                   query_starts[0], ") is not 0");
+  for (size_t b = 0; b < kv.batch; ++b) {
+    SIMDATTN_REQUIRE(query_starts[b + 1] >= query_starts[b], kFn,
+                     "query_starts[", b + 1, "] (", query_starts[b + 1],
+                     ") is less than query_starts[", b, "] (", query_starts[b],
+                     ")");
+  }
+  SIMDATTN_REQUIRE(query_starts[kv.batch] == num_tokens, kFn, "query_starts[",
+                   kv.batch, "] (", query_starts[kv.batch],
+                   ") differs from q's ", num_tokens, " tokens");
+  const AttentionMask& mask = options.mask;
+  SIMDATTN_REQUIRE(
+      mask.boolean.data == nullptr && mask.additive.data == nullptr, kFn,
+      "mask.boolean and mask.additive must be unset: a step's "
+      "sequences have no common (q_tokens, k_tokens) shape");
+  SIMDATTN_REQUIRE(options.dropout == 0.0f, kFn, "options.dropout (",
+                   options.dropout,
+                   ") must be 0: VarlenAttention is for "
+                   "inference");
+  internal::QueryLayout layout;
+  layout.starts = query_starts;
+  layout.rows = num_tokens;
+  layout.heads = q.dims[1];
+  layout.batch = kv.batch;
+  AttendCache(kFn, q, layout, kv, out, options);
 }
 
 }  // namespace simdattn

@@ -1,4 +1,5 @@
-// Keys and values as fused attention reads them: plain C++, shared by the
+// Keys and values as fused attention reads them, and where its queries
+// lie: plain C++, shared by the
 // validation (attention.cc) and every target's kernel (attention-inl.h).
 #ifndef SIMDATTN_SRC_OPS_KV_ROWS_H_
 #define SIMDATTN_SRC_OPS_KV_ROWS_H_
@@ -7,6 +8,7 @@
 #include <cstdint>
 
 #include "simdattn/kernels.h"
+#include "simdattn/tensor.h"
 #include "src/common/element.h"
 
 namespace simdattn {
@@ -103,6 +105,37 @@ struct KVSource {
       rows.offset_mask = (size_t{1} << block_shift) - 1;
     }
     return rows;
+  }
+};
+
+// Where batch item b's query rows, and its output rows, lie: rows
+// [0, q.dims[2]) of q.Slice(b, h) (dense), or rows [starts[b], starts[b + 1])
+// of q.Slice(0, h) (varlen: a serving step's sequences packed token-major,
+// each with its own number of queries). The log-sum-exp follows q's rows.
+struct QueryLayout {
+  const size_t* starts = nullptr;  // Null: dense.
+  size_t rows = 0;                 // q.dims[2]: per item, or in all.
+  size_t heads = 0;                // q.dims[1].
+  size_t batch = 0;                // Items (sequences).
+
+  static QueryLayout Dense(const ConstTensor4& q) {
+    return QueryLayout{nullptr, q.dims[2], q.dims[1], q.dims[0]};
+  }
+
+  size_t Tokens(size_t b) const {
+    return starts == nullptr ? rows : starts[b + 1] - starts[b];
+  }
+  // Item b's rows of head h in x (q, or out).
+  template <typename T>
+  MatrixView<T> Rows(const Tensor4View<T>& x, size_t b, size_t h) const {
+    if (starts == nullptr) return x.Slice(b, h);
+    const MatrixView<T> m = x.Slice(0, h);
+    return MatrixView<T>(m.data + starts[b] * m.stride, Tokens(b), m.cols,
+                         m.stride);
+  }
+  size_t LogSumExpIndex(size_t b, size_t h, size_t i) const {
+    return starts == nullptr ? (b * heads + h) * rows + i
+                             : h * rows + starts[b] + i;
   }
 };
 

@@ -1,4 +1,4 @@
-// StoreKVRows: one dispatch per run of rows.
+// StoreKVRows: one dispatch per run of rows; WriteKVSlots over them.
 #include "src/ops/kv_store.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -9,9 +9,12 @@
 
 #if HWY_ONCE
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
+#include "src/common/check.h"
 #include "src/common/parallel.h"
+#include "src/common/scratch.h"
 
 namespace simdattn {
 namespace internal {
@@ -48,5 +51,109 @@ void RoundToBFloat16(ConstTensor4 t, BFloat16* out, float* widened) {
 }
 
 }  // namespace internal
+
+void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
+                  const int64_t* slot_mapping, const KVPages& pages) {
+  constexpr const char* kFn = "WriteKVSlots";
+  const size_t tokens = keys.dims[2], heads = pages.kv_heads;
+  const bool latent = pages.values == pages.keys && pages.keys != nullptr;
+  // The pool as a paged view of no sequence: its block size, element type,
+  // strides, scales and memory checked as attention checks them.
+  const int32_t no_table[1] = {0};
+  const internal::KVCacheViewSpans spans =
+      internal::CheckKVCacheView(kFn, pages.View(0, nullptr, no_table, 0), 0);
+  SIMDATTN_REQUIRE(pages.block_size != 0, kFn, "pages.block_size is 0");
+  const size_t value_dim =
+      pages.value_dim == 0 ? pages.head_dim : pages.value_dim;
+  const size_t expected_keys[4] = {1, heads, tokens, pages.head_dim};
+  SIMDATTN_REQUIRE(internal::SameDims(keys.dims, expected_keys), kFn,
+                   "keys has shape ", internal::ShapeString(keys.dims),
+                   ", expected ", internal::ShapeString(expected_keys),
+                   " (1, kv_heads, num_tokens, head_dim)");
+  const size_t expected_values[4] = {1, heads, tokens, value_dim};
+  if (latent) {
+    SIMDATTN_REQUIRE(values.empty(), kFn, "values has shape ",
+                     internal::ShapeString(values.dims),
+                     " but the pages are latent (values == keys): the keys' "
+                     "rows hold the values, so values must be empty");
+  } else {
+    SIMDATTN_REQUIRE(internal::SameDims(values.dims, expected_values), kFn,
+                     "values has shape ", internal::ShapeString(values.dims),
+                     ", expected ", internal::ShapeString(expected_values),
+                     " (1, kv_heads, num_tokens, value_dim)");
+  }
+  const internal::Footprint rk = internal::CheckTensor4(kFn, "keys", keys);
+  const internal::Footprint rv = internal::CheckTensor4(kFn, "values", values);
+  for (const internal::Footprint* pool :
+       {&spans.keys, &spans.values, &spans.key_scales, &spans.value_scales}) {
+    SIMDATTN_REQUIRE(!pool->Overlaps(rk) && !pool->Overlaps(rv), kFn,
+                     "keys or values overlap the pages");
+  }
+  if (tokens == 0) return;
+  SIMDATTN_REQUIRE(slot_mapping != nullptr, kFn, "slot_mapping is null");
+  const size_t slots = internal::CheckedMul(kFn, "the pool's slots",
+                                            pages.num_blocks, pages.block_size);
+  // Distinct: sorted in scratch (untyped memory, used as int64_t only).
+  internal::ScratchBuffer sorted_buffer(
+      hwy::DivCeil(tokens * sizeof(int64_t), sizeof(float)));
+  int64_t* sorted = reinterpret_cast<int64_t*>(sorted_buffer.data());
+  for (size_t t = 0; t < tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    SIMDATTN_REQUIRE(slot < 0 || static_cast<uint64_t>(slot) < slots, kFn,
+                     "slot_mapping[", t, "] (", slot, ") is not a slot of the ",
+                     pages.num_blocks, " x ", pages.block_size, " pool");
+    sorted[t] = slot;
+  }
+  std::sort(sorted, sorted + tokens);
+  for (size_t t = 1; t < tokens; ++t) {
+    SIMDATTN_REQUIRE(sorted[t] < 0 || sorted[t] != sorted[t - 1], kFn, "slot ",
+                     sorted[t], " appears twice in slot_mapping");
+  }
+  if (heads == 0 || pages.head_dim == 0) return;
+
+  const bool scaled = ElementTraitsOf(pages.type).scaled;
+  const size_t block_size = pages.block_size;
+  const auto store = [&](ConstMatrix src, void* base, float* scales,
+                         float side_scale, size_t h, size_t slot) {
+    const size_t block = slot / block_size, offset = slot % block_size;
+    const size_t at = block * pages.block_stride + h * pages.head_stride +
+                      offset * pages.row_stride;
+    float* scale = scaled ? scales + block * pages.scale_block_stride +
+                                h * pages.scale_head_stride + offset
+                          : nullptr;
+    internal::StoreKVRows(
+        pages.type, src,
+        static_cast<uint8_t*>(base) + ElementBytes(pages.type, at),
+        pages.row_stride, scale, side_scale, nullptr, 0);
+  };
+  // Per head, runs of tokens in consecutive slots of one block (a prefill
+  // chunk's) are one store each.
+  internal::ParallelFor(0, heads, 1, [&](size_t first, size_t last) {
+    for (size_t h = first; h < last; ++h) {
+      for (size_t t = 0; t < tokens;) {
+        const int64_t slot = slot_mapping[t];
+        size_t run = 1;
+        while (t + run < tokens && slot >= 0 &&
+               slot_mapping[t + run] == slot + static_cast<int64_t>(run) &&
+               (static_cast<size_t>(slot) + run) % block_size != 0) {
+          ++run;
+        }
+        if (slot >= 0) {
+          const size_t s = static_cast<size_t>(slot);
+          const ConstMatrix k = keys.Slice(0, h);
+          store(ConstMatrix(k.Row(t), run, k.cols, k.stride), pages.keys,
+                pages.key_scales, pages.key_scale, h, s);
+          if (!latent) {
+            const ConstMatrix v = values.Slice(0, h);
+            store(ConstMatrix(v.Row(t), run, v.cols, v.stride), pages.values,
+                  pages.value_scales, pages.value_scale, h, s);
+          }
+        }
+        t += run;
+      }
+    }
+  });
+}
+
 }  // namespace simdattn
 #endif  // HWY_ONCE

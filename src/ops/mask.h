@@ -77,11 +77,25 @@ class MaskModel {
     return std::min(position - mask_.window + 1, keys_);
   }
 
+  // Whether item b's new tokens, keys [Position(b, 0), key_lengths[b]),
+  // see each other through a draft tree (kernels.h's AttentionMask).
+  bool HasTree(size_t b) const {
+    return mask_.tree_offsets != nullptr &&
+           mask_.tree_offsets[b] != AttentionMask::kNoTree;
+  }
+  // Whether row i of item b, which HasTree, sees new token j by its bits.
+  bool TreeSees(size_t b, size_t i, size_t j) const {
+    const size_t first = Position(b, 0);
+    const size_t n = mask_.key_lengths[b] - first;
+    const size_t bit = mask_.tree_offsets[b] + i * n + (j - first);
+    return ((mask_.tree_bits[bit / 64] >> (bit % 64)) & 1) != 0;
+  }
   // Keys [End(b, i), keys) are masked for row i; End grows with i.
   size_t End(size_t b, size_t i) const {
     size_t end = keys_;
     const size_t position = Position(b, i);
-    if ((mask_.causal || mask_.window != 0) && position < keys_) {
+    if ((mask_.causal || mask_.window != 0) && position < keys_ &&
+        !HasTree(b)) {
       end = position + 1;
     }
     if (mask_.key_lengths != nullptr) end = std::min(end, mask_.key_lengths[b]);
@@ -109,6 +123,7 @@ class MaskModel {
 
   bool Visible(size_t b, size_t h, size_t i, size_t j) const {
     if (j < Begin(b, i) || j >= End(b, i)) return false;
+    if (HasTree(b) && j >= Position(b, 0) && !TreeSees(b, i, j)) return false;
     const RowMasks r = Row(b, h, i);
     if (r.boolean != nullptr && r.boolean[j] != 0) return false;
     return r.additive == nullptr ||
@@ -122,7 +137,7 @@ class MaskModel {
       return TileKind::kEmpty;
     }
     if (End(b, i_begin) >= j_end && Begin(b, i_end - 1) <= j_begin &&
-        !HasElementMasks()) {
+        !HasElementMasks() && (!HasTree(b) || j_end <= Position(b, 0))) {
       return TileKind::kFull;
     }
     return TileKind::kPartial;

@@ -38,6 +38,9 @@ void Softmax(ConstTensor4 x, Tensor4 y, float scale,
   SIMDATTN_REQUIRE(in_place || !ry.Overlaps(rx), kFn,
                    "y overlaps x but is not the same view (in place needs "
                    "y.data == x.data and equal strides)");
+  SIMDATTN_REQUIRE(mask.tree_offsets == nullptr, kFn,
+                   "mask.tree_offsets is given: draft trees are for attention "
+                   "over a cache");
   internal::CheckAttentionMask(kFn, mask, x.dims, "x.dims[3]", ry, "y");
   if (y.empty()) return;
   HWY_DYNAMIC_DISPATCH(SoftmaxImpl)(x, y, scale, mask);

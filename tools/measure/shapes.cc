@@ -444,6 +444,87 @@ AttentionShape ParseAppendShape(const std::string& text) {
   return s;
 }
 
+size_t ServeShape::Sequences() const {
+  size_t n = 0;
+  for (const Group& g : groups) n += g.sequences;
+  return n;
+}
+
+size_t ServeShape::QueryTokens() const {
+  size_t n = 0;
+  for (const Group& g : groups) n += g.sequences * g.tokens;
+  return n;
+}
+
+size_t ServeShape::Capacity() const {
+  size_t most = 0;
+  for (const Group& g : groups) most = std::max(most, g.tokens);
+  return context + most;
+}
+
+std::string ServeShape::Name() const {
+  std::string name =
+      Dims({heads, kv_heads, head_dim}) + "_ctx" + std::to_string(context);
+  for (const Group& g : groups) {
+    name += std::string("_") + g.kind + std::to_string(g.sequences);
+    if (g.kind != 'd') name += "x" + std::to_string(g.tokens);
+  }
+  name += variants.Name() + TypeSuffix("_kv", cache);
+  if (page != 16) name += "_paged" + std::to_string(page);
+  if (separate) name += "_separate";
+  return name;
+}
+
+double ServeShape::Flops() const {
+  double flops = 0;
+  for (const Group& g : groups) {
+    flops += AttentionFlops(g.sequences, heads, g.tokens, context + g.tokens,
+                            head_dim, true, variants.window);
+  }
+  return flops;
+}
+
+ServeShape ParseServeShape(const std::string& text) {
+  constexpr const char* kForm =
+      "HxGxD_ctxN (H query heads over G key/value heads of D dims, N cached "
+      "tokens per sequence) with groups _dS (S sequences decoding a token), "
+      "_pSxT (S prefilling T tokens), _vSxT (S verifying T draft tokens), "
+      "and optional _windowW, _softcapC, _sinks, _alibi, _kv<type>, _pagedN, "
+      "_separate (e.g. 32x8x128_ctx4096_d28_p2x512_v2x5)";
+  const Parsed p = Parse(text, kForm);
+  if (p.dims.size() != 3 || p.dims[0] % p.dims[1] != 0) Fail(text, kForm);
+  ServeShape s;
+  s.heads = p.dims[0];
+  s.kv_heads = p.dims[1];
+  s.head_dim = p.dims[2];
+  AttentionShape cache;  // The cache flags' parser fills it.
+  bool has_context = false;
+  for (const std::string& flag : p.flags) {
+    const std::string rest = flag.empty() ? "" : flag.substr(1);
+    const size_t x = rest.find('x');
+    if (!has_context && IsCount(After(flag, "ctx"))) {
+      s.context = std::stoul(After(flag, "ctx"));
+      has_context = true;
+    } else if (flag[0] == 'd' && IsCount(rest) && std::stoul(rest) > 0) {
+      s.groups.push_back({'d', std::stoul(rest), 1});
+    } else if ((flag[0] == 'p' || flag[0] == 'v') && x != std::string::npos &&
+               IsCount(rest.substr(0, x)) && IsCount(rest.substr(x + 1)) &&
+               std::stoul(rest.substr(0, x)) > 0 &&
+               std::stoul(rest.substr(x + 1)) > 0) {
+      s.groups.push_back({flag[0], std::stoul(rest.substr(0, x)),
+                          std::stoul(rest.substr(x + 1))});
+    } else if (flag == "separate" && !s.separate) {
+      s.separate = true;
+    } else if (!s.variants.Parse(flag) && !ParseCacheFlag(flag, &cache)) {
+      Fail(text, kForm);
+    }
+  }
+  if (!has_context || s.groups.empty()) Fail(text, kForm);
+  s.cache = cache.cache;
+  if (cache.page != 0) s.page = cache.page;
+  return s;
+}
+
 AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   const char* const form =
       decode ? "BxHxNxD with optional _kvG (G dividing H), _windowW, "

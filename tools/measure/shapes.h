@@ -182,8 +182,38 @@ MatMulShape ParseMatMulShape(const std::string& text);
 // allow_mask: softmax, whose shapes take _causal and the variants.
 ScoresShape ParseScoresShape(const std::string& text, bool allow_mask);
 MhaShape ParseMhaShape(const std::string& text);
+// One serving step (the serve op): groups of sequences, each of `context`
+// cached tokens plus its new ones, that decode one token ('d'), prefill a
+// chunk ('p') or verify draft tokens ('v'), heads query heads over kv_heads
+// of head_dim, all in one paged cache of the `cache` type; one
+// VarlenAttention call, or with `separate` one call per group.
+struct ServeShape {
+  struct Group {
+    char kind;  // 'd', 'p' or 'v'.
+    size_t sequences, tokens;
+  };
+  size_t heads = 0, kv_heads = 0, head_dim = 0, context = 0;
+  std::vector<Group> groups;
+  MaskVariants variants = {};
+  KVType cache = KVType::kF32;
+  size_t page = 16;
+  bool separate = false;
+
+  size_t Sequences() const;
+  size_t QueryTokens() const;  // In all.
+  size_t Capacity() const;     // context + the longest group's tokens.
+  // "HxGxD_ctxN", the groups ("_d28_p2x512_v2x5"), variants, cache, page.
+  std::string Name() const;
+  // AttentionFlops of every sequence, causal.
+  double Flops() const;
+};
+
 // Decode shapes take the _kvN flag and the variants.
 AttentionShape ParseAttentionShape(const std::string& text, bool decode);
+// HxGxD_ctxN with groups _dS (S sequences decoding), _pSxT (S prefilling T
+// tokens), _vSxT (S verifying T), the variants, _kv<type>, _pagedN and
+// _separate.
+ServeShape ParseServeShape(const std::string& text);
 // BxHxNxD (H key/value heads, N tokens per sequence) with the cache's flags
 // and _rope.
 AttentionShape ParseAppendShape(const std::string& text);

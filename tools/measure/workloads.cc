@@ -621,6 +621,99 @@ std::unique_ptr<Workload> MakeAppend(const AttentionShape& shape) {
   return std::make_unique<CacheAppend>(shape);
 }
 
+namespace {
+
+// Deterministic values in [-1, 1], as the other workloads' (sin of a
+// stepped angle).
+void FillValues(float* x, size_t n, float frequency) {
+  for (size_t i = 0; i < n; ++i) x[i] = std::sin(frequency * float(i % 4099));
+}
+
+KVCacheConfig ServeCacheConfig(const ServeShape& shape) {
+  KVCacheConfig config;
+  config.type = shape.cache;
+  config.block_size = shape.page;
+  return config;
+}
+
+class ServeStep : public Workload {
+ public:
+  explicit ServeStep(const ServeShape& s)
+      : operands_(s),
+        out_(operands_.q.size()),
+        mask_(s.variants, s.heads, true, 0) {
+    options_.mask = mask_.mask();
+  }
+  void Run() override { operands_.Run(options_, out_.data()); }
+  std::string Impl() const override { return ActiveTarget(); }
+
+ private:
+  ServeOperands operands_;
+  Buffer out_;
+  ShapeMask mask_;  // The cache gives the causal offsets.
+  AttentionOptions options_;
+};
+
+}  // namespace
+
+ServeOperands::ServeOperands(const ServeShape& s)
+    : shape(s),
+      cache(s.Sequences(), s.kv_heads, s.Capacity(), s.head_dim,
+            ServeCacheConfig(s)),
+      q(s.QueryTokens() * s.heads * s.head_dim),
+      starts(1, 0) {
+  FillValues(q.data(), q.size(), 0.1f);
+  size_t first = 0;
+  for (const ServeShape::Group& g : s.groups) {
+    const size_t n = s.context + g.tokens;
+    std::vector<size_t> sequences(g.sequences);
+    std::vector<float> k(g.sequences * s.kv_heads * n * s.head_dim),
+        v(k.size());
+    FillValues(k.data(), k.size(), 0.07f + 0.01f * float(first));
+    FillValues(v.data(), v.size(), 0.03f + 0.01f * float(first));
+    for (size_t i = 0; i < g.sequences; ++i) {
+      sequences[i] = first + i;
+      starts.push_back(starts.back() + g.tokens);
+    }
+    cache.Append(
+        ConstTensor4::Dense(k.data(), g.sequences, s.kv_heads, n, s.head_dim),
+        ConstTensor4::Dense(v.data(), g.sequences, s.kv_heads, n, s.head_dim),
+        sequences);
+    first += g.sequences;
+  }
+}
+
+void ServeOperands::Run(const AttentionOptions& options, float* out) const {
+  const size_t heads = shape.heads, dim = shape.head_dim;
+  const KVCacheView view = cache.View();
+  if (!shape.separate) {
+    const size_t n = starts.back();
+    VarlenAttention(ConstTensor4::FromTokenMajor(q.data(), 1, n, heads, dim),
+                    starts.data(), view,
+                    Tensor4::FromTokenMajor(out, 1, n, heads, dim), options);
+    return;
+  }
+  size_t first = 0;
+  for (const ServeShape::Group& g : shape.groups) {
+    KVCacheView part = view;
+    part.batch = g.sequences;
+    part.lengths += first;
+    part.block_table += first * view.blocks_per_sequence;
+    const size_t row = starts[first] * heads * dim;
+    ScaledDotProductAttention(
+        ConstTensor4::FromTokenMajor(q.data() + row, g.sequences, g.tokens,
+                                     heads, dim),
+        part,
+        Tensor4::FromTokenMajor(out + row, g.sequences, g.tokens, heads, dim),
+        options);
+    first += g.sequences;
+  }
+}
+
+std::unique_ptr<Workload> MakeServe(const ServeShape& shape) {
+  return std::make_unique<ServeStep>(shape);
+}
+
 std::unique_ptr<Workload> MakeUnfusedAttention(const AttentionShape& shape) {
   return std::make_unique<UnfusedAttention>(shape);
 }

@@ -101,6 +101,23 @@ KVCacheConfig CacheConfig(const AttentionShape& shape);
 // KVCache::Append of every token (the shape's cache and rope), into a
 // cache emptied first.
 std::unique_ptr<Workload> MakeAppend(const AttentionShape& shape);
+// A serving step's operands: one paged KVCache of the shape's type holding
+// every sequence, group by group, each with context + its tokens; the
+// packed queries (num_tokens, heads, head_dim) and their starts.
+struct ServeOperands {
+  explicit ServeOperands(const ServeShape& shape);
+  // One step into out, (num_tokens, heads, head_dim) floats: a
+  // VarlenAttention call, or with shape.separate one ScaledDotProductAttention
+  // over the cache's view of each group's sequences.
+  void Run(const AttentionOptions& options, float* out) const;
+
+  ServeShape shape;
+  KVCache cache;
+  std::vector<float> q;
+  std::vector<size_t> starts;  // Sequences() + 1.
+};
+// ServeOperands::Run with the shape's variants, causal.
+std::unique_ptr<Workload> MakeServe(const ServeShape& shape);
 // The same through this library's unfused path, storing the (b, h, T, T)
 // weights: BatchedMatMul, Softmax, Dropout, BatchedMatMul. What the modules
 // do when the caller asks for the weights; the fused kernel's baseline.

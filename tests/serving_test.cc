@@ -1,0 +1,537 @@
+// A serving step over caller-owned pages (kernels.h's KVPages, WriteKVSlots,
+// VarlenAttention): slot writes against KVCache::Append's bits, a mixed
+// step's rows against one call per sequence, decode steps bit for bit,
+// latent pools, and errors that leave the pool as it was.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "simdattn/attention.h"
+#include "simdattn/kernels.h"
+#include "tests/test_util.h"
+
+namespace simdattn {
+namespace {
+
+using test::ExpectInvalid;
+using test::RandomVector;
+
+class ServingTest : public test::PerTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(ServingTest);
+
+constexpr size_t kKVHeads = 2, kHeads = 6, kBlockSize = 16, kNumBlocks = 64;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// A pool the test owns, (num_blocks, kv_heads, block_size, row) per side.
+struct Pool {
+  std::vector<uint8_t> keys, values;
+  std::vector<float> key_scales, value_scales;
+  KVPages pages;
+
+  Pool(KVType type, size_t head_dim, size_t value_dim = 0,
+       bool latent = false) {
+    const size_t row = std::max(head_dim, value_dim);
+    const size_t block = kKVHeads * kBlockSize * row;
+    keys.assign(ElementBytes(type, kNumBlocks * block), 0xA5);
+    if (!latent) values.assign(keys.size(), 0x5A);
+    key_scales.assign(kNumBlocks * kKVHeads * kBlockSize, kNaN);
+    value_scales = key_scales;
+    pages.type = type;
+    pages.kv_heads = kKVHeads;
+    pages.head_dim = head_dim;
+    pages.value_dim = value_dim;
+    pages.keys = keys.data();
+    pages.values = latent ? keys.data() : values.data();
+    pages.block_stride = block;
+    pages.head_stride = kBlockSize * row;
+    pages.row_stride = row;
+    if (ElementTraitsOf(type).scaled) {
+      pages.key_scales = key_scales.data();
+      pages.value_scales = latent ? key_scales.data() : value_scales.data();
+      pages.scale_block_stride = kKVHeads * kBlockSize;
+      pages.scale_head_stride = kBlockSize;
+    }
+    pages.block_size = kBlockSize;
+    pages.num_blocks = kNumBlocks;
+    pages.key_scale = 0.5f;
+    pages.value_scale = 2.0f;
+  }
+};
+
+// Sequences in shuffled blocks of a pool: block_table rows of
+// kBlocksPerSequence entries.
+constexpr size_t kBlocksPerSequence = 16;
+struct Sequences {
+  std::vector<size_t> lengths;
+  std::vector<int32_t> block_table;
+
+  explicit Sequences(std::vector<size_t> lengths_)
+      : lengths(std::move(lengths_)) {
+    std::vector<int32_t> blocks(kNumBlocks);
+    std::iota(blocks.begin(), blocks.end(), 0);
+    std::shuffle(blocks.begin(), blocks.end(), std::mt19937(7));
+    block_table.assign(lengths.size() * kBlocksPerSequence, -1);
+    size_t next = 0;
+    for (size_t b = 0; b < lengths.size(); ++b) {
+      for (size_t i = 0; i * kBlockSize < lengths[b]; ++i) {
+        block_table[b * kBlocksPerSequence + i] = blocks[next++];
+      }
+    }
+  }
+  int64_t Slot(size_t b, size_t t) const {
+    return int64_t{block_table[b * kBlocksPerSequence + t / kBlockSize]} *
+               kBlockSize +
+           static_cast<int64_t>(t % kBlockSize);
+  }
+  KVCacheView View(const KVPages& pages) const {
+    return pages.View(lengths.size(), lengths.data(), block_table.data(),
+                      kBlocksPerSequence);
+  }
+};
+
+// Writes every token of every sequence (seeded keys and values), tokens
+// [from[b], lengths[b]) of sequence b in one packed call.
+void WriteAll(const Sequences& s, const KVPages& pages, uint64_t seed,
+              bool latent = false) {
+  std::vector<int64_t> slots;
+  for (size_t b = 0; b < s.lengths.size(); ++b) {
+    for (size_t t = 0; t < s.lengths[b]; ++t) slots.push_back(s.Slot(b, t));
+  }
+  const size_t n = slots.size();
+  const size_t value_dim = pages.value_dim ? pages.value_dim : pages.head_dim;
+  const std::vector<float> k =
+      RandomVector(n * kKVHeads * pages.head_dim, seed, -2.0f, 2.0f);
+  const std::vector<float> v =
+      RandomVector(n * kKVHeads * value_dim, seed + 1, -2.0f, 2.0f);
+  WriteKVSlots(
+      ConstTensor4::FromTokenMajor(k.data(), 1, n, kKVHeads, pages.head_dim),
+      latent
+          ? ConstTensor4{}
+          : ConstTensor4::FromTokenMajor(v.data(), 1, n, kKVHeads, value_dim),
+      slots.data(), pages);
+}
+
+// The step's queries, packed (num_tokens, heads, head_dim).
+std::vector<size_t> Starts(const std::vector<size_t>& q_lens) {
+  std::vector<size_t> starts(q_lens.size() + 1, 0);
+  std::partial_sum(q_lens.begin(), q_lens.end(), starts.begin() + 1);
+  return starts;
+}
+
+struct StepResult {
+  std::vector<float> out, lse;
+};
+
+StepResult Varlen(const Sequences& s, const KVPages& pages,
+                  const std::vector<size_t>& q_lens,
+                  const std::vector<float>& q, AttentionOptions options) {
+  const std::vector<size_t> starts = Starts(q_lens);
+  const size_t n = starts.back(), dim = pages.head_dim;
+  const size_t value_dim = pages.value_dim ? pages.value_dim : dim;
+  StepResult r{std::vector<float>(n * kHeads * value_dim, kNaN),
+               std::vector<float>(kHeads * n, kNaN)};
+  options.log_sum_exp = r.lse.data();
+  VarlenAttention(
+      ConstTensor4::FromTokenMajor(q.data(), 1, n, kHeads, dim), starts.data(),
+      s.View(pages),
+      Tensor4::FromTokenMajor(r.out.data(), 1, n, kHeads, value_dim), options);
+  return r;
+}
+
+// Sequence b alone: ScaledDotProductAttention over a view of it, its rows
+// of the packed q.
+StepResult OneSequence(const Sequences& s, const KVPages& pages, size_t b,
+                       const std::vector<size_t>& q_lens,
+                       const std::vector<float>& q, AttentionOptions options) {
+  const std::vector<size_t> starts = Starts(q_lens);
+  const size_t n = starts.back(), m = q_lens[b], dim = pages.head_dim;
+  const size_t value_dim = pages.value_dim ? pages.value_dim : dim;
+  StepResult r{std::vector<float>(m * kHeads * value_dim, kNaN),
+               std::vector<float>(kHeads * m, kNaN)};
+  options.log_sum_exp = r.lse.data();
+  const KVCacheView view =
+      pages.View(1, &s.lengths[b], &s.block_table[b * kBlocksPerSequence],
+                 kBlocksPerSequence);
+  ScaledDotProductAttention(
+      ConstTensor4::FromTokenMajor(q.data() + starts[b] * kHeads * dim, 1, m,
+                                   kHeads, dim, kHeads * dim),
+      view, Tensor4::FromTokenMajor(r.out.data(), 1, m, kHeads, value_dim),
+      options);
+  (void)n;
+  return r;
+}
+
+// Prefill chunks (40 and 300 queries), decodes, a verification of 5 and a
+// sequence without queries, against each sequence alone: only the order of
+// summation (the key splits follow the batch) may differ.
+TEST_P(ServingTest, MixedStepEqualsOneCallPerSequence) {
+  const std::vector<size_t> lengths = {40, 250, 7, 130, 64, 33};
+  const std::vector<size_t> q_lens = {40, 1, 0, 5, 1, 33};
+  for (KVType type : {KVType::kF32, KVType::kBF16, KVType::kInt8,
+                      KVType::kFp8E4M3, KVType::kQ8_0}) {
+    const size_t dim = ElementTraitsOf(type).values > 1 ? 64 : 24;
+    Pool pool(type, dim);
+    const Sequences s(lengths);
+    WriteAll(s, pool.pages, 3);
+    const size_t n = Starts(q_lens).back();
+    const std::vector<float> q = RandomVector(n * kHeads * dim, 4);
+    for (size_t window : {size_t{0}, size_t{20}}) {
+      AttentionOptions options;
+      options.mask.causal = true;
+      options.mask.window = window;
+      const StepResult step = Varlen(s, pool.pages, q_lens, q, options);
+      const std::vector<size_t> starts = Starts(q_lens);
+      for (size_t b = 0; b < lengths.size(); ++b) {
+        if (q_lens[b] == 0) continue;
+        const StepResult alone =
+            OneSequence(s, pool.pages, b, q_lens, q, options);
+        const std::string what = std::string(ElementTraitsOf(type).name) +
+                                 " window " + std::to_string(window) +
+                                 " sequence " + std::to_string(b);
+        std::vector<double> expected(alone.out.begin(), alone.out.end());
+        std::vector<float> rows(
+            step.out.begin() + starts[b] * kHeads * dim,
+            step.out.begin() + starts[b + 1] * kHeads * dim);
+        test::ExpectNear(rows, expected, 1e-5, what);
+        for (size_t h = 0; h < kHeads; ++h) {
+          for (size_t i = 0; i < q_lens[b]; ++i) {
+            EXPECT_NEAR(step.lse[h * n + starts[b] + i],
+                        alone.lse[h * q_lens[b] + i], 1e-5)
+                << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A step of single-token decodes is the (num_seqs, heads, 1, head_dim) call.
+TEST_P(ServingTest, DecodeStepIsTheBatchedCallBitForBit) {
+  const std::vector<size_t> lengths = {200, 3, 77, 256, 1};
+  const std::vector<size_t> q_lens(lengths.size(), 1);
+  for (KVType type : {KVType::kF32, KVType::kF16, KVType::kQ4_0}) {
+    const size_t dim = ElementTraitsOf(type).values > 1 ? 64 : 40;
+    Pool pool(type, dim);
+    const Sequences s(lengths);
+    WriteAll(s, pool.pages, 5);
+    const std::vector<float> q = RandomVector(lengths.size() * kHeads * dim, 6);
+    AttentionOptions options;
+    options.mask.causal = true;
+    const StepResult step = Varlen(s, pool.pages, q_lens, q, options);
+    std::vector<float> batched(step.out.size(), kNaN);
+    ScaledDotProductAttention(
+        ConstTensor4::FromTokenMajor(q.data(), lengths.size(), 1, kHeads, dim),
+        s.View(pool.pages),
+        Tensor4::FromTokenMajor(batched.data(), lengths.size(), 1, kHeads, dim),
+        options);
+    EXPECT_EQ(std::memcmp(step.out.data(), batched.data(),
+                          batched.size() * sizeof(float)),
+              0)
+        << ElementTraitsOf(type).name;
+  }
+}
+
+// Slot writes store KVCache::Append's bits, scales included, wherever the
+// slots are.
+TEST_P(ServingTest, SlotWritesAreAppendsBitForBit) {
+  for (KVType type : {KVType::kF32, KVType::kBF16, KVType::kInt8,
+                      KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
+    const size_t dim = ElementTraitsOf(type).values > 1 ? 32 : 12;
+    const std::vector<size_t> lengths = {21, 50};
+    KVCacheConfig config;
+    config.type = type;
+    config.block_size = kBlockSize;
+    config.key_scale = 0.5f;
+    config.value_scale = 2.0f;
+    KVCache cache(lengths.size(), kKVHeads, kBlocksPerSequence * kBlockSize,
+                  dim, config);
+    Pool pool(type, dim);
+    const Sequences s(lengths);
+    for (size_t b = 0; b < lengths.size(); ++b) {
+      const size_t n = lengths[b];
+      const std::vector<float> k = RandomVector(kKVHeads * n * dim, 10 + b);
+      const std::vector<float> v = RandomVector(kKVHeads * n * dim, 20 + b);
+      // The cache takes (1, kv_heads, n, dim); the pool the same tokens.
+      const ConstTensor4 keys =
+          ConstTensor4::FromTokenMajor(k.data(), 1, n, kKVHeads, dim);
+      const ConstTensor4 values =
+          ConstTensor4::FromTokenMajor(v.data(), 1, n, kKVHeads, dim);
+      cache.Append(keys, values, {b});
+      std::vector<int64_t> slots(n);
+      for (size_t t = 0; t < n; ++t) slots[t] = s.Slot(b, t);
+      WriteKVSlots(keys, values, slots.data(), pool.pages);
+    }
+    const KVCacheView a = cache.View(), p = s.View(pool.pages);
+    const size_t row_bytes = ElementBytes(type, dim);
+    for (size_t b = 0; b < lengths.size(); ++b) {
+      for (size_t h = 0; h < kKVHeads; ++h) {
+        for (size_t t = 0; t < lengths[b]; ++t) {
+          const auto at = [&](const KVCacheView& v, const void* base) {
+            const size_t block =
+                v.block_table[b * v.blocks_per_sequence + t / kBlockSize];
+            return static_cast<const uint8_t*>(base) +
+                   ElementBytes(type, block * v.block_stride +
+                                          h * v.head_stride +
+                                          t % kBlockSize * v.row_stride);
+          };
+          const std::string what = std::string(ElementTraitsOf(type).name) +
+                                   " token " + std::to_string(t);
+          ASSERT_EQ(std::memcmp(at(a, a.keys), at(p, p.keys), row_bytes), 0)
+              << what;
+          ASSERT_EQ(std::memcmp(at(a, a.values), at(p, p.values), row_bytes), 0)
+              << what;
+          if (!ElementTraitsOf(type).scaled) continue;
+          const auto scale = [&](const KVCacheView& v, const float* base) {
+            const size_t block =
+                v.block_table[b * v.blocks_per_sequence + t / kBlockSize];
+            return base[block * v.scale_block_stride + h * v.scale_head_stride +
+                        t % kBlockSize];
+          };
+          ASSERT_EQ(scale(a, a.key_scales), scale(p, p.key_scales)) << what;
+          ASSERT_EQ(scale(a, a.value_scales), scale(p, p.value_scales)) << what;
+        }
+      }
+    }
+  }
+}
+
+// MLA's latent pool: one row per token, values its first value_dim
+// elements, against a pool holding them as separate values.
+TEST_P(ServingTest, LatentPagesServeValuesFromKeyRows) {
+  const size_t dim = 48, value_dim = 32;
+  const std::vector<size_t> lengths = {30, 90};
+  const std::vector<size_t> q_lens = {30, 1};
+  Pool latent(KVType::kBF16, dim, value_dim, /*latent=*/true);
+  const Sequences s(lengths);
+  WriteAll(s, latent.pages, 8, /*latent=*/true);
+  // The same rows as keys, their first value_dim elements as values.
+  Pool split(KVType::kBF16, dim, value_dim);
+  std::memcpy(split.keys.data(), latent.keys.data(), latent.keys.size());
+  std::memcpy(split.values.data(), latent.keys.data(), latent.keys.size());
+  const size_t n = Starts(q_lens).back();
+  const std::vector<float> q = RandomVector(n * kHeads * dim, 9);
+  AttentionOptions options;
+  options.mask.causal = true;
+  const StepResult a = Varlen(s, latent.pages, q_lens, q, options);
+  const StepResult b = Varlen(s, split.pages, q_lens, q, options);
+  EXPECT_EQ(
+      std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)), 0);
+}
+
+// A draft tree (root 0; 1 and 2 its children; 3 under 1, 4 under 2) in a
+// step beside a causal decode: each draft token sees the cached tokens, its
+// ancestors and itself, as the dense call with the same boolean mask.
+TEST_P(ServingTest, TreeMaskShowsEachDraftItsAncestors) {
+  const size_t dim = 16, cached = 37, n = 5;
+  const size_t parent[n] = {n, 0, 0, 1, 2};  // n: the root.
+  const std::vector<size_t> lengths = {cached + n, 20};
+  const std::vector<size_t> q_lens = {n, 1};
+  Pool pool(KVType::kF32, dim);
+  const Sequences s(lengths);
+  WriteAll(s, pool.pages, 11);
+  std::vector<uint64_t> bits(1, 0);
+  std::vector<uint8_t> hidden(kHeads * n * (cached + n), 0);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      bool sees = false;
+      for (size_t a = i; a != n; a = parent[a]) sees = sees || a == j;
+      if (sees) bits[0] |= uint64_t{1} << (i * n + j);
+      for (size_t h = 0; h < kHeads; ++h) {
+        hidden[(h * n + i) * (cached + n) + cached + j] = sees ? 0 : 1;
+      }
+    }
+  }
+  const size_t offsets[2] = {0, AttentionMask::kNoTree};
+  const std::vector<float> q = RandomVector((n + 1) * kHeads * dim, 12);
+  AttentionOptions options;
+  options.mask.causal = true;
+  options.mask.tree_bits = bits.data();
+  options.mask.tree_offsets = offsets;
+  const StepResult step = Varlen(s, pool.pages, q_lens, q, options);
+  // The first sequence's keys and values back as float tensors.
+  std::vector<float> k(kKVHeads * (cached + n) * dim);
+  std::vector<float> v(k.size());
+  for (size_t h = 0; h < kKVHeads; ++h) {
+    for (size_t t = 0; t < cached + n; ++t) {
+      const size_t at = static_cast<size_t>(s.Slot(0, t)) / kBlockSize *
+                            pool.pages.block_stride +
+                        h * pool.pages.head_stride +
+                        static_cast<size_t>(s.Slot(0, t)) % kBlockSize * dim;
+      std::memcpy(&k[(h * (cached + n) + t) * dim],
+                  reinterpret_cast<const float*>(pool.keys.data()) + at,
+                  dim * sizeof(float));
+      std::memcpy(&v[(h * (cached + n) + t) * dim],
+                  reinterpret_cast<const float*>(pool.values.data()) + at,
+                  dim * sizeof(float));
+    }
+  }
+  std::vector<float> dense(n * kHeads * dim, kNaN);
+  AttentionOptions boolean;
+  boolean.mask.boolean = Tensor4View<const uint8_t>::Dense(
+      hidden.data(), 1, kHeads, n, cached + n);
+  ScaledDotProductAttention(
+      ConstTensor4::FromTokenMajor(q.data(), 1, n, kHeads, dim),
+      ConstTensor4::Dense(k.data(), 1, kKVHeads, cached + n, dim),
+      ConstTensor4::Dense(v.data(), 1, kKVHeads, cached + n, dim),
+      Tensor4::FromTokenMajor(dense.data(), 1, n, kHeads, dim), boolean);
+  test::ExpectNear(
+      std::vector<float>(step.out.begin(), step.out.begin() + dense.size()),
+      std::vector<double>(dense.begin(), dense.end()), 1e-6, "tree");
+  // The decode beside it is untouched by the tree.
+  options.mask.tree_offsets = nullptr;
+  options.mask.tree_bits = nullptr;
+  const StepResult plain = Varlen(s, pool.pages, q_lens, q, options);
+  EXPECT_EQ(std::memcmp(step.out.data() + dense.size(),
+                        plain.out.data() + dense.size(),
+                        kHeads * dim * sizeof(float)),
+            0);
+  // Trees are for attention over a cache.
+  std::vector<float> scores(kHeads * n * (cached + n), 0.0f);
+  AttentionMask tree;
+  tree.tree_bits = bits.data();
+  tree.tree_offsets = offsets;
+  ExpectInvalid(
+      [&] {
+        Softmax(ConstTensor4::Dense(scores.data(), 1, kHeads, n, cached + n),
+                Tensor4::Dense(scores.data(), 1, kHeads, n, cached + n), 1.0f,
+                tree);
+      },
+      "draft trees are for attention over a cache");
+}
+
+// A sequence moved between caches of other layouts, in two pieces, gives
+// the bits attention gave over the original.
+TEST_P(ServingTest, MovedSequencesAttendAsBefore) {
+  for (KVType type :
+       {KVType::kF32, KVType::kInt8, KVType::kFp8E4M3, KVType::kQ4_0}) {
+    const size_t dim = ElementTraitsOf(type).values > 1 ? 32 : 12;
+    KVCacheConfig paged;
+    paged.type = type;
+    paged.block_size = 16;
+    paged.key_scale = 0.25f;
+    KVCacheConfig contiguous = paged;
+    contiguous.block_size = 0;
+    KVCache from(2, kKVHeads, 200, dim, paged),
+        to(3, kKVHeads, 150, dim, contiguous);
+    const size_t n = 77;
+    const std::vector<float> k = RandomVector(2 * kKVHeads * n * dim, 30);
+    const std::vector<float> v = RandomVector(k.size(), 31);
+    from.Append(ConstTensor4::Dense(k.data(), 2, kKVHeads, n, dim),
+                ConstTensor4::Dense(v.data(), 2, kKVHeads, n, dim));
+    std::vector<uint8_t> buffer(from.ExportBytes(n));
+    from.Export(1, 0, 30, buffer.data());
+    to.Import(2, buffer.data(), 30);
+    from.Export(1, 30, n - 30, buffer.data());
+    to.Import(2, buffer.data(), n - 30);
+    ASSERT_EQ(to.length(2), n);
+    const std::vector<float> q = RandomVector(kHeads * dim, 32);
+    const auto attend = [&](const KVCache& cache, size_t b) {
+      KVCacheView view = cache.View();
+      view.batch = 1;
+      view.lengths += b;
+      if (view.block_table != nullptr) {
+        view.block_table += b * view.blocks_per_sequence;
+      } else {
+        view.keys = static_cast<const uint8_t*>(view.keys) +
+                    ElementBytes(type, b * view.block_stride);
+        view.values = static_cast<const uint8_t*>(view.values) +
+                      ElementBytes(type, b * view.block_stride);
+        if (view.key_scales != nullptr) {
+          view.key_scales += b * view.scale_block_stride;
+          view.value_scales += b * view.scale_block_stride;
+        }
+      }
+      std::vector<float> out(kHeads * dim, kNaN);
+      ScaledDotProductAttention(
+          ConstTensor4::Dense(q.data(), 1, kHeads, 1, dim), view,
+          Tensor4::Dense(out.data(), 1, kHeads, 1, dim));
+      return out;
+    };
+    const std::vector<float> before = attend(from, 1), after = attend(to, 2);
+    EXPECT_EQ(
+        std::memcmp(before.data(), after.data(), before.size() * sizeof(float)),
+        0)
+        << ElementTraitsOf(type).name;
+    // Past the capacity: an error, nothing changed.
+    ExpectInvalid([&] { to.Import(2, buffer.data(), 74); },
+                  {"KVCache::Import: ", "exceeds the capacity (150)"});
+    EXPECT_EQ(to.length(2), n);
+    ExpectInvalid([&] { from.Export(0, 70, 8, buffer.data()); },
+                  "tokens [70, 70 + 8) are not within sequence 0's 77");
+  }
+}
+
+TEST(ServingErrors, BadStepsAndSlotsNameThemselvesAndChangeNothing) {
+  Pool pool(KVType::kInt8, 8);
+  const Sequences s({20, 3});
+  WriteAll(s, pool.pages, 1);
+  const std::vector<uint8_t> keys = pool.keys;
+  const std::vector<float> scales = pool.key_scales;
+  const std::vector<float> k = RandomVector(3 * kKVHeads * 8, 2);
+  const ConstTensor4 three =
+      ConstTensor4::FromTokenMajor(k.data(), 1, 3, kKVHeads, 8);
+  const int64_t twice[3] = {4, 9, 4};
+  ExpectInvalid([&] { WriteKVSlots(three, three, twice, pool.pages); },
+                {"WriteKVSlots: ", "slot 4 appears twice"});
+  const int64_t outside[3] = {0, -1, int64_t{kNumBlocks * kBlockSize}};
+  ExpectInvalid([&] { WriteKVSlots(three, three, outside, pool.pages); },
+                {"slot_mapping[2] (1024) is not a slot of the 64 x 16 pool"});
+  const int64_t fine[3] = {0, 1, 2};
+  ExpectInvalid(
+      [&] {
+        WriteKVSlots(three,
+                     ConstTensor4::FromTokenMajor(k.data(), 1, 2, kKVHeads, 8),
+                     fine, pool.pages);
+      },
+      {"values has shape (1, 2, 2, 8), expected (1, 2, 3, 8)"});
+  EXPECT_EQ(pool.keys, keys);
+  EXPECT_EQ(std::memcmp(pool.key_scales.data(), scales.data(),
+                        scales.size() * sizeof(float)),
+            0);
+
+  const std::vector<float> q = RandomVector(4 * kHeads * 8, 3);
+  std::vector<float> out(4 * kHeads * 8, 1.0f);
+  const std::vector<float> before = out;
+  const auto attend = [&](const std::vector<size_t>& starts,
+                          const AttentionOptions& options) {
+    VarlenAttention(ConstTensor4::FromTokenMajor(q.data(), 1, 4, kHeads, 8),
+                    starts.data(), s.View(pool.pages),
+                    Tensor4::FromTokenMajor(out.data(), 1, 4, kHeads, 8),
+                    options);
+  };
+  ExpectInvalid(
+      [&] {
+        attend({0, 3, 2}, {});
+      },
+      {"VarlenAttention: ",
+       "query_starts[2] (2) is less than "
+       "query_starts[1] (3)"});
+  ExpectInvalid(
+      [&] {
+        attend({0, 1, 3}, {});
+      },
+      {"query_starts[2] (3) differs from q's 4 tokens"});
+  ExpectInvalid(
+      [&] {
+        attend({0, 0, 4}, {});
+      },
+      {"kv.lengths[1] (3) is less than its 4 queries"});
+  AttentionOptions dropout;
+  dropout.dropout = 0.1f;
+  ExpectInvalid(
+      [&] {
+        attend({0, 2, 4}, dropout);
+      },
+      {"options.dropout (0.1) must be 0"});
+  EXPECT_EQ(out, before);
+}
+
+}  // namespace
+}  // namespace simdattn
