@@ -321,6 +321,22 @@ HWY_INLINE float MaskRow(D d, const Problem& pr,
   return hn::GetLane(hn::MaxOfLanes(d, vmax));
 }
 
+// Row i of item b's boolean mask over keys j0 + [0, kKeyBlock) in
+// ws.masked (masks.boolean's copy there, if any): its draft tree hides the
+// new tokens its bits do not show. Out of line: trees are rare.
+HWY_NOINLINE const uint8_t* TreeRowMask(const Problem& pr, Workspace& ws,
+                                        const internal::RowMasks& masks,
+                                        size_t b, size_t i, size_t j0) {
+  if (masks.boolean == nullptr) {
+    std::fill(ws.masked, ws.masked + kKeyBlock, uint8_t{0});
+  }
+  const size_t end = std::min(j0 + kKeyBlock, pr.mask.End(b, i));
+  for (size_t j = std::max(j0, pr.mask.Position(b, 0)); j < end; ++j) {
+    if (!pr.mask.TreeSees(b, i, j)) ws.masked[j - j0] = 1;
+  }
+  return ws.masked;
+}
+
 // MaskRow for row i of (b, h) over keys j0 + [0, cols): the row's element
 // masks are copied into the workspace, in bounds for whole vectors, and its
 // ALiBi position made relative to j0.
@@ -341,17 +357,7 @@ HWY_INLINE float MaskTileRow(D d, const Problem& pr, Workspace& ws, float* srow,
     std::fill(ws.masked + cols, ws.masked + kKeyBlock, uint8_t{0});
     masks.boolean = ws.masked;
   }
-  // A draft tree masks the new tokens its bits hide, as a boolean mask.
-  const size_t tree_first = pr.mask.HasTree(b) ? pr.mask.Position(b, 0) : 0;
-  if (pr.mask.HasTree(b) && tree_first < j0 + cols) {
-    if (masks.boolean == nullptr) {
-      std::fill(ws.masked, ws.masked + kKeyBlock, uint8_t{0});
-      masks.boolean = ws.masked;
-    }
-    for (size_t j = std::max(j0, tree_first); j < j0 + cols; ++j) {
-      if (!pr.mask.TreeSees(b, i, j)) ws.masked[j - j0] = 1;
-    }
-  }
+  if (pr.mask.HasTree(b)) masks.boolean = TreeRowMask(pr, ws, masks, b, i, j0);
   if (masks.additive != nullptr) {
     return masks.boolean != nullptr
                ? MaskRow<true, true>(d, pr, masks, srow, begin, limit, nan)
