@@ -2541,6 +2541,11 @@ static void TestMoveSequence(void) {
   CHECK(memcmp(a, b, sizeof(a)) == 0);
   simdattn_kv_cache_destroy(from);
   simdattn_kv_cache_destroy(to);
+  to = NULL;
+  contiguous.window = 8; /* 0.5: rolling windows are paged. */
+  CHECK_ERROR(simdattn_kv_cache_create(1, 1, 24, kD, &contiguous, &to), INVALID,
+              "config.window (8) needs a paged cache");
+  CHECK(to == NULL);
 }
 
 static void TestLatentKVCache(void) {

@@ -468,6 +468,120 @@ TEST_P(ServingTest, MovedSequencesAttendAsBefore) {
   }
 }
 
+// A rolling window: 600 positions through a pool of 10 blocks of 16 per
+// sequence with a window of 40; every step attends with the bits of a cache
+// that keeps every token, and each sequence holds at most window +
+// block_size + n - 1 tokens.
+TEST_P(ServingTest, RollingWindowKeepsOnlyTheWindow) {
+  constexpr size_t kWindow = 40, kDim = 16, kSteps = 600;
+  KVCacheConfig rolling;
+  rolling.type = KVType::kBF16;
+  rolling.block_size = 16;
+  rolling.window = kWindow;
+  rolling.num_blocks = 2 * 10;
+  KVCacheConfig full = rolling;
+  full.window = 0;
+  full.num_blocks = 0;
+  KVCache a(2, kKVHeads, kSteps + 8, kDim, rolling);
+  KVCache b(2, kKVHeads, kSteps + 8, kDim, full);
+  AttentionOptions options;
+  options.mask.causal = true;
+  options.mask.window = kWindow;
+  size_t n = 7;  // A prefill chunk first, then decodes.
+  for (size_t step = 0; a.length(0) + n <= kSteps; ++step, n = 1) {
+    const std::vector<float> k = RandomVector(2 * kKVHeads * n * kDim, step);
+    const std::vector<float> v = RandomVector(k.size(), step + 1000);
+    for (KVCache* cache : {&a, &b}) {
+      cache->Append(ConstTensor4::Dense(k.data(), 2, kKVHeads, n, kDim),
+                    ConstTensor4::Dense(v.data(), 2, kKVHeads, n, kDim));
+    }
+    const KVCacheView view = a.View();
+    for (size_t seq = 0; seq < 2; ++seq) {
+      size_t held = 0;
+      for (size_t i = 0; i < view.blocks_per_sequence; ++i) {
+        held += view.block_table[seq * view.blocks_per_sequence + i] >= 0;
+      }
+      ASSERT_LE(held * 16, kWindow + 2 * 16 + n) << "step " << step;
+    }
+    if (step % 37 != 0) continue;
+    const std::vector<float> q = RandomVector(2 * kHeads * n * kDim, step + 7);
+    std::vector<float> out_a(q.size(), kNaN), out_b(q.size(), kNaN);
+    ScaledDotProductAttention(
+        ConstTensor4::Dense(q.data(), 2, kHeads, n, kDim), a.View(),
+        Tensor4::Dense(out_a.data(), 2, kHeads, n, kDim), options);
+    ScaledDotProductAttention(
+        ConstTensor4::Dense(q.data(), 2, kHeads, n, kDim), b.View(),
+        Tensor4::Dense(out_b.data(), 2, kHeads, n, kDim), options);
+    ASSERT_EQ(
+        std::memcmp(out_a.data(), out_b.data(), out_a.size() * sizeof(float)),
+        0)
+        << "step " << step;
+  }
+  ASSERT_GT(a.length(0), 500u);
+  // What was released is out of reach, with errors that say so.
+  const std::vector<float> q = RandomVector(2 * kHeads * kDim, 5);
+  std::vector<float> out(q.size(), kNaN);
+  ExpectInvalid(
+      [&] {
+        ScaledDotProductAttention(
+            ConstTensor4::Dense(q.data(), 2, kHeads, 1, kDim), a.View(),
+            Tensor4::Dense(out.data(), 2, kHeads, 1, kDim));
+      },
+      "(released: its keys are outside every query's mask.window)");
+  std::vector<float> keys(kKVHeads * a.length(0) * kDim);
+  ExpectInvalid(
+      [&] {
+        a.Read(0, Tensor3(keys.data(), kKVHeads, a.length(0), kDim),
+               Tensor3(keys.data(), kKVHeads, a.length(0), kDim));
+      },
+      "released by the rolling window: Read gives whole sequences");
+  ExpectInvalid([&] { a.Truncate(0, 100); },
+                "the rolling window released the tokens before it");
+  // A copy shares the held blocks and attends the same.
+  a.Copy(0, 1);
+  std::vector<float> twice(q.begin(), q.begin() + kHeads * kDim);
+  twice.insert(twice.end(), twice.begin(), twice.end());
+  ScaledDotProductAttention(
+      ConstTensor4::Dense(twice.data(), 2, kHeads, 1, kDim), a.View(),
+      Tensor4::Dense(out.data(), 2, kHeads, 1, kDim), options);
+  EXPECT_EQ(std::memcmp(out.data(), out.data() + kHeads * kDim,
+                        kHeads * kDim * sizeof(float)),
+            0);
+  a.Reset(0);
+  EXPECT_EQ(a.length(0), 0u);
+}
+
+// 64K positions with a 4096-token window through a pool sized for the
+// window, a block and one 1024-token chunk: 0.5% of what the positions
+// would take (4096 blocks); the appends would throw if blocks leaked.
+TEST(ServingMemory, RollingWindowBoundsTheMemoryOfLongSequences) {
+  constexpr size_t kWindow = 4096, kChunk = 1024, kPositions = 65536;
+  KVCacheConfig config;
+  config.type = KVType::kBF16;
+  config.block_size = 16;
+  config.window = kWindow;
+  config.num_blocks = (kWindow + 16 + kChunk) / 16 + 1;
+  KVCache cache(1, 1, kPositions, 8, config);
+  const std::vector<float> k = RandomVector(kChunk * 8, 1);
+  while (cache.length(0) < kPositions) {
+    cache.Append(ConstTensor4::Dense(k.data(), 1, 1, kChunk, 8),
+                 ConstTensor4::Dense(k.data(), 1, 1, kChunk, 8));
+  }
+  EXPECT_EQ(cache.length(0), kPositions);
+  config.window = 0;  // Without the window, the same pool runs out.
+  KVCache full(1, 1, kPositions, 8, config);
+  for (size_t i = 0; i < 5; ++i) {
+    full.Append(ConstTensor4::Dense(k.data(), 1, 1, kChunk, 8),
+                ConstTensor4::Dense(k.data(), 1, 1, kChunk, 8));
+  }
+  ExpectInvalid(
+      [&] {
+        full.Append(ConstTensor4::Dense(k.data(), 1, 1, kChunk, 8),
+                    ConstTensor4::Dense(k.data(), 1, 1, kChunk, 8));
+      },
+      "blocks, but only");
+}
+
 TEST(ServingErrors, BadStepsAndSlotsNameThemselvesAndChangeNothing) {
   Pool pool(KVType::kInt8, 8);
   const Sequences s({20, 3});

@@ -122,6 +122,15 @@ struct KVCacheConfig {
   // fp8 caches: keys are stored as key / key_scale, values as value /
   // value_scale (finite, > 0; a latent cache's rows use key_scale).
   float key_scale = 1.0f, value_scale = 1.0f;
+  // Paged caches of a layer with a sliding window (mask.window <= window):
+  // an append returns to the pool the blocks that none of its tokens, nor
+  // any later one, can see, so a sequence holds at most window +
+  // block_size + n - 1 tokens after an append of n, however long it grows
+  // (positions keep counting). Attention then reads the queries of the last
+  // append with mask.window <= window; Read, Export and Truncate reach the
+  // held tokens only. Size num_blocks for window + block_size + the longest
+  // append per sequence. 0: keep every token.
+  size_t window = 0;
 };
 
 // The keys and values of the tokens seen so far, for one attention layer:

@@ -288,6 +288,10 @@ SIMDATTN_API void ScaledDotProductAttention(
 // key_scale times their elements, values value_scale times theirs. Sequence
 // b holds lengths[b] tokens;
 // slots past them (unwritten, or left by a truncation) never affect a result.
+// With mask.window W, attention reads a sequence's keys from its first
+// query's window on (position lengths[b] - q_tokens + 1 - W, rounded down to
+// a multiple of 16, or of 128 with dropout): table entries of blocks wholly
+// before may be -1 (released by a rolling window).
 struct KVCacheView {
   KVType type = KVType::kF32;
   size_t batch = 0, kv_heads = 0, head_dim = 0;

@@ -380,6 +380,10 @@ typedef struct simdattn_kv_cache_config {
    * value_scale (finite, > 0); 0 means 1. */
   float key_scale;
   float value_scale;
+  /* 0.5, paged caches: a rolling window (attention.h's
+   * KVCacheConfig::window): blocks no later query's mask.window (<= window)
+   * reaches return to the pool as sequences grow. 0: keep every token. */
+  size_t window;
 } simdattn_kv_cache_config;
 #define SIMDATTN_KV_CACHE_CONFIG_INIT \
   SIMDATTN_STRUCT_INIT_(simdattn_kv_cache_config)

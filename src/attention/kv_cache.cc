@@ -21,6 +21,7 @@
 #include "src/common/check.h"
 #include "src/common/element.h"
 #include "src/common/parallel.h"
+#include "src/ops/kv_rows.h"
 #include "src/ops/kv_store.h"
 
 namespace simdattn {
@@ -105,6 +106,10 @@ struct KVCache::Storage {
   std::vector<uint32_t> references;  // Per block: sequences holding it.
   std::vector<int32_t> free_blocks;
   std::vector<size_t> lengths;
+  // A rolling window (KVCacheConfig::window; 0: off), and per sequence its
+  // first held token (a multiple of block_size; blocks before are released).
+  size_t window = 0;
+  std::vector<size_t> first_held;
   std::optional<internal::RopeTables> rope;  // Keys rotated on append.
   // Append's bookkeeping, kept so that steady-state appends allocate
   // nothing: sequence b was listed in the append numbered appended[b], and
@@ -132,9 +137,36 @@ struct KVCache::Storage {
     return hwy::DivCeil(tokens, block_size);
   }
 
-  // Paged: drops sequence b's hold on its blocks from `from` on.
-  void Release(size_t b, size_t from) {
-    for (size_t i = from; i < blocks_per_sequence; ++i) {
+  // Rolling: sequence b's blocks before this one hold only tokens that
+  // tokens appended at `length` cannot see (kv_rows.h's kFirstKeyGranule:
+  // attention reads from the window's first key rounded down to it).
+  size_t RollTo(size_t length) const {
+    if (window == 0 || length + 1 <= window) return 0;
+    size_t seen = length + 1 - window;
+    seen -= seen % internal::kFirstKeyGranule;
+    return seen / block_size;
+  }
+  // The blocks Roll(b, length) gives back to the pool (those b alone holds).
+  size_t Rollable(size_t b, size_t length) const {
+    size_t count = 0;
+    for (size_t i = first_held[b] / block_size; i < RollTo(length); ++i) {
+      const int32_t entry = table[b * blocks_per_sequence + i];
+      count += entry >= 0 && references[entry] == 1;
+    }
+    return count;
+  }
+  // Before an append at `length`: releases those blocks.
+  void Roll(size_t b, size_t length) {
+    const size_t blocks = RollTo(length);
+    if (blocks * block_size <= first_held[b]) return;
+    Release(b, first_held[b] / block_size, blocks);
+    first_held[b] = blocks * block_size;
+  }
+  // Paged: drops sequence b's hold on its blocks [from, to) (default: to the
+  // end).
+  void Release(size_t b, size_t from, size_t to = ~size_t{0}) {
+    to = std::min(to, blocks_per_sequence);
+    for (size_t i = from; i < to; ++i) {
       int32_t& entry = table[b * blocks_per_sequence + i];
       if (entry < 0) continue;
       if (--references[entry] == 0) free_blocks.push_back(entry);
@@ -309,6 +341,11 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
   }
   s.lengths.assign(batch, 0);
   s.paged = config.block_size != 0;
+  SIMDATTN_REQUIRE(config.window == 0 || s.paged, kFn, "config.window (",
+                   config.window,
+                   ") needs a paged cache (config.block_size != 0)");
+  s.window = config.window;
+  s.first_held.assign(batch, 0);
   size_t blocks = batch;
   if (s.paged) {
     const size_t bs = config.block_size;
@@ -393,6 +430,7 @@ KVCache::KVCache(Tensor4 keys, Tensor4 values)
   s.row_stride = keys.strides[2];
   s.block_size = capacity_;
   s.lengths.assign(batch_, 0);
+  s.first_held.assign(batch_, 0);
 }
 
 KVCache::KVCache(KVCache&&) noexcept = default;
@@ -452,11 +490,20 @@ size_t KVCache::Reserve(const char* kFn, const size_t* list, size_t count,
                      " exceeds the capacity (", capacity_, ")");
   }
   const size_t blocks_needed = s.paged ? s.BlocksNeeded(list, count, n) : 0;
-  SIMDATTN_REQUIRE(blocks_needed <= s.free_blocks.size(), kFn, "appending ", n,
-                   " tokens needs ", blocks_needed, " blocks, but only ",
-                   s.free_blocks.size(), " of the pool's ", s.num_blocks,
-                   " are free");
+  // A rolling window's blocks the appended tokens cannot see come back first.
+  size_t rollable = 0;
+  for (size_t i = 0; i < count && s.window != 0 && n != 0; ++i) {
+    rollable += s.Rollable(sequence(i), s.lengths[sequence(i)]);
+  }
+  SIMDATTN_REQUIRE(blocks_needed <= s.free_blocks.size() + rollable, kFn,
+                   "appending ", n, " tokens needs ", blocks_needed,
+                   " blocks, but only ", s.free_blocks.size() + rollable,
+                   " of the pool's ", s.num_blocks, " are free");
   // Blocks for every token, even of zero bytes: the table stays complete.
+  // Rolled first: the reservations may take the blocks rolling returns.
+  for (size_t i = 0; i < count && s.window != 0 && n != 0; ++i) {
+    s.Roll(sequence(i), s.lengths[sequence(i)]);
+  }
   size_t longest = 0;
   for (size_t i = 0; i < count && n != 0; ++i) {
     const size_t b = sequence(i);
@@ -526,7 +573,12 @@ void KVCache::Truncate(size_t sequence, size_t length) {
   SIMDATTN_REQUIRE(length <= s.lengths[sequence], kFn, "length (", length,
                    ") exceeds sequence ", sequence, "'s length (",
                    s.lengths[sequence], ")");
+  SIMDATTN_REQUIRE(length == 0 || length >= s.first_held[sequence], kFn,
+                   "length (", length, ") is before sequence ", sequence,
+                   "'s first held token (", s.first_held[sequence],
+                   "): the rolling window released the tokens before it");
   if (s.paged) s.Release(sequence, s.BlocksFor(length));
+  if (length == 0) s.first_held[sequence] = 0;
   s.lengths[sequence] = length;
 }
 
@@ -554,12 +606,16 @@ void KVCache::Reorder(const std::vector<size_t>& order) {
     SIMDATTN_REQUIRE(order[b] < batch_, kFn, "order[", b, "] (", order[b],
                      ") is not below the batch (", batch_, ")");
   }
-  std::vector<size_t> lengths(batch_);
-  for (size_t b = 0; b < batch_; ++b) lengths[b] = s.lengths[order[b]];
+  std::vector<size_t> lengths(batch_), first_held(batch_);
+  for (size_t b = 0; b < batch_; ++b) {
+    lengths[b] = s.lengths[order[b]];
+    first_held[b] = s.first_held[order[b]];
+  }
   if (s.paged) {  // Share blocks: take the new holds before dropping the old.
     std::vector<int32_t> table(s.table.size(), -1);
     for (size_t b = 0; b < batch_; ++b) {
-      for (size_t i = 0; i < s.BlocksFor(lengths[b]); ++i) {
+      for (size_t i = first_held[b] / s.block_size; i < s.BlocksFor(lengths[b]);
+           ++i) {
         const int32_t block = s.table[order[b] * s.blocks_per_sequence + i];
         table[b * s.blocks_per_sequence + i] = block;
         ++s.references[block];
@@ -568,6 +624,7 @@ void KVCache::Reorder(const std::vector<size_t>& order) {
     for (size_t b = 0; b < batch_; ++b) s.Release(b, 0);
     s.table = std::move(table);
     s.lengths = std::move(lengths);
+    s.first_held = std::move(first_held);
     return;
   }
   // Contiguous: every sequence that moves goes through a saved copy.
@@ -676,6 +733,10 @@ void KVCache::Export(size_t sequence, size_t first, size_t count,
   const Storage& s = *storage_;
   SIMDATTN_REQUIRE(sequence < batch_, kFn, "sequence (", sequence,
                    ") is not below the batch (", batch_, ")");
+  SIMDATTN_REQUIRE(first >= s.first_held[sequence], kFn, "first (", first,
+                   ") is before sequence ", sequence, "'s first held token (",
+                   s.first_held[sequence],
+                   "): the rolling window released the tokens before it");
   SIMDATTN_REQUIRE(
       first <= s.lengths[sequence] && count <= s.lengths[sequence] - first, kFn,
       "tokens [", first, ", ", first, " + ", count,
@@ -712,6 +773,10 @@ void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {
   SIMDATTN_REQUIRE(sequence < batch_, kFn, "sequence (", sequence,
                    ") is not below the batch (", batch_, ")");
   const size_t length = s.lengths[sequence];
+  SIMDATTN_REQUIRE(s.first_held[sequence] == 0, kFn, "sequence ", sequence,
+                   "'s first ", s.first_held[sequence],
+                   " tokens were released by the rolling window: Read gives "
+                   "whole sequences (Export gives the held tokens)");
   internal::Footprint spans[2];
   for (int i = 0; i < 2; ++i) {
     const Tensor3& t = i == 0 ? keys : values;

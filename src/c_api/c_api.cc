@@ -114,7 +114,7 @@ SIMDATTN_GROWABLE(simdattn_rope_options, SIMDATTN_ROPE_OPTIONS_INIT, positions,
 SIMDATTN_GROWABLE(simdattn_attention_options, SIMDATTN_ATTENTION_OPTIONS_INIT,
                   log_sum_exp, log_sum_exp)
 SIMDATTN_GROWABLE(simdattn_kv_cache_config, SIMDATTN_KV_CACHE_CONFIG_INIT, rope,
-                  value_scale)
+                  window)
 SIMDATTN_GROWABLE(simdattn_module_config, SIMDATTN_MODULE_CONFIG_INIT, rope,
                   rope)
 SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT, reserved,
@@ -352,6 +352,7 @@ KVCacheConfig ToConfig(const simdattn_kv_cache_config* caller,
   if (caller == nullptr) return c;
   const simdattn_kv_cache_config config = ReadGrowable(*caller, kFn, "config");
   c.type = ToElementType(config.type, kFn, "config->type");
+  c.window = config.window;
   c.block_size = config.block_size;
   c.num_blocks = config.num_blocks;
   c.value_dim = config.value_dim;

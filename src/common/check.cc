@@ -317,7 +317,8 @@ void CheckDropout(const char* function, const char* p_name, float p,
 }
 
 KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
-                                  size_t q_tokens, const size_t* query_starts) {
+                                  size_t q_tokens, const size_t* query_starts,
+                                  size_t window, size_t granule) {
   const bool paged = kv.block_table != nullptr;
   SIMDATTN_REQUIRE(kv.block_size != 0 || !paged, function,
                    "kv.block_size is 0");
@@ -349,12 +350,25 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
                      " queries, the sequence's last tokens");
     spans.longest = std::max(spans.longest, length);
     if (!paged) continue;
-    for (size_t block = 0; block * kv.block_size < length; ++block) {
+    // The first key any of its queries reads (kv_rows.h's
+    // kFirstKeyGranule): blocks wholly before may be released (-1). A
+    // sequence without queries is not read.
+    size_t first = q_tokens == 0 ? length : 0;
+    if (window != 0 && q_tokens != 0) {
+      const size_t seen = length - q_tokens + 1;
+      first = seen > window ? seen - window : 0;
+      first -= first % granule;
+    }
+    for (size_t block = first / kv.block_size; block * kv.block_size < length;
+         ++block) {
       const int32_t entry = kv.block_table[b * kv.blocks_per_sequence + block];
       SIMDATTN_REQUIRE(entry >= 0 && static_cast<size_t>(entry) < blocks,
                        function, "kv.block_table[", b, " * ",
                        kv.blocks_per_sequence, " + ", block, "] (", entry,
-                       ") is not a block of the ", blocks, " in the pool");
+                       ") is not a block of the ", blocks, " in the pool",
+                       entry < 0 ? " (released: its keys are outside every "
+                                   "query's mask.window)"
+                                 : "");
     }
   }
   const ElementTraits traits = ElementTraitsOf(kv.type);

@@ -109,14 +109,17 @@ inline size_t ValueDim(const KVCacheView& kv) {
 // query_starts[b + 1] - query_starts[b] for sequence b), the type and the
 // shapes against q checked by the caller: block size and table entries,
 // capacity, lengths (each at least its queries), and the memory of keys,
-// values and scales. Returns what they span, and the longest length.
+// values and scales. With a sliding `window`, only the table entries of
+// blocks from the first key a query reads (its window's first, rounded down
+// to `granule`) on. Returns what they span, and the longest length.
 struct KVCacheViewSpans {
   Footprint keys, values, key_scales, value_scales;
   size_t longest = 0;
 };
 KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
                                   size_t q_tokens,
-                                  const size_t* query_starts = nullptr);
+                                  const size_t* query_starts = nullptr,
+                                  size_t window = 0, size_t granule = 1);
 
 // Validates a dropout probability `p` (named p_name; NaN fails) over a
 // weights tensor of shape `dims`, whose dims are named dim_names in messages.

@@ -451,11 +451,13 @@ inline void RescaleRows(const float* corr, size_t rows, float* acc,
 }
 
 // The first key a walk over keys [j_begin, ...) for rows from i computes:
-// the window's start, rounded down to a dropout group so that tiles draw
-// whole groups.
+// the window's start, rounded down to kFirstKeyGranule (kv_rows.h), or with
+// dropout to a dropout group so that tiles draw whole groups.
 inline size_t FirstKey(const Problem& pr, size_t b, size_t i, size_t j_begin) {
   const size_t begin = pr.mask.Begin(b, i);
-  return std::max(j_begin, begin - begin % kDropoutGroup);
+  const size_t granule =
+      pr.dropout ? kDropoutGroup : internal::kFirstKeyGranule;
+  return std::max(j_begin, begin - begin % granule);
 }
 
 // Paged rows come in runs (a block's tokens of one head) too short for the

@@ -215,8 +215,9 @@ void AttendCache(const char* kFn, ConstTensor4 q,
                    kFn,
                    "mask.causal_offset(s) and mask.key_lengths must be unset: "
                    "the cache's lengths give them");
-  const internal::KVCacheViewSpans spans =
-      internal::CheckKVCacheView(kFn, kv, layout.rows, layout.starts);
+  const internal::KVCacheViewSpans spans = internal::CheckKVCacheView(
+      kFn, kv, layout.rows, layout.starts, user_mask.window,
+      options.dropout > 0.0f ? kDropoutGroup : internal::kFirstKeyGranule);
   const bool paged = kv.block_table != nullptr;
   KVSource source;
   source.type = kv.type;

@@ -14,6 +14,12 @@
 namespace simdattn {
 namespace internal {
 
+// Attention reads a row's keys from the first its window shows, rounded
+// down to a multiple of this (of kDropoutGroup with dropout, whose bits come
+// in column groups): table entries of blocks wholly before are never read,
+// so a rolling window may release them.
+inline constexpr size_t kFirstKeyGranule = 16;
+
 // Contiguous storage is one block per sequence, found through this table.
 inline constexpr int32_t kSingleBlock[1] = {0};
 

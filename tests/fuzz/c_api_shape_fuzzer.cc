@@ -734,6 +734,8 @@ void FuzzTypedKVCache(Input& in) {
   static const size_t kBlockSizes[] = {0, 16, 32, 256, 24, 8};
   config.value.block_size = kBlockSizes[in.Byte() % 6];
   config.value.num_blocks = in.Byte() % 4 == 0 ? in.Byte() % 12 : 0;
+  // A rolling window (refused without pages) now and then.
+  config.value.window = in.Tail() >= 224 ? in.Tail() % 40 : 0;
   // RoPE on append: any nonzero flag sets it.
   auto rope = Grow<simdattn_rope_options>(SIMDATTN_ROPE_OPTIONS_INIT);
   const bool with_rope = in.Flag() != 0;
@@ -780,6 +782,20 @@ void FuzzTypedKVCache(Input& in) {
     } else if (op % 7 == 1) {
       const simdattn_const_tensor4 k = tensor(batch, kv_heads, n, head_dim);
       CheckStatus(simdattn_kv_cache_append(cache, k, k, nullptr), false);
+    } else if (op % 7 == 2 && op >= 224) {  // Moved between sequences.
+      const size_t first = in.Byte() % 30, count = in.Byte() % 30;
+      size_t bytes = 0;
+      CheckStatus(simdattn_kv_cache_export_bytes(cache, count, &bytes), false);
+      std::vector<uint8_t> buffer(bytes);
+      const simdattn_status exported = simdattn_kv_cache_export(
+          cache, seq, first, count, buffer.data(), buffer.size());
+      CheckStatus(exported, false);
+      if (exported == SIMDATTN_STATUS_OK) {
+        CheckStatus(
+            simdattn_kv_cache_import(cache, in.Byte() % (batch + 1),
+                                     buffer.data(), buffer.size(), count),
+            false);
+      }
     } else if (op % 7 == 2) {
       CheckStatus(simdattn_kv_cache_truncate(cache, seq, in.Byte() % 80),
                   false);
@@ -839,13 +855,116 @@ void FuzzTypedKVCache(Input& in) {
   simdattn_kv_cache_destroy(cache);
 }
 
+// A serving step over a pool of the fuzzer's own memory, sized exactly for
+// the layout it claims (dense or with padded strides, f32, bf16, int8 or
+// q8_0): slots, query starts, sequence lengths and block-table entries
+// anything, some out of range, repeated or decreasing; a window that lets
+// early entries be -1. Accepted calls read and write inside the pool.
+void FuzzVarlenStep(Input& in) {
+  static const int32_t kTypes[] = {SIMDATTN_F32, SIMDATTN_BF16, SIMDATTN_INT8,
+                                   SIMDATTN_Q8_0};
+  const int32_t type = kTypes[in.Byte() % 4];
+  const bool blocks32 = type == SIMDATTN_Q8_0;
+  const size_t kv_heads = 1 + in.Byte() % 2, group = 1 + in.Byte() % 2;
+  const size_t head_dim = blocks32 ? 32 : 1 + in.Byte() % 9;
+  const size_t block_size = in.Byte() % 8 == 0 ? 24 : 16;  // 24: refused.
+  const size_t num_blocks = 1 + in.Byte() % 6;
+  const size_t row = head_dim + (blocks32 ? 0 : in.Byte() % 3);
+  auto pages = Grow<simdattn_kv_pages>(SIMDATTN_KV_PAGES_INIT);
+  simdattn_kv_pages& p = pages.value;
+  p.type = type;
+  p.kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  p.row_stride = row;
+  p.head_stride = block_size * row;
+  p.block_stride = kv_heads * p.head_stride;
+  p.block_size = block_size;
+  p.num_blocks = num_blocks;
+  const size_t elements = num_blocks * p.block_stride;
+  const size_t bytes = type == SIMDATTN_F32    ? 4 * elements
+                       : type == SIMDATTN_BF16 ? 2 * elements
+                       : type == SIMDATTN_INT8 ? elements
+                                               : elements / 32 * 34;
+  std::vector<uint8_t> keys(bytes), values(bytes);
+  std::vector<float> key_scales(num_blocks * kv_heads * block_size),
+      value_scales(key_scales.size());
+  p.keys = keys.data();
+  p.values = values.data();
+  if (type == SIMDATTN_INT8) {
+    p.key_scales = key_scales.data();
+    p.value_scales = value_scales.data();
+    p.scale_head_stride = block_size;
+    p.scale_block_stride = kv_heads * block_size;
+  }
+  // The step's tokens, written by slot.
+  const size_t tokens = in.Byte() % 12;
+  std::vector<int64_t> slots(tokens);
+  for (int64_t& slot : slots) {
+    const uint8_t b = in.Byte();
+    slot = b >= 250  ? -1
+           : b < 240 ? b % (num_blocks * 16 + 2)
+                     : static_cast<int64_t>(in.U64());
+  }
+  std::vector<float> kv(tokens * kv_heads * head_dim);
+  for (float& x : kv) x = in.Float();
+  simdattn_const_tensor4 k{kv.data(),
+                           {1, kv_heads, tokens, head_dim},
+                           {0, head_dim, kv_heads * head_dim}};
+  const bool bad_pages = FuzzStructSize(in, &pages);
+  CheckStatus(simdattn_write_kv_slots(k, k, slots.data(), &p), bad_pages);
+  // Attention over up to 3 sequences of the pool.
+  const size_t seqs = in.Byte() % 4, per_sequence = 1 + in.Byte() % 3;
+  std::vector<size_t> starts(seqs + 1, 0), lengths(seqs);
+  std::vector<int32_t> table(seqs * per_sequence);
+  for (size_t b = 0; b < seqs; ++b) {
+    starts[b + 1] = starts[b] + in.Byte() % 4;
+    if (in.Byte() % 16 == 0) starts[b + 1] = in.Byte() % 3;  // Maybe back.
+    lengths[b] = in.Byte() % 50;
+  }
+  for (int32_t& entry : table) {
+    const uint8_t b = in.Byte();
+    entry = b >= 248 ? -1 : static_cast<int32_t>(b % (num_blocks + 1));
+  }
+  auto step = Grow<simdattn_varlen_step>(SIMDATTN_VARLEN_STEP_INIT);
+  step.value.num_seqs = seqs;
+  step.value.query_starts = starts.data();
+  step.value.seq_lens = lengths.data();
+  step.value.block_table = table.data();
+  step.value.blocks_per_sequence = per_sequence;
+  const size_t q_tokens = starts.back(), heads = kv_heads * group;
+  std::vector<float> q(q_tokens * heads * head_dim, 1.0f), out(q.size());
+  std::vector<float> lse(heads * q_tokens);
+  simdattn_const_tensor4 qv{q.data(),
+                            {1, heads, q_tokens, head_dim},
+                            {0, head_dim, heads * head_dim}};
+  simdattn_tensor4 ov{out.data(),
+                      {1, heads, q_tokens, head_dim},
+                      {0, head_dim, heads * head_dim}};
+  auto options =
+      Grow<simdattn_attention_options>(SIMDATTN_ATTENTION_OPTIONS_INIT);
+  auto mask = Grow<simdattn_mask>(SIMDATTN_MASK_INIT);
+  mask.value.causal = in.Flag();
+  mask.value.window = in.Byte() % 24;
+  options.value.mask = &mask.value;
+  if (in.Byte() % 2 == 0) options.value.log_sum_exp = lse.data();
+  const bool bad = FuzzStructSize(in, &options) || FuzzStructSize(in, &mask) ||
+                   FuzzStructSize(in, &step) || bad_pages;
+  CheckStatus(
+      simdattn_varlen_attention(qv, &step.value, &p, ov, &options.value), bad);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
   switch (in.Byte() % 8) {
     case 0:
-      FuzzMatMul(in);
+      // Half of the matmul seeds drive a serving step instead.
+      if (in.Tail() % 2 == 0) {
+        FuzzMatMul(in);
+      } else {
+        FuzzVarlenStep(in);
+      }
       break;
     case 1:
       FuzzBatchedMatMul(in);
