@@ -359,6 +359,63 @@ TEST(Robustness, GenerationStepsAllocateNothing) {
   });
 }
 
+// A serving step over caller-owned pages, slot writes then one varlen call
+// of a mixed step, allocates nothing after the first at its shape.
+TEST(Robustness, ServingStepsAllocateNothing) {
+  constexpr size_t kHeadDim = kDOut / kHeads, kBlock = 16, kPerSequence = 4;
+  const std::vector<size_t> lengths = {20, 40, 5};
+  const size_t starts[4] = {0, 3, 4, 6};  // Queries: 3, 1 and 2.
+  std::vector<int32_t> table(lengths.size() * kPerSequence);
+  for (size_t i = 0; i < table.size(); ++i) {
+    table[i] = static_cast<int32_t>(i);
+  }
+  std::vector<int64_t> slots;
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    for (size_t t = lengths[b] - (starts[b + 1] - starts[b]); t < lengths[b];
+         ++t) {
+      slots.push_back(static_cast<int64_t>(
+          table[b * kPerSequence + t / kBlock] * kBlock + t % kBlock));
+    }
+  }
+  std::vector<float> pool_k(table.size() * kHeads * kBlock * kHeadDim, 0.5f);
+  std::vector<float> pool_v(pool_k.size(), 0.25f);
+  KVPages pages;
+  pages.kv_heads = kHeads;
+  pages.head_dim = kHeadDim;
+  pages.keys = pool_k.data();
+  pages.values = pool_v.data();
+  pages.row_stride = kHeadDim;
+  pages.head_stride = kBlock * kHeadDim;
+  pages.block_stride = kHeads * kBlock * kHeadDim;
+  pages.block_size = kBlock;
+  pages.num_blocks = table.size();
+  const size_t n = starts[3];
+  const std::vector<float> kv = test::RandomVector(n * kHeads * kHeadDim, 8);
+  const std::vector<float> q = test::RandomVector(n * kHeads * kHeadDim, 9);
+  std::vector<float> out(q.size());
+  const KVCacheView view =
+      pages.View(lengths.size(), lengths.data(), table.data(), kPerSequence);
+  const auto step = [&] {
+    const ConstTensor4 new_kv =
+        ConstTensor4::FromTokenMajor(kv.data(), 1, n, kHeads, kHeadDim);
+    WriteKVSlots(new_kv, new_kv, slots.data(), pages);
+    AttentionOptions options;
+    options.mask.causal = true;
+    VarlenAttention(
+        ConstTensor4::FromTokenMajor(q.data(), 1, n, kHeads, kHeadDim), starts,
+        view, Tensor4::FromTokenMajor(out.data(), 1, n, kHeads, kHeadDim),
+        options);
+  };
+  tbb::task_arena(1).execute([&] {
+    step();  // The first step at this shape may allocate.
+    const Allocations a = Count([&] {
+      for (int s = 0; s < 20; ++s) step();
+    });
+    EXPECT_EQ(a.news, 0u);
+    EXPECT_EQ(a.scratch_bytes, 0u);
+  });
+}
+
 // With every thread, how many buffers are in flight at once depends on the
 // scheduling, so the pool may still grow while more threads join in (by a
 // small per-task workspace each); but it does not grow per call, and nothing

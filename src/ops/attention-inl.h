@@ -989,15 +989,17 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   // Heavy tasks first: items with more query rows first (ties, and every
   // dense call, in batch order), and within an item, the later row blocks,
   // which see more keys under a causal mask. first_task[p] is the first task
-  // of the p-th item in that order (from the scratch pool, used as size_t).
+  // of the p-th item in that order (from the scratch pool, used as size_t;
+  // std::sort with the tie broken by index: stable_sort would allocate).
   internal::ScratchBuffer order_buffer(
       hwy::DivCeil((2 * batch + 1) * sizeof(size_t), sizeof(float)));
   size_t* order = reinterpret_cast<size_t*>(order_buffer.data());
   size_t* first_task = order + batch;
   for (size_t b = 0; b < batch; ++b) order[b] = b;
   if (layout.starts != nullptr) {
-    std::stable_sort(order, order + batch, [&](size_t a, size_t b) {
-      return layout.Tokens(a) > layout.Tokens(b);
+    std::sort(order, order + batch, [&](size_t a, size_t b) {
+      const size_t ta = layout.Tokens(a), tb = layout.Tokens(b);
+      return ta != tb ? ta > tb : a < b;
     });
   }
   first_task[0] = 0;
