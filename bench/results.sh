@@ -97,6 +97,7 @@ args=(bench --op all --targets "$simd" --threads "1,$cores" --compare)
 [ $smoke -eq 0 ] || args+=(--shape matmul=16x16x16,matmul=64x64x64_Bt
   --shape softmax=1x2x16x16_causal,dropout=1x2x16x16,mha=1x8x16x2
   --shape attention=1x4x32x16_kv2_causal,decode=1x4x64x16,append=1x2x16x8
+  --shape serve=4x2x16_ctx40_d3_p1x20_v2x3
   --reps 1 --min-time 0)
 args+=(--format json --out "$json")
 title="simdattn bench: $machine"

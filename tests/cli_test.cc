@@ -251,8 +251,8 @@ TEST_F(CliTest, BenchCheckPassesOnEveryTarget) {
   const Result r = Simdattn("bench --check --targets all --threads 1,2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("checks passed"), std::string::npos) << r.output;
-  for (const char* op :
-       {"matmul", "softmax", "dropout", "mha", "attention", "decode"}) {
+  for (const char* op : {"matmul", "softmax", "dropout", "mha", "attention",
+                         "decode", "append", "serve"}) {
     EXPECT_NE(r.output.find(op), std::string::npos) << op;
   }
 }
@@ -283,7 +283,8 @@ TEST_F(CliTest, BenchJsonRecordsHaveTheDocumentedKeys) {
       "bench --op all --shape matmul=32x32x32,softmax=1x2x16x16_causal "
       "--shape dropout=1x2x16x16 --shape mha=1x8x16x2 "
       "--shape attention=1x4x32x16_kv2_causal_dropout "
-      "--shape decode=2x4x100x16 --threads 1,2 "
+      "--shape decode=2x4x100x16 --shape append=2x3x37x8 "
+      "--shape serve=4x2x16_ctx40_d3_p1x20_v2x3 --threads 1,2 "
       "--reps 2 --min-time 1 --format json --out " +
       Path("bench.json");
 #ifndef SIMDATTN_SANITIZED
@@ -315,8 +316,8 @@ TEST_F(CliTest, BenchJsonRecordsHaveTheDocumentedKeys) {
     EXPECT_GT(rate, 0.0);
     ops.push_back(rec["op"].get<std::string>());
   }
-  for (const char* op :
-       {"matmul", "softmax", "dropout", "mha", "attention", "decode"}) {
+  for (const char* op : {"matmul", "softmax", "dropout", "mha", "attention",
+                         "decode", "append", "serve"}) {
     EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << op;
   }
 }
