@@ -468,22 +468,25 @@ TEST_P(ServingTest, MovedSequencesAttendAsBefore) {
   }
 }
 
+// A bf16 cache of 16-token pages, rolling with `window` (0: not) over a
+// pool of `num_blocks` (0: enough for every token).
+KVCacheConfig Rolling(size_t window, size_t num_blocks) {
+  KVCacheConfig config;
+  config.type = KVType::kBF16;
+  config.block_size = 16;
+  config.window = window;
+  config.num_blocks = num_blocks;
+  return config;
+}
+
 // A rolling window: 600 positions through a pool of 10 blocks of 16 per
 // sequence with a window of 40; every step attends with the bits of a cache
 // that keeps every token, and each sequence holds at most window +
 // block_size + n - 1 tokens.
 TEST_P(ServingTest, RollingWindowKeepsOnlyTheWindow) {
   constexpr size_t kWindow = 40, kDim = 16, kSteps = 600;
-  KVCacheConfig rolling;
-  rolling.type = KVType::kBF16;
-  rolling.block_size = 16;
-  rolling.window = kWindow;
-  rolling.num_blocks = 2 * 10;
-  KVCacheConfig full = rolling;
-  full.window = 0;
-  full.num_blocks = 0;
-  KVCache a(2, kKVHeads, kSteps + 8, kDim, rolling);
-  KVCache b(2, kKVHeads, kSteps + 8, kDim, full);
+  KVCache a(2, kKVHeads, kSteps + 8, kDim, Rolling(kWindow, 2 * 10));
+  KVCache b(2, kKVHeads, kSteps + 8, kDim, Rolling(0, 0));
   AttentionOptions options;
   options.mask.causal = true;
   options.mask.window = kWindow;
@@ -552,24 +555,20 @@ TEST_P(ServingTest, RollingWindowKeepsOnlyTheWindow) {
 }
 
 // 64K positions with a 4096-token window through a pool sized for the
-// window, a block and one 1024-token chunk: 0.5% of what the positions
-// would take (4096 blocks); the appends would throw if blocks leaked.
+// window, a block and one 1024-token chunk: 322 blocks, 8% of the 4096 the
+// positions would take; the appends would throw if blocks leaked.
 TEST(ServingMemory, RollingWindowBoundsTheMemoryOfLongSequences) {
   constexpr size_t kWindow = 4096, kChunk = 1024, kPositions = 65536;
-  KVCacheConfig config;
-  config.type = KVType::kBF16;
-  config.block_size = 16;
-  config.window = kWindow;
-  config.num_blocks = (kWindow + 16 + kChunk) / 16 + 1;
-  KVCache cache(1, 1, kPositions, 8, config);
+  const size_t num_blocks = (kWindow + 16 + kChunk) / 16 + 1;
+  KVCache cache(1, 1, kPositions, 8, Rolling(kWindow, num_blocks));
   const std::vector<float> k = RandomVector(kChunk * 8, 1);
   while (cache.length(0) < kPositions) {
     cache.Append(ConstTensor4::Dense(k.data(), 1, 1, kChunk, 8),
                  ConstTensor4::Dense(k.data(), 1, 1, kChunk, 8));
   }
   EXPECT_EQ(cache.length(0), kPositions);
-  config.window = 0;  // Without the window, the same pool runs out.
-  KVCache full(1, 1, kPositions, 8, config);
+  // Without the window, the same pool runs out.
+  KVCache full(1, 1, kPositions, 8, Rolling(0, num_blocks));
   for (size_t i = 0; i < 5; ++i) {
     full.Append(ConstTensor4::Dense(k.data(), 1, 1, kChunk, 8),
                 ConstTensor4::Dense(k.data(), 1, 1, kChunk, 8));

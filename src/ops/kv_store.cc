@@ -62,7 +62,6 @@ void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
   const int32_t no_table[1] = {0};
   const internal::KVCacheViewSpans spans =
       internal::CheckKVCacheView(kFn, pages.View(0, nullptr, no_table, 0), 0);
-  SIMDATTN_REQUIRE(pages.block_size != 0, kFn, "pages.block_size is 0");
   const size_t value_dim =
       pages.value_dim == 0 ? pages.head_dim : pages.value_dim;
   const size_t expected_keys[4] = {1, heads, tokens, pages.head_dim};
