@@ -1340,14 +1340,94 @@ static void TestModuleVariants(void) {
   config = Config(SIMDATTN_CAUSAL_ATTENTION, kIn, kOut, kT, 1);
   config.sinks = 1;
   CHECK_ERROR(simdattn_module_create(&config, &module), INVALID,
-              "config->window, softcap, alibi, sinks and rope apply to "
-              "SIMDATTN_MULTI_HEAD_ATTENTION only");
+              "config->window, softcap, alibi, sinks, rope, weight_names and "
+              "out_bias apply to SIMDATTN_MULTI_HEAD_ATTENTION only");
+  config.sinks = 0;
+  config.weight_names = SIMDATTN_WEIGHTS_LLAMA;
+  CHECK_ERROR(simdattn_module_create(&config, &module), INVALID,
+              "weight_names and out_bias apply to");
 }
 
 /* A llama-style module (config.rope): generation steps over a cache without
  * RoPE and over one rotating keys with the same options give the forward's
  * rows; the rotation changes the result; a cache rotating keys for a module
  * without rope is refused. */
+/* A llama-named module serving two varlen steps over caller pages: two
+ * prefills (5 and 3 tokens), then a decode and a 2-token verification; each
+ * row equals simdattn_module_forward over its whole sequence. */
+static void TestModuleVarlen(void) {
+  enum { kIn = 6, kOut = 8, kHeads = 2, kD = 4, kBlock = 4, kBlocks = 6 };
+  static const size_t kLens[2][2] = {{5, 3}, {6, 5}};
+  static const size_t kStarts[2][3] = {{0, 5, 8}, {0, 1, 3}};
+  /* Sequence 0 in blocks 4, 1; sequence 1 in blocks 2, 3. */
+  static const int32_t kTable[2 * 2] = {4, 1, 2, 3};
+  static const int64_t kSlots[2][8] = {{16, 17, 18, 19, 4, 8, 9, 10},
+                                       {5, 11, 12, 0, 0, 0, 0, 0}};
+  /* Each sequence's tokens in order, and where the steps put them. */
+  static const size_t kRows[2][6] = {{0, 1, 2, 3, 4, 8}, {5, 6, 7, 9, 10, 0}};
+  simdattn_module_config config =
+      Config(SIMDATTN_MULTI_HEAD_ATTENTION, kIn, kOut, 0, kHeads);
+  simdattn_rope_options rope = SIMDATTN_ROPE_OPTIONS_INIT;
+  simdattn_kv_pages pages = SIMDATTN_KV_PAGES_INIT;
+  simdattn_varlen_step step = SIMDATTN_VARLEN_STEP_INIT;
+  simdattn_module* module = NULL;
+  float pool_k[kBlocks * kBlock * kD], pool_v[kBlocks * kBlock * kD];
+  float x[11 * kIn], y[11 * kIn], seq_x[6 * kIn], seq_y[6 * kIn];
+  size_t d_out = 0, s, i, c;
+  config.num_kv_heads = 1;
+  config.qkv_bias = 1;
+  config.weight_names = SIMDATTN_WEIGHTS_LLAMA;
+  config.out_bias = 1;
+  config.rope = &rope;
+  CHECK_OK(simdattn_module_create(&config, &module));
+  if (module == NULL) return;
+  CHECK_OK(simdattn_module_shape(module, NULL, &d_out, NULL));
+  CHECK(d_out == kIn);
+  Fill(x, 11 * kIn, 61);
+  memset(pool_k, 0, sizeof(pool_k));
+  memset(pool_v, 0, sizeof(pool_v));
+  pages.kv_heads = 1;
+  pages.head_dim = kD;
+  pages.keys = pool_k;
+  pages.values = pool_v;
+  pages.block_stride = kBlock * kD;
+  pages.head_stride = kBlock * kD;
+  pages.row_stride = kD;
+  pages.block_size = kBlock;
+  pages.num_blocks = kBlocks;
+  step.num_seqs = 2;
+  step.block_table = kTable;
+  step.blocks_per_sequence = 2;
+  for (s = 0; s < 2; ++s) {
+    const size_t first = s == 0 ? 0 : 8, n = kStarts[s][2];
+    step.query_starts = kStarts[s];
+    step.seq_lens = kLens[s];
+    step.slot_mapping = kSlots[s];
+    CHECK_OK(simdattn_module_forward_varlen(
+        module, Const3(Dense3(x + first * kIn, 1, n, kIn)), &step, &pages,
+        Dense3(y + first * kIn, 1, n, kIn), NULL));
+  }
+  CHECK_ERROR(
+      simdattn_module_forward_varlen(module, Const3(Dense3(x, 2, 1, kIn)),
+                                     &step, &pages, Dense3(y, 2, 1, kIn), NULL),
+      INVALID, "x and y have batch 2 and 2: expected 1");
+  for (s = 0; s < 2; ++s) {
+    const size_t length = kLens[1][s];
+    for (i = 0; i < length; ++i) {
+      memcpy(seq_x + i * kIn, x + kRows[s][i] * kIn, kIn * sizeof(float));
+    }
+    CHECK_OK(simdattn_module_forward(module,
+                                     Const3(Dense3(seq_x, 1, length, kIn)),
+                                     Dense3(seq_y, 1, length, kIn), NULL));
+    for (i = 0; i < length; ++i) {
+      for (c = 0; c < kIn; ++c) {
+        CHECK_NEAR(y[kRows[s][i] * kIn + c], seq_y[i * kIn + c], 1e-5);
+      }
+    }
+  }
+  simdattn_module_destroy(module);
+}
+
 static void TestModuleRope(void) {
   enum { kB = 2, kT = 7, kIn = 5, kOut = 8, kHeads = 2, kKvHeads = 1 };
   simdattn_module_config config =
@@ -2644,6 +2724,7 @@ int main(void) {
   TestVarlenStep();
   TestMoveSequence();
   TestModuleRope();
+  TestModuleVarlen();
   if (g_failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;

@@ -630,7 +630,7 @@ TEST(ServingErrors, BadStepsAndSlotsNameThemselvesAndChangeNothing) {
       [&] {
         attend({0, 1, 3}, {});
       },
-      {"query_starts[2] (3) differs from q's 4 tokens"});
+      {"query_starts[2] (3) differs from the 4 packed tokens"});
   ExpectInvalid(
       [&] {
         attend({0, 0, 4}, {});

@@ -77,14 +77,22 @@ struct AttentionConfig {
   float dropout = 0.0f;
   bool qkv_bias = false;
   bool causal = false;
-  bool out_proj = false;    // A final (d_out, d_out) nn.Linear with bias.
+  // A final nn.Linear from d_out to out_features (0: d_out), with a bias
+  // if out_bias.
+  bool out_proj = false;
   bool projections = true;  // false: queries = keys = values = input.
   bool scaled = true;       // Scores scaled by 1/sqrt(head_dim).
   AttentionVariants variants;
   // Rotary embeddings of queries and keys, each token at its position
   // (rope->positions must be null).
   std::optional<RopeOptions> rope;
+  size_t out_features = 0;
+  bool out_bias = true;
   size_t d_out() const { return num_heads * head_dim; }
+  // The features of the module's output.
+  size_t y_features() const {
+    return out_proj && out_features != 0 ? out_features : d_out();
+  }
 };
 
 struct LoadOptions {
@@ -235,6 +243,23 @@ class SIMDATTN_API KVCache {
   std::unique_ptr<Storage> storage_;
 };
 
+// One serving step's sequences over caller-owned pages (vLLM's metadata, as
+// kernels.h's VarlenAttention and WriteKVSlots take it): sequence b's new
+// tokens are rows [query_starts[b], query_starts[b + 1]) of the step's packed
+// tokens, its last ones; it holds seq_lens[b] tokens after the step, in the
+// blocks block_table[b * blocks_per_sequence + t / block_size]. Token t's
+// key and value are stored at slot_mapping[t] (block * block_size + offset;
+// negative: not stored), which should be the slot its sequence's table gives
+// its position: that is the engine's bookkeeping, not checked.
+struct VarlenStep {
+  size_t num_seqs = 0;
+  const size_t* query_starts = nullptr;  // num_seqs + 1 (query_start_loc).
+  const size_t* seq_lens = nullptr;      // num_seqs.
+  const int32_t* block_table = nullptr;
+  size_t blocks_per_sequence = 0;
+  const int64_t* slot_mapping = nullptr;  // One per packed token.
+};
+
 // The common implementation of the modules: projections, scores, masked
 // softmax, dropout, weights @ values, output projection.
 class SIMDATTN_API AttentionModule {
@@ -243,19 +268,33 @@ class SIMDATTN_API AttentionModule {
   AttentionModule& operator=(AttentionModule&&) noexcept;
   ~AttentionModule();
 
-  // x: (batch, tokens, d_in); y: (batch, tokens, d_out), not overlapping x.
+  // x: (batch, tokens, d_in); y: (batch, tokens, y features), not
+  // overlapping x: d_out, or d_in for a kLlama MultiHeadAttention.
   void Forward(ConstTensor3 x, Tensor3 y,
                const ForwardOptions& options = {}) const;
-  // A single sequence (tokens, d_in) -> (tokens, d_out).
+  // A single sequence (tokens, d_in) -> (tokens, y features).
   void Forward(ConstMatrix x, Matrix y,
                const ForwardOptions& options = {}) const;
   // Generation: x holds the next n tokens (batch, n, d_in) of sequences
   // whose earlier tokens are in `cache` (batch, num_kv_heads, capacity,
   // head_dim). Appends their keys and values to the cache and writes their
-  // outputs to y (batch, n, d_out): the same rows a causal Forward over the
-  // whole sequence gives. Causal modules with projections, eval mode.
+  // outputs to y (batch, n, y features): the same rows a causal Forward over
+  // the whole sequence gives. Causal modules with projections, eval mode.
   void ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
                    const ForwardOptions& options = {}) const;
+  // A continuous-batching step: x (num_tokens, d_in) packs the new tokens of
+  // step.num_seqs sequences, any number each (prefill chunks, decodes,
+  // verifications; 0 skips a sequence). Stores their keys and values in
+  // `pages` (rotated at their positions where the module has rope), then
+  // attends each sequence's new tokens over its tokens as VarlenAttention
+  // does (causal from their positions, the module's variants), and writes y
+  // (num_tokens, y features): the rows ForwardStep over a KVCache holding
+  // the same tokens gives, up to the order of summation. Causal modules with
+  // projections, eval mode; the pages are not latent and hold the module's
+  // kv heads and head_dim (bf16 for options.compute kBFloat16). On error
+  // nothing is written.
+  void ForwardStep(ConstMatrix x, const VarlenStep& step, const KVPages& pages,
+                   Matrix y, const ForwardOptions& options = {}) const;
 
   // Copies the weights from a state_dict with PyTorch's names and shapes,
   // strictly: a missing, unexpected or misshapen tensor is an error naming it.
@@ -325,6 +364,21 @@ class SIMDATTN_API MultiHeadAttentionWrapper : public AttentionModule {
                             bool qkv_bias = false, uint64_t seed = 0);
 };
 
+// The names of a MultiHeadAttention's state_dict.
+enum class WeightNames : int {
+  // The seed's: W_query, W_key, W_value (.weight, .bias with qkv_bias),
+  // out_proj.weight (d_out, d_out) and out_proj.bias, the causal "mask"
+  // buffer with a context_length; y has d_out features.
+  kSeed = 0,
+  // Hugging Face's llama-style attention layers (LlamaAttention,
+  // MistralAttention, Qwen2Attention, ...): q_proj, k_proj, v_proj (.weight,
+  // .bias with qkv_bias: Qwen2), o_proj.weight (d_in, d_out) and o_proj.bias
+  // with out_bias; no buffers. o_proj maps back to d_in (hidden_size): y has
+  // d_in features. d_out is num_heads * head_dim (HF's head_dim need not be
+  // hidden_size / num_heads).
+  kLlama = 1,
+};
+
 // What a MultiHeadAttention is: the seed's constructor arguments, then what
 // current models add. Fields are only ever appended.
 struct MultiHeadAttentionConfig {
@@ -351,6 +405,10 @@ struct MultiHeadAttentionConfig {
   // The cache may rotate the keys itself on append (KVCacheConfig::rope,
   // then the same options) or not (the module rotates them).
   std::optional<RopeOptions> rope;
+  WeightNames weight_names = WeightNames::kSeed;
+  // kLlama: o_proj has a bias (HF's attention_bias, which gives q, k and v
+  // theirs too: set qkv_bias). The seed's out_proj always has one.
+  bool out_bias = false;
 };
 
 // MultiHeadAttention: d_out split into num_heads heads of d_out / num_heads,

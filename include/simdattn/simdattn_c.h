@@ -516,6 +516,9 @@ typedef struct simdattn_varlen_step {
   const size_t* seq_lens;     /* num_seqs */
   const int32_t* block_table;
   size_t blocks_per_sequence;
+  /* simdattn_module_forward_varlen only: one slot per packed token, where
+   * its key and value are stored (negative: not stored). */
+  const int64_t* slot_mapping;
 } simdattn_varlen_step;
 #define SIMDATTN_VARLEN_STEP_INIT SIMDATTN_STRUCT_INIT_(simdattn_varlen_step)
 
@@ -583,9 +586,20 @@ typedef struct simdattn_module_config {
    * (rope->positions NULL); a cache may rotate keys itself with the same
    * options (simdattn_kv_cache_config's rope) or not. */
   const simdattn_rope_options* rope;
+  /* SIMDATTN_MULTI_HEAD_ATTENTION only: the state_dict's names (attention.h's
+   * WeightNames). SIMDATTN_WEIGHTS_LLAMA: Hugging Face's q_proj, k_proj,
+   * v_proj (biases with qkv_bias) and o_proj, which maps back to d_in (y has
+   * d_in features), with a bias if out_bias is 1. */
+  int32_t weight_names;
+  int32_t out_bias;
 } simdattn_module_config;
 #define SIMDATTN_MODULE_CONFIG_INIT \
   SIMDATTN_STRUCT_INIT_(simdattn_module_config)
+
+typedef enum simdattn_weight_names {
+  SIMDATTN_WEIGHTS_SEED = 0, /* W_query, ..., out_proj, mask */
+  SIMDATTN_WEIGHTS_LLAMA = 1 /* q_proj, k_proj, v_proj, o_proj */
+} simdattn_weight_names;
 
 typedef struct simdattn_module simdattn_module;
 
@@ -597,7 +611,8 @@ SIMDATTN_API simdattn_status simdattn_module_create(
 /* Releases a module; NULL does nothing. */
 SIMDATTN_API void simdattn_module_destroy(simdattn_module* module);
 
-/* The shape of the module: x has d_in features, y has d_out features, the
+/* The shape of the module: x has d_in features, y has d_out features (d_in
+ * with SIMDATTN_WEIGHTS_LLAMA), the
  * attention weights are (batch, num_heads, tokens, tokens). Any output
  * pointer may be NULL. */
 SIMDATTN_API simdattn_status
@@ -681,6 +696,18 @@ SIMDATTN_API simdattn_status simdattn_module_forward_step(
     const simdattn_module* module, simdattn_const_tensor3 x,
     simdattn_kv_cache* cache, simdattn_tensor3 y,
     const simdattn_forward_options* options);
+
+/* A continuous-batching step (AttentionModule::ForwardStep with a
+ * VarlenStep): x (1, num_tokens, d_in) packs the new tokens of step->num_seqs
+ * sequences, any number each; their keys and values are stored in `pages` at
+ * step->slot_mapping (rotated at their positions with the module's rope),
+ * then each sequence's new tokens attend over its step->seq_lens tokens, and
+ * y (1, num_tokens, d_out) gets their outputs. Causal modules with
+ * projections, eval mode. On error nothing is written. */
+SIMDATTN_API simdattn_status simdattn_module_forward_varlen(
+    const simdattn_module* module, simdattn_const_tensor3 x,
+    const simdattn_varlen_step* step, const simdattn_kv_pages* pages,
+    simdattn_tensor3 y, const simdattn_forward_options* options);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -20,6 +20,7 @@
 #include "src/attention/state_dict.h"
 #include "src/common/check.h"
 #include "src/common/scratch.h"
+#include "src/ops/kv_rows.h"
 #include "src/ops/mask.h"
 #include "src/ops/rope.h"
 
@@ -60,8 +61,8 @@ class AttentionEngine {
       if (config_.qkv_bias) weights_.b_qkv.assign(qkv_rows, 0.0f);
     }
     if (config_.out_proj) {
-      weights_.w_out.Assign(Floats("out_proj", q, q));
-      weights_.b_out.assign(q, 0.0f);
+      weights_.w_out.Assign(Floats("out_proj", config_.y_features(), q));
+      if (config_.out_bias) weights_.b_out.assign(config_.y_features(), 0.0f);
     }
     if (config_.variants.sinks) weights_.sinks.assign(config_.num_heads, 0.0f);
     if (config_.variants.alibi) alibi_slopes_ = AlibiSlopes(config_.num_heads);
@@ -104,6 +105,8 @@ class AttentionEngine {
   void Forward(ConstTensor3 x, Tensor3 y, const ForwardOptions& options) const;
   void ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
                    const ForwardOptions& options) const;
+  void ForwardStep(ConstMatrix x, const VarlenStep& step, const KVPages& pages,
+                   Matrix y, const ForwardOptions& options) const;
 
  private:
   size_t q_dim() const { return config_.num_heads * config_.head_dim; }
@@ -215,15 +218,15 @@ class AttentionEngine {
 
   // y = context W_out^T + b_out, context dense (batch * tokens, d_out).
   void ProjectOut(const float* context, Tensor3 y, ComputeType compute) const {
-    const size_t tokens = y.tokens;
+    const size_t tokens = y.tokens, features = config_.y_features();
     MatMulOptions out;
     out.compute = compute;
     out.transpose_b = Transpose::kYes;
-    out.bias = weights_.b_out.data();
-    weights_.w_out.View(q_dim(), q_dim(), [&](auto w) {
+    out.bias = weights_.b_out.empty() ? nullptr : weights_.b_out.data();
+    weights_.w_out.View(features, q_dim(), [&](auto w) {
       if (y.batch == 1 || y.batch_stride == tokens * y.token_stride) {
         MatMul(ConstMatrix(context, y.batch * tokens, q_dim()), w,
-               Matrix(y.data, y.batch * tokens, q_dim(), y.token_stride), out);
+               Matrix(y.data, y.batch * tokens, features, y.token_stride), out);
         return;
       }
       for (size_t b = 0; b < y.batch; ++b) {
@@ -231,6 +234,15 @@ class AttentionEngine {
                y.Sequence(b), out);
       }
     });
+  }
+
+  // ForwardStep's common conditions, over a cache of `type`.
+  void CheckStep(const ForwardOptions& options, KVType type) const;
+
+  // Scratch floats holding n size_t values (scratch memory is untyped, used
+  // as size_t only: a step allocates nothing).
+  static size_t SizeTs(size_t n) {
+    return hwy::DivCeil(n * sizeof(size_t), sizeof(float));
   }
 
   void CheckCompute(const ForwardOptions& options) const {
@@ -331,9 +343,9 @@ std::pair<Footprint, Footprint> AttentionEngine::CheckInputOutput(
                    name_, "num_tokens (", total_tokens,
                    ") exceeds context_length (", c.context_length, ")");
   SIMDATTN_REQUIRE(
-      y.batch == batch && y.tokens == tokens && y.features == q_dim(), name_,
-      "y is (", y.batch, ", ", y.tokens, ", ", y.features, "), expected (",
-      batch, ", ", tokens, ", ", q_dim(), ")");
+      y.batch == batch && y.tokens == tokens && y.features == c.y_features(),
+      name_, "y is (", y.batch, ", ", y.tokens, ", ", y.features,
+      "), expected (", batch, ", ", tokens, ", ", c.y_features(), ")");
   const ConstTensor4 x4(x.data, batch, 1, tokens, x.features, x.batch_stride, 0,
                         x.token_stride);
   const Tensor4 y4(y.data, batch, 1, tokens, y.features, y.batch_stride, 0,
@@ -432,10 +444,9 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
   if (c.out_proj) ProjectOut(context_buffer.data(), y, options.compute);
 }
 
-void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
-                                  const ForwardOptions& options) const {
+void AttentionEngine::CheckStep(const ForwardOptions& options,
+                                KVType type) const {
   const AttentionConfig& c = config_;
-  const size_t batch = x.batch, tokens = x.tokens;
   SIMDATTN_REQUIRE(c.causal && c.projections, name_,
                    "ForwardStep needs a causal module with projections");
   SIMDATTN_REQUIRE(!(options.training && c.dropout > 0.0f), name_,
@@ -444,12 +455,19 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
   SIMDATTN_REQUIRE(options.attention_weights.data == nullptr, name_,
                    "ForwardStep does not return attention weights");
   CheckCompute(options);
-  SIMDATTN_REQUIRE(options.compute == ComputeType::kFloat32 ||
-                       cache.config().type == KVType::kBF16,
-                   name_,
-                   "options.compute is kBFloat16: the cache must hold bf16 "
-                   "(KVCacheConfig::type = kBF16), its type is ",
-                   static_cast<int>(cache.config().type));
+  SIMDATTN_REQUIRE(
+      options.compute == ComputeType::kFloat32 || type == KVType::kBF16, name_,
+      "options.compute is kBFloat16: the cache must hold bf16 "
+      "(KVCacheConfig::type or KVPages::type kBF16), "
+      "its type is ",
+      static_cast<int>(type));
+}
+
+void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
+                                  const ForwardOptions& options) const {
+  const AttentionConfig& c = config_;
+  const size_t batch = x.batch, tokens = x.tokens;
+  CheckStep(options, cache.config().type);
   SIMDATTN_REQUIRE(
       cache.batch() == batch && cache.kv_heads() == c.num_kv_heads &&
           cache.head_dim() == c.head_dim && cache.value_dim() == c.head_dim &&
@@ -482,10 +500,8 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
   ScratchBuffer qkv_buffer(sizes.qkv);
   Project(x, qkv_buffer.data(), options.compute);
   if (c.rope) {
-    // Each sequence's new tokens start at its length (scratch memory, used
-    // as size_t only: a step allocates nothing).
-    ScratchBuffer positions_buffer(
-        hwy::DivCeil(batch * sizeof(size_t), sizeof(float)));
+    // Each sequence's new tokens start at its length.
+    ScratchBuffer positions_buffer(SizeTs(batch));
     size_t* positions = reinterpret_cast<size_t*>(positions_buffer.data());
     for (size_t b = 0; b < batch; ++b) positions[b] = cache.length(b);
     Rotate(qkv_buffer.data(), batch, tokens, positions, !cache_rope);
@@ -504,6 +520,71 @@ void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
   ScaledDotProductAttention(q, cache.View(),
                             ContextView(context_buffer.data(), y), attention);
   if (c.out_proj) ProjectOut(context_buffer.data(), y, options.compute);
+}
+
+void AttentionEngine::ForwardStep(ConstMatrix x, const VarlenStep& step,
+                                  const KVPages& pages, Matrix y,
+                                  const ForwardOptions& options) const {
+  const AttentionConfig& c = config_;
+  const size_t num_tokens = x.rows, num_seqs = step.num_seqs;
+  CheckStep(options, pages.type);
+  const size_t value_dim =
+      pages.value_dim == 0 ? pages.head_dim : pages.value_dim;
+  SIMDATTN_REQUIRE(pages.kv_heads == c.num_kv_heads &&
+                       pages.head_dim == c.head_dim &&
+                       value_dim == c.head_dim && pages.values != pages.keys,
+                   name_, "the pages hold kv_heads ", pages.kv_heads,
+                   ", head_dim ", pages.head_dim, ", value_dim ", value_dim,
+                   pages.values == pages.keys ? " (latent)" : "", ", expected ",
+                   c.num_kv_heads, ", ", c.head_dim, ", ", c.head_dim);
+  // Everything VarlenAttention checks, checked before the keys and values
+  // are stored: an error changes no page.
+  internal::CheckQueryStarts(name_, step.query_starts, num_seqs, num_tokens);
+  SIMDATTN_REQUIRE(step.seq_lens != nullptr || num_seqs == 0, name_,
+                   "step.seq_lens is null");
+  const KVCacheView kv = pages.View(num_seqs, step.seq_lens, step.block_table,
+                                    step.blocks_per_sequence);
+  const internal::KVCacheViewSpans spans =
+      internal::CheckKVCacheView(name_, kv, num_tokens, step.query_starts,
+                                 c.variants.window, internal::kFirstKeyGranule);
+  const auto [x_range, y_range] =
+      CheckInputOutput(ConstTensor3(x), Tensor3(y), spans.longest);
+  for (const Footprint* pool :
+       {&spans.keys, &spans.values, &spans.key_scales, &spans.value_scales}) {
+    SIMDATTN_REQUIRE(!pool->Overlaps(y_range), name_, "y overlaps the pages");
+  }
+  const ScratchSizes sizes = CheckedScratchSizes(1, num_tokens);
+  if (num_tokens == 0) return;
+
+  ScratchBuffer qkv_buffer(sizes.qkv);
+  Project(ConstTensor3(x), qkv_buffer.data(), options.compute);
+  if (c.rope) {
+    // Token t of sequence b sits at seq_lens[b] - q_len + (t - its start):
+    // each token rotated as a batch item of one token at its position.
+    ScratchBuffer positions_buffer(SizeTs(num_tokens));
+    size_t* positions = reinterpret_cast<size_t*>(positions_buffer.data());
+    for (size_t b = 0; b < num_seqs; ++b) {
+      const size_t first = step.query_starts[b], end = step.query_starts[b + 1];
+      for (size_t t = first; t < end; ++t) {
+        positions[t] = step.seq_lens[b] - (end - t);
+      }
+    }
+    Rotate(qkv_buffer.data(), num_tokens, 1, positions, true);
+  }
+  ConstTensor4 q, k, v;
+  HeadViews(qkv_buffer.data(), 1, num_tokens, &q, &k, &v);
+  WriteKVSlots(k, v, step.slot_mapping, pages);
+
+  ScratchBuffer context_buffer(sizes.context);
+  AttentionOptions attention;
+  attention.scale = ScoreScale();
+  attention.mask = Mask(0);
+  attention.compute = options.compute;
+  VarlenAttention(q, step.query_starts, kv,
+                  ContextView(context_buffer.data(), Tensor3(y)), attention);
+  if (c.out_proj) {
+    ProjectOut(context_buffer.data(), Tensor3(y), options.compute);
+  }
 }
 
 AttentionModule::AttentionModule(const char* name,
@@ -529,6 +610,11 @@ void AttentionModule::Forward(ConstMatrix x, Matrix y,
 void AttentionModule::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
                                   const ForwardOptions& options) const {
   engine_->ForwardStep(x, cache, y, options);
+}
+void AttentionModule::ForwardStep(ConstMatrix x, const VarlenStep& step,
+                                  const KVPages& pages, Matrix y,
+                                  const ForwardOptions& options) const {
+  engine_->ForwardStep(x, step, pages, y, options);
 }
 void AttentionModule::LoadStateDict(const StateDict& state_dict,
                                     const LoadOptions& options) {

@@ -55,6 +55,17 @@ AttentionConfig MultiHead(const MultiHeadAttentionConfig& m) {
   c.out_proj = true;
   c.variants = m.variants;
   c.rope = m.rope;
+  const bool llama = m.weight_names == WeightNames::kLlama;
+  SIMDATTN_REQUIRE(llama || m.weight_names == WeightNames::kSeed, kName,
+                   "weight_names (", static_cast<int>(m.weight_names),
+                   ") is not a WeightNames");
+  SIMDATTN_REQUIRE(llama || !m.out_bias, kName,
+                   "out_bias is for kLlama weight names (the seed's out_proj "
+                   "always has a bias)");
+  if (llama) {
+    c.out_features = m.d_in;
+    c.out_bias = m.out_bias;
+  }
   return c;
 }
 
@@ -109,7 +120,10 @@ MultiHeadAttentionWrapper::MultiHeadAttentionWrapper(
 
 MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionConfig& config)
     : AttentionModule("MultiHeadAttention", MultiHead(config),
-                      StateDictLayout::kLinear, config.seed) {}
+                      config.weight_names == WeightNames::kLlama
+                          ? StateDictLayout::kLlama
+                          : StateDictLayout::kLinear,
+                      config.seed) {}
 
 MultiHeadAttention::MultiHeadAttention(size_t d_in, size_t d_out,
                                        size_t context_length, float dropout,

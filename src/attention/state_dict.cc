@@ -113,8 +113,12 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
       }
       break;
     case StateDictLayout::kLinear:
+    case StateDictLayout::kLlama: {
+      // nn.Linear projections, named by the seed or by Hugging Face.
+      const bool llama = layout == StateDictLayout::kLlama;
+      const char* const kLlamaNames[3] = {"q_proj", "k_proj", "v_proj"};
       for (int p = 0; p < 3; ++p) {
-        const std::string n = kProjections[p];
+        const std::string n = llama ? kLlamaNames[p] : kProjections[p];
         slots.push_back({n + ".weight",
                          Slot::Kind::kWeight,
                          {rows[p], c.d_in},
@@ -131,19 +135,22 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
         }
       }
       if (c.out_proj) {
+        const std::string n = llama ? "o_proj" : "out_proj";
         const float out = 1.0f / std::sqrt(static_cast<float>(q_dim));
-        slots.push_back({"out_proj.weight",
+        slots.push_back({n + ".weight",
                          Slot::Kind::kWeight,
-                         {q_dim, q_dim},
+                         {c.y_features(), q_dim},
                          at(&ModuleWeights::w_out, 0),
                          -out,
                          out});
-        slots.push_back({"out_proj.bias",
-                         Slot::Kind::kBias,
-                         {q_dim},
-                         at(&ModuleWeights::b_out, 0),
-                         -out,
-                         out});
+        if (c.out_bias) {
+          slots.push_back({n + ".bias",
+                           Slot::Kind::kBias,
+                           {c.y_features()},
+                           at(&ModuleWeights::b_out, 0),
+                           -out,
+                           out});
+        }
       }
       if (c.variants.sinks) {
         slots.push_back({"sinks",
@@ -153,11 +160,12 @@ std::vector<Slot> StateDictSlots(StateDictLayout layout,
                          0.0f,
                          0.0f});
       }
-      if (c.causal && c.context_length != 0) {
+      if (!llama && c.causal && c.context_length != 0) {
         slots.push_back(
             {"mask", Slot::Kind::kCausalMask, mask_shape, nullptr, 0.0f, 0.0f});
       }
       break;
+    }
     case StateDictLayout::kHeads:
       // heads.h.W_query is rows [h * head_dim, (h + 1) * head_dim) of the
       // stacked Q weights (likewise K and V): concatenating the heads'

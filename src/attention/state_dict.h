@@ -22,6 +22,7 @@ enum class StateDictLayout : int {
   kParameter,  // W_query, W_key, W_value: (d_in, d_out) nn.Parameters.
   kLinear,     // W_query.weight, ... (+ .bias, out_proj.*, mask): nn.Linear.
   kHeads,      // heads.h.W_query.weight, ..., heads.h.mask: one per head.
+  kLlama,      // q_proj.weight, ... (+ .bias), o_proj.*: Hugging Face's.
 };
 
 // A weight matrix, row-major, held in one element type: float, or bf16 or
@@ -66,7 +67,7 @@ class WeightMatrix {
 };
 
 // The engine's weights: Q, K and V rows stacked, (q_dim + 2 kv_dim, d_in);
-// the output projection (d_out, d_out); the sink logits (num_heads). Biases
+// the output projection (y_features, d_out); the sink logits (num_heads). Biases
 // and sinks are empty when absent and always float; the two matrices share
 // one element type.
 struct ModuleWeights {

@@ -116,15 +116,15 @@ SIMDATTN_GROWABLE(simdattn_attention_options, SIMDATTN_ATTENTION_OPTIONS_INIT,
 SIMDATTN_GROWABLE(simdattn_kv_cache_config, SIMDATTN_KV_CACHE_CONFIG_INIT, rope,
                   window)
 SIMDATTN_GROWABLE(simdattn_module_config, SIMDATTN_MODULE_CONFIG_INIT, rope,
-                  rope)
+                  out_bias)
 SIMDATTN_GROWABLE(simdattn_load_options, SIMDATTN_LOAD_OPTIONS_INIT, reserved,
                   reserved)
 SIMDATTN_GROWABLE(simdattn_forward_options, SIMDATTN_FORWARD_OPTIONS_INIT,
                   attention_weights, attention_weights)
 SIMDATTN_GROWABLE(simdattn_kv_pages, SIMDATTN_KV_PAGES_INIT, value_scale,
                   value_scale)
-SIMDATTN_GROWABLE(simdattn_varlen_step, SIMDATTN_VARLEN_STEP_INIT,
-                  blocks_per_sequence, blocks_per_sequence)
+SIMDATTN_GROWABLE(simdattn_varlen_step, SIMDATTN_VARLEN_STEP_INIT, slot_mapping,
+                  slot_mapping)
 #undef SIMDATTN_GROWABLE
 #undef SIMDATTN_FIELD_END_
 
@@ -371,12 +371,13 @@ AttentionModule MakeModule(const simdattn_module_config& caller) {
   constexpr const char* kFn = "simdattn_module_create";
   const simdattn_module_config c = ReadGrowable(caller, kFn, "config");
   const bool bias = Flag(c.qkv_bias, kFn, "config->qkv_bias");
-  SIMDATTN_REQUIRE(c.kind == SIMDATTN_MULTI_HEAD_ATTENTION ||
-                       (c.window == 0 && c.softcap == 0.0f && c.alibi == 0 &&
-                        c.sinks == 0 && c.rope == nullptr),
-                   kFn,
-                   "config->window, softcap, alibi, sinks and rope apply to "
-                   "SIMDATTN_MULTI_HEAD_ATTENTION only");
+  SIMDATTN_REQUIRE(
+      c.kind == SIMDATTN_MULTI_HEAD_ATTENTION ||
+          (c.window == 0 && c.softcap == 0.0f && c.alibi == 0 && c.sinks == 0 &&
+           c.rope == nullptr && c.weight_names == 0 && c.out_bias == 0),
+      kFn,
+      "config->window, softcap, alibi, sinks, rope, weight_names "
+      "and out_bias apply to SIMDATTN_MULTI_HEAD_ATTENTION only");
   switch (c.kind) {
     case SIMDATTN_SIMPLIFIED_SELF_ATTENTION:
       return SimplifiedSelfAttention(c.d_in);
@@ -407,6 +408,8 @@ AttentionModule MakeModule(const simdattn_module_config& caller) {
       m.variants = variants;
       m.seed = c.seed;
       if (c.rope != nullptr) m.rope = ToRope(*c.rope, kFn, "config->rope");
+      m.weight_names = static_cast<WeightNames>(c.weight_names);
+      m.out_bias = Flag(c.out_bias, kFn, "config->out_bias");
       return MultiHeadAttention(m);
     }
   }
@@ -813,7 +816,7 @@ simdattn_status simdattn_module_shape(const simdattn_module* module,
     simdattn::RequireNonNull(module, kFn, "module");
     const simdattn::AttentionConfig& c = module->module.config();
     if (d_in != nullptr) *d_in = c.d_in;
-    if (d_out != nullptr) *d_out = c.d_out();
+    if (d_out != nullptr) *d_out = c.y_features();
     if (num_heads != nullptr) *num_heads = c.num_heads;
   });
 }
@@ -874,6 +877,31 @@ simdattn_status simdattn_module_forward_step(
     module->module.ForwardStep(simdattn::View(x), cache->cache,
                                simdattn::View(y),
                                simdattn::ToOptions(options, kFn));
+  });
+}
+
+simdattn_status simdattn_module_forward_varlen(
+    const simdattn_module* module, simdattn_const_tensor3 x,
+    const simdattn_varlen_step* step, const simdattn_kv_pages* pages,
+    simdattn_tensor3 y, const simdattn_forward_options* options) {
+  constexpr const char* kFn = "simdattn_module_forward_varlen";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(module, kFn, "module");
+    simdattn::RequireNonNull(step, kFn, "step");
+    SIMDATTN_REQUIRE(x.batch == 1 && y.batch == 1, kFn, "x and y have batch ",
+                     x.batch, " and ", y.batch,
+                     ": expected 1, the step's packed tokens");
+    const simdattn_varlen_step s = simdattn::ReadGrowable(*step, kFn, "step");
+    simdattn::VarlenStep v;
+    v.num_seqs = s.num_seqs;
+    v.query_starts = s.query_starts;
+    v.seq_lens = s.seq_lens;
+    v.block_table = s.block_table;
+    v.blocks_per_sequence = s.blocks_per_sequence;
+    v.slot_mapping = s.slot_mapping;
+    module->module.ForwardStep(
+        simdattn::View(x).Sequence(0), v, simdattn::ToPages(pages, kFn),
+        simdattn::View(y).Sequence(0), simdattn::ToOptions(options, kFn));
   });
 }
 

@@ -316,6 +316,22 @@ void CheckDropout(const char* function, const char* p_name, float p,
                    "column word");
 }
 
+void CheckQueryStarts(const char* function, const size_t* query_starts,
+                      size_t num_seqs, size_t num_tokens) {
+  SIMDATTN_REQUIRE(query_starts != nullptr, function, "query_starts is null");
+  SIMDATTN_REQUIRE(query_starts[0] == 0, function, "query_starts[0] (",
+                   query_starts[0], ") is not 0");
+  for (size_t b = 0; b < num_seqs; ++b) {
+    SIMDATTN_REQUIRE(query_starts[b + 1] >= query_starts[b], function,
+                     "query_starts[", b + 1, "] (", query_starts[b + 1],
+                     ") is less than query_starts[", b, "] (", query_starts[b],
+                     ")");
+  }
+  SIMDATTN_REQUIRE(query_starts[num_seqs] == num_tokens, function,
+                   "query_starts[", num_seqs, "] (", query_starts[num_seqs],
+                   ") differs from the ", num_tokens, " packed tokens");
+}
+
 KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
                                   size_t q_tokens, const size_t* query_starts,
                                   size_t window, size_t granule) {

@@ -104,6 +104,11 @@ inline size_t ValueDim(const KVCacheView& kv) {
   return kv.value_dim == 0 ? kv.head_dim : kv.value_dim;
 }
 
+// Validates a varlen step's query_starts (kernels.h's VarlenAttention):
+// num_seqs + 1 offsets from 0, non-decreasing, the last num_tokens.
+void CheckQueryStarts(const char* function, const size_t* query_starts,
+                      size_t num_seqs, size_t num_tokens);
+
 // Validates a KV cache's layout (kernels.h's KVCacheView) for attention of
 // q_tokens queries per sequence (or, with query_starts, already validated,
 // query_starts[b + 1] - query_starts[b] for sequence b), the type and the

@@ -285,18 +285,7 @@ void VarlenAttention(ConstTensor4 q, const size_t* query_starts,
   SIMDATTN_REQUIRE(q.dims[0] == 1, kFn, "q has shape ", ShapeString(q.dims),
                    ": expected (1, q_heads, num_tokens, head_dim), the "
                    "packed queries' FromTokenMajor view");
-  SIMDATTN_REQUIRE(query_starts != nullptr, kFn, "query_starts is null");
-  SIMDATTN_REQUIRE(query_starts[0] == 0, kFn, "query_starts[0] (",
-                   query_starts[0], ") is not 0");
-  for (size_t b = 0; b < kv.batch; ++b) {
-    SIMDATTN_REQUIRE(query_starts[b + 1] >= query_starts[b], kFn,
-                     "query_starts[", b + 1, "] (", query_starts[b + 1],
-                     ") is less than query_starts[", b, "] (", query_starts[b],
-                     ")");
-  }
-  SIMDATTN_REQUIRE(query_starts[kv.batch] == num_tokens, kFn, "query_starts[",
-                   kv.batch, "] (", query_starts[kv.batch],
-                   ") differs from q's ", num_tokens, " tokens");
+  internal::CheckQueryStarts(kFn, query_starts, kv.batch, num_tokens);
   const AttentionMask& mask = options.mask;
   SIMDATTN_REQUIRE(
       mask.boolean.data == nullptr && mask.additive.data == nullptr, kFn,
