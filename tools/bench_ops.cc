@@ -368,14 +368,28 @@ double CheckServe(const measure::ServeShape& s) {
     std::vector<float> k(s.kv_heads * length * d), v(k.size());
     step.cache.Read(b, Tensor3(k.data(), s.kv_heads, length, d),
                     Tensor3(v.data(), s.kv_heads, length, d));
-    const measure::ShapeMask mask(s.variants, heads, true, length - m);
+    const measure::ShapeMask shape_mask(s.variants, heads, true, length - m);
+    AttentionMask mask = shape_mask.mask();
+    // A tree hides the drafts that are not a row's ancestors (causality
+    // already hides its descendants: they come later).
+    std::vector<uint8_t> hidden;
+    if (s.tree && step.tree_offsets[b] != AttentionMask::kNoTree) {
+      hidden.assign(m * length, 0);
+      for (size_t i = 0; i < m; ++i) {
+        for (size_t j = 0; j < m; ++j) {
+          hidden[i * length + length - m + j] = !step.TreeSees(b, i, j);
+        }
+      }
+      mask.boolean = Tensor4View<const uint8_t>(hidden.data(), 1, heads, m,
+                                                length, 0, 0, length);
+    }
     std::vector<double> ref_lse;
     const std::vector<double> ref = reference::Attention(
         ConstTensor4::FromTokenMajor(step.q.data() + step.starts[b] * heads * d,
                                      1, m, heads, d),
         ConstTensor4::Dense(k.data(), 1, s.kv_heads, length, d),
         ConstTensor4::Dense(v.data(), 1, s.kv_heads, length, d),
-        1.0 / std::sqrt(double(d)), mask.mask(), &ref_lse);
+        1.0 / std::sqrt(double(d)), mask, &ref_lse);
     for (size_t h = 0; h < heads; ++h) {
       for (size_t i = 0; i < m; ++i) {
         const size_t token = step.starts[b] + i;
@@ -642,19 +656,21 @@ const std::vector<OpSpec>& Ops() {
       {"serve",
        Metric::kGflops,
        "HxGxD_ctxN_dS_pSxT_vSxT[_windowW][_softcapC][_sinks][_alibi]"
-       "[_kv<type>][_pagedN][_separate]  one serving step over a paged "
+       "[_tree][_kv<type>][_pagedN][_separate]  one serving step over a paged "
        "cache (blocks of 16 unless _pagedN): H query heads over G key/value "
        "heads of D dims, every sequence N cached tokens plus its new ones; "
        "S sequences decode a token (_dS), prefill T tokens (_pSxT) or verify "
        "T draft tokens (_vSxT), all in one VarlenAttention call, or one call "
-       "per group with _separate; useful FLOPs",
+       "per group with _separate; _tree: the drafts verified as a binary "
+       "tree; useful FLOPs (causal's count)",
        {"32x8x128_ctx4096_d28_p2x512_v2x5",
         "32x8x128_ctx4096_d28_p2x512_v2x5_separate", "32x8x128_ctx4096_d32",
         "32x8x128_ctx4096_d32_separate"},
        {"4x2x16_ctx40_d3_p1x20_v2x3", "4x2x16_ctx40_d3_p1x20_v2x3_separate",
         "6x2x32_ctx100_d2_p1x37_window30_sinks_kvbf16_paged32",
         "4x1x64_ctx70_d2_v1x4_kvq8_0",
-        "4x4x24_ctx50_p2x9_softcap20_alibi_kvint8"},
+        "4x4x24_ctx50_p2x9_softcap20_alibi_kvint8", "4x2x16_ctx30_d2_v3x7_tree",
+        "4x2x16_ctx30_d1_v2x6_tree_separate"},
        ServeCase},
   };
   return ops;

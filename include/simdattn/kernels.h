@@ -415,8 +415,11 @@ struct KVPages {
 // block_size + offset; vLLM's slot_mapping), converted to the pages' type
 // with KVCache::Append's bits (kernels.h's KVType comment). A negative slot
 // skips its token; the others must be distinct slots of the pool. A latent
-// pool takes empty values. Keys are stored as given: rotate them first
-// (ApplyRope) where the model uses RoPE. On error nothing is written.
+// pool takes empty values. Keys are stored as given: where the model uses
+// RoPE, rotate them first, each token at its position, with ApplyRope over
+// the (num_tokens, kv_heads, 1, head_dim) view of the packed rows and
+// rope.positions[t] token t's position (AttentionModule::ForwardStep with a
+// VarlenStep does both). On error nothing is written.
 SIMDATTN_API void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
                                const int64_t* slot_mapping,
                                const KVPages& pages);

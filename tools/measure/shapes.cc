@@ -471,6 +471,7 @@ std::string ServeShape::Name() const {
   }
   name += variants.Name() + TypeSuffix("_kv", cache);
   if (page != 16) name += "_paged" + std::to_string(page);
+  if (tree) name += "_tree";
   if (separate) name += "_separate";
   return name;
 }
@@ -489,8 +490,9 @@ ServeShape ParseServeShape(const std::string& text) {
       "HxGxD_ctxN (H query heads over G key/value heads of D dims, N cached "
       "tokens per sequence) with groups _dS (S sequences decoding a token), "
       "_pSxT (S prefilling T tokens), _vSxT (S verifying T draft tokens), "
-      "and optional _windowW, _softcapC, _sinks, _alibi, _kv<type>, _pagedN, "
-      "_separate (e.g. 32x8x128_ctx4096_d28_p2x512_v2x5)";
+      "and optional _windowW, _softcapC, _sinks, _alibi, _tree (drafts "
+      "verified as a binary tree), _kv<type>, _pagedN, _separate (e.g. "
+      "32x8x128_ctx4096_d28_p2x512_v2x5)";
   const Parsed p = Parse(text, kForm);
   if (p.dims.size() != 3 || p.dims[0] % p.dims[1] != 0) Fail(text, kForm);
   ServeShape s;
@@ -515,6 +517,8 @@ ServeShape ParseServeShape(const std::string& text) {
                           std::stoul(rest.substr(x + 1))});
     } else if (flag == "separate" && !s.separate) {
       s.separate = true;
+    } else if (flag == "tree" && !s.tree) {
+      s.tree = true;
     } else if (!s.variants.Parse(flag) && !ParseCacheFlag(flag, &cache)) {
       Fail(text, kForm);
     }

@@ -198,6 +198,9 @@ struct ServeShape {
   KVType cache = KVType::kF32;
   size_t page = 16;
   bool separate = false;
+  // Verifying sequences attend to their drafts as a binary tree (draft i's
+  // parent is (i - 1) / 2) through the mask's tree bits, not causally.
+  bool tree = false;
 
   size_t Sequences() const;
   size_t QueryTokens() const;  // In all.
@@ -211,8 +214,8 @@ struct ServeShape {
 // Decode shapes take the _kvN flag and the variants.
 AttentionShape ParseAttentionShape(const std::string& text, bool decode);
 // HxGxD_ctxN with groups _dS (S sequences decoding), _pSxT (S prefilling T
-// tokens), _vSxT (S verifying T), the variants, _kv<type>, _pagedN and
-// _separate.
+// tokens), _vSxT (S verifying T), the variants, _tree, _kv<type>, _pagedN
+// and _separate.
 ServeShape ParseServeShape(const std::string& text);
 // BxHxNxD (H key/value heads, N tokens per sequence) with the cache's flags
 // and _rope.

@@ -681,11 +681,41 @@ ServeOperands::ServeOperands(const ServeShape& s)
         sequences);
     first += g.sequences;
   }
+  if (!s.tree) return;
+  // Draft i sees itself and its ancestors (i - 1) / 2, ... , 0.
+  size_t bits = 0;
+  for (const ServeShape::Group& g : s.groups) {
+    for (size_t i = 0; i < g.sequences; ++i) {
+      tree_offsets.push_back(g.kind == 'v' ? bits : AttentionMask::kNoTree);
+      if (g.kind != 'v') continue;
+      tree_bits.resize((bits + g.tokens * g.tokens + 63) / 64, 0);
+      for (size_t row = 0; row < g.tokens; ++row) {
+        for (size_t node = row;; node = (node - 1) / 2) {
+          const size_t bit = bits + row * g.tokens + node;
+          tree_bits[bit / 64] |= uint64_t{1} << (bit % 64);
+          if (node == 0) break;
+        }
+      }
+      bits += g.tokens * g.tokens;
+    }
+  }
 }
 
-void ServeOperands::Run(const AttentionOptions& options, float* out) const {
+bool ServeOperands::TreeSees(size_t b, size_t i, size_t j) const {
+  const size_t n = starts[b + 1] - starts[b];
+  const size_t bit = tree_offsets[b] + i * n + j;
+  return (tree_bits[bit / 64] >> (bit % 64)) & 1;
+}
+
+void ServeOperands::Run(const AttentionOptions& step_options,
+                        float* out) const {
   const size_t heads = shape.heads, dim = shape.head_dim;
   const KVCacheView view = cache.View();
+  AttentionOptions options = step_options;
+  if (shape.tree) {
+    options.mask.tree_bits = tree_bits.data();
+    options.mask.tree_offsets = tree_offsets.data();
+  }
   if (!shape.separate) {
     const size_t n = starts.back();
     VarlenAttention(ConstTensor4::FromTokenMajor(q.data(), 1, n, heads, dim),
@@ -700,6 +730,7 @@ void ServeOperands::Run(const AttentionOptions& options, float* out) const {
     part.lengths += first;
     part.block_table += first * view.blocks_per_sequence;
     const size_t row = starts[first] * heads * dim;
+    if (shape.tree) options.mask.tree_offsets = tree_offsets.data() + first;
     ScaledDotProductAttention(
         ConstTensor4::FromTokenMajor(q.data() + row, g.sequences, g.tokens,
                                      heads, dim),

@@ -108,13 +108,21 @@ struct ServeOperands {
   explicit ServeOperands(const ServeShape& shape);
   // One step into out, (num_tokens, heads, head_dim) floats: a
   // VarlenAttention call, or with shape.separate one ScaledDotProductAttention
-  // over the cache's view of each group's sequences.
+  // over the cache's view of each group's sequences; with shape.tree, the
+  // verifying sequences' trees added to options.mask.
   void Run(const AttentionOptions& options, float* out) const;
+  // Whether new token i of sequence b sees its new token j (i, j below its
+  // query count) under shape.tree.
+  bool TreeSees(size_t b, size_t i, size_t j) const;
 
   ServeShape shape;
   KVCache cache;
   std::vector<float> q;
   std::vector<size_t> starts;  // Sequences() + 1.
+  // With shape.tree: AttentionMask's tree_bits and tree_offsets (kNoTree
+  // for the sequences that do not verify).
+  std::vector<uint64_t> tree_bits;
+  std::vector<size_t> tree_offsets;
 };
 // ServeOperands::Run with the shape's variants, causal.
 std::unique_ptr<Workload> MakeServe(const ServeShape& shape);
