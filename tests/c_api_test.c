@@ -1352,6 +1352,25 @@ static void TestModuleVariants(void) {
  * RoPE and over one rotating keys with the same options give the forward's
  * rows; the rotation changes the result; a cache rotating keys for a module
  * without rope is refused. */
+/* A float pool of one key/value head: (num_blocks, block_size, head_dim)
+ * per side. */
+static simdattn_kv_pages OneHeadPages(float* keys, float* values,
+                                      size_t head_dim, size_t block_size,
+                                      size_t num_blocks) {
+  simdattn_kv_pages pages = SIMDATTN_KV_PAGES_INIT;
+  pages.type = SIMDATTN_F32;
+  pages.kv_heads = 1;
+  pages.head_dim = head_dim;
+  pages.keys = keys;
+  pages.values = values;
+  pages.block_stride = block_size * head_dim;
+  pages.head_stride = block_size * head_dim;
+  pages.row_stride = head_dim;
+  pages.block_size = block_size;
+  pages.num_blocks = num_blocks;
+  return pages;
+}
+
 /* A llama-named module serving two varlen steps over caller pages: two
  * prefills (5 and 3 tokens), then a decode and a 2-token verification; each
  * row equals simdattn_module_forward over its whole sequence. */
@@ -1386,15 +1405,7 @@ static void TestModuleVarlen(void) {
   Fill(x, 11 * kIn, 61);
   memset(pool_k, 0, sizeof(pool_k));
   memset(pool_v, 0, sizeof(pool_v));
-  pages.kv_heads = 1;
-  pages.head_dim = kD;
-  pages.keys = pool_k;
-  pages.values = pool_v;
-  pages.block_stride = kBlock * kD;
-  pages.head_stride = kBlock * kD;
-  pages.row_stride = kD;
-  pages.block_size = kBlock;
-  pages.num_blocks = kBlocks;
+  pages = OneHeadPages(pool_k, pool_v, kD, kBlock, kBlocks);
   step.num_seqs = 2;
   step.block_table = kTable;
   step.blocks_per_sequence = 2;
@@ -2492,16 +2503,7 @@ static void TestVarlenStep(void) {
   for (t = 0; t < kN; ++t) {
     slots[t] = t < 3 ? 32 + (int64_t)t : (t < 19 ? (int64_t)t - 3 : 48);
   }
-  pages.type = SIMDATTN_F32;
-  pages.kv_heads = 1;
-  pages.head_dim = kD;
-  pages.keys = pool_k;
-  pages.values = pool_v;
-  pages.block_stride = kBlock * kD;
-  pages.head_stride = kBlock * kD;
-  pages.row_stride = kD;
-  pages.block_size = kBlock;
-  pages.num_blocks = kBlocks;
+  pages = OneHeadPages(pool_k, pool_v, kD, kBlock, kBlocks);
   CHECK_OK(simdattn_write_kv_slots(Const4(Dense4(k, 1, 1, kN, kD)),
                                    Const4(Dense4(v, 1, 1, kN, kD)), slots,
                                    &pages));
