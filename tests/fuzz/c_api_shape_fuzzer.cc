@@ -947,10 +947,52 @@ void FuzzVarlenStep(Input& in) {
   mask.value.window = in.Byte() % 24;
   options.value.mask = &mask.value;
   if (in.Byte() % 2 == 0) options.value.log_sum_exp = lse.data();
-  const bool bad = FuzzStructSize(in, &options) || FuzzStructSize(in, &mask) ||
-                   FuzzStructSize(in, &step) || bad_pages;
+  const bool bad_options = FuzzStructSize(in, &options);
+  const bool bad_mask = FuzzStructSize(in, &mask);
+  const bool bad_step = FuzzStructSize(in, &step) || bad_pages;
   CheckStatus(
-      simdattn_varlen_attention(qv, &step.value, &p, ov, &options.value), bad);
+      simdattn_varlen_attention(qv, &step.value, &p, ov, &options.value),
+      bad_options || bad_mask || bad_step);
+
+  // A llama-named module's step over the same pool and sequences (its own
+  // slots, one per packed token), sometimes with rotary embeddings.
+  if (in.Byte() % 2 != 0) return;
+  auto config = Grow<simdattn_module_config>(SIMDATTN_MODULE_CONFIG_INIT);
+  simdattn_module_config& c = config.value;
+  c.kind = SIMDATTN_MULTI_HEAD_ATTENTION;
+  c.d_in = 1 + in.Byte() % 5;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.d_out = heads * head_dim;
+  c.weight_names = in.Byte() % 8 == 0 ? 3 : in.Byte() % 2;  // 3: refused.
+  c.out_bias = c.weight_names == SIMDATTN_WEIGHTS_LLAMA ? in.Flag() : 0;
+  c.window = mask.value.window;
+  simdattn_rope_options rope = SIMDATTN_ROPE_OPTIONS_INIT;
+  if (head_dim % 2 == 0 && in.Flag()) c.rope = &rope;
+  const bool bad_config = FuzzStructSize(in, &config);
+  simdattn_module* module = nullptr;
+  const simdattn_status created = simdattn_module_create(&c, &module);
+  CheckStatus(created, bad_config);
+  if (created != SIMDATTN_STATUS_OK) return;
+  size_t y_features = 0;
+  CheckStatus(simdattn_module_shape(module, nullptr, &y_features, nullptr),
+              false);
+  std::vector<int64_t> step_slots(q_tokens);
+  for (int64_t& slot : step_slots) {
+    const uint8_t b = in.Byte();
+    slot = b >= 250 ? -1 : b % (num_blocks * 16 + 2);
+  }
+  step.value.slot_mapping = step_slots.data();
+  std::vector<float> x(q_tokens * c.d_in), y(q_tokens * y_features);
+  for (float& value : x) value = in.Float();
+  const simdattn_const_tensor3 xv{x.data(),          1,     q_tokens, c.d_in,
+                                  q_tokens * c.d_in, c.d_in};
+  const simdattn_tensor3 yv{
+      y.data(), 1, q_tokens, y_features, q_tokens * y_features, y_features};
+  CheckStatus(
+      simdattn_module_forward_varlen(module, xv, &step.value, &p, yv, nullptr),
+      bad_step);
+  simdattn_module_destroy(module);
 }
 
 }  // namespace
