@@ -528,8 +528,11 @@ void AttentionEngine::ForwardStep(ConstMatrix x, const VarlenStep& step,
   const AttentionConfig& c = config_;
   const size_t num_tokens = x.rows, num_seqs = step.num_seqs;
   CheckStep(options, pages.type);
-  const size_t value_dim =
-      pages.value_dim == 0 ? pages.head_dim : pages.value_dim;
+  SIMDATTN_REQUIRE(step.seq_lens != nullptr || num_seqs == 0, name_,
+                   "step.seq_lens is null");
+  const KVCacheView kv = pages.View(num_seqs, step.seq_lens, step.block_table,
+                                    step.blocks_per_sequence);
+  const size_t value_dim = internal::ValueDim(kv);
   SIMDATTN_REQUIRE(pages.kv_heads == c.num_kv_heads &&
                        pages.head_dim == c.head_dim &&
                        value_dim == c.head_dim && pages.values != pages.keys,
@@ -540,10 +543,6 @@ void AttentionEngine::ForwardStep(ConstMatrix x, const VarlenStep& step,
   // Everything VarlenAttention checks, checked before the keys and values
   // are stored: an error changes no page.
   internal::CheckQueryStarts(name_, step.query_starts, num_seqs, num_tokens);
-  SIMDATTN_REQUIRE(step.seq_lens != nullptr || num_seqs == 0, name_,
-                   "step.seq_lens is null");
-  const KVCacheView kv = pages.View(num_seqs, step.seq_lens, step.block_table,
-                                    step.blocks_per_sequence);
   const internal::KVCacheViewSpans spans =
       internal::CheckKVCacheView(name_, kv, num_tokens, step.query_starts,
                                  c.variants.window, internal::kFirstKeyGranule);

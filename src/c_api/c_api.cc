@@ -428,6 +428,20 @@ ThreadLimit& GetThreadLimit() {
   return limit;
 }
 
+// The step's metadata (slot_mapping null where the caller's header lacks it).
+VarlenStep ToStep(const simdattn_varlen_step* caller, const char* kFn) {
+  RequireNonNull(caller, kFn, "step");
+  const simdattn_varlen_step s = ReadGrowable(*caller, kFn, "step");
+  VarlenStep step;
+  step.num_seqs = s.num_seqs;
+  step.query_starts = s.query_starts;
+  step.seq_lens = s.seq_lens;
+  step.block_table = s.block_table;
+  step.blocks_per_sequence = s.blocks_per_sequence;
+  step.slot_mapping = s.slot_mapping;
+  return step;
+}
+
 KVPages ToPages(const simdattn_kv_pages* caller, const char* kFn) {
   RequireNonNull(caller, kFn, "pages");
   const simdattn_kv_pages p = ReadGrowable(*caller, kFn, "pages");
@@ -713,8 +727,7 @@ simdattn_status simdattn_varlen_attention(
     const simdattn_attention_options* options) {
   constexpr const char* kFn = "simdattn_varlen_attention";
   return CallGuarded(kFn, [&] {
-    simdattn::RequireNonNull(step, kFn, "step");
-    const simdattn_varlen_step s = simdattn::ReadGrowable(*step, kFn, "step");
+    const simdattn::VarlenStep s = simdattn::ToStep(step, kFn);
     const simdattn::AttentionOptions o = simdattn::ToOptions(options, kFn);
     simdattn::VarlenAttention(
         simdattn::View4<const float>(q), s.query_starts,
@@ -887,18 +900,10 @@ simdattn_status simdattn_module_forward_varlen(
   constexpr const char* kFn = "simdattn_module_forward_varlen";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(module, kFn, "module");
-    simdattn::RequireNonNull(step, kFn, "step");
+    const simdattn::VarlenStep v = simdattn::ToStep(step, kFn);
     SIMDATTN_REQUIRE(x.batch == 1 && y.batch == 1, kFn, "x and y have batch ",
                      x.batch, " and ", y.batch,
                      ": expected 1, the step's packed tokens");
-    const simdattn_varlen_step s = simdattn::ReadGrowable(*step, kFn, "step");
-    simdattn::VarlenStep v;
-    v.num_seqs = s.num_seqs;
-    v.query_starts = s.query_starts;
-    v.seq_lens = s.seq_lens;
-    v.block_table = s.block_table;
-    v.blocks_per_sequence = s.blocks_per_sequence;
-    v.slot_mapping = s.slot_mapping;
     module->module.ForwardStep(
         simdattn::View(x).Sequence(0), v, simdattn::ToPages(pages, kFn),
         simdattn::View(y).Sequence(0), simdattn::ToOptions(options, kFn));
