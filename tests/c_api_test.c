@@ -317,10 +317,14 @@ static void TestBFloat16Compute(void) {
       CHECK_NEAR(c[r * 2 + col], sum, 1e-6);
     }
   }
-  options.compute = 2;
+  options.compute = 3;
   CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
                               Matrix(c, 3, 2, 2), &options),
-              INVALID, "compute (2) is neither SIMDATTN_COMPUTE_FP32");
+              INVALID, "compute (3) is not SIMDATTN_COMPUTE_FP32 (0)");
+  options.compute = SIMDATTN_COMPUTE_INT8;
+  CHECK_ERROR(simdattn_matmul(ConstMatrix(a, 3, 4, 4), ConstMatrix(b, 4, 2, 2),
+                              Matrix(c, 3, 2, 2), &options),
+              INVALID, "kInt8 is attention's");
 }
 
 /* Two batch items, two query heads sharing one key head (grouped query). */
@@ -1611,6 +1615,54 @@ static void FillCacheExact(float* data, size_t rows, size_t cols,
   }
 }
 
+/* SIMDATTN_COMPUTE_INT8 over a q8_0 cache, contiguous and paged: queries
+ * that quantize exactly (eighths, each block of 32 reaching 127/8, so d is
+ * 1/8) give float32 attention's outputs over the same cache. */
+static void TestKVCacheInt8Attention(void) {
+  enum { kQHeads = 4, kKvHeads = 2, kN = 40, kD = 32 };
+  float k[kKvHeads * kN * kD], v[kKvHeads * kN * kD];
+  float q[kQHeads * kD], out[kQHeads * kD], ref[kQHeads * kD];
+  simdattn_attention_options options = SIMDATTN_ATTENTION_OPTIONS_INIT;
+  size_t paged, i;
+  FillCacheExact(k, kKvHeads * kN, kD, 201);
+  FillEighths(v, sizeof(v) / sizeof(float), 202, 16);
+  FillCacheExact(q, kQHeads, kD, 203);
+  options.has_scale = 1;
+  options.scale = 1.0f / 256;
+  for (paged = 0; paged < 2; ++paged) {
+    simdattn_kv_cache_config config = SIMDATTN_KV_CACHE_CONFIG_INIT;
+    simdattn_kv_cache* cache = NULL;
+    size_t wrong = 0;
+    config.type = SIMDATTN_Q8_0;
+    config.block_size = paged ? 16 : 0;
+    CHECK_OK(simdattn_kv_cache_create(1, kKvHeads, kN, kD, &config, &cache));
+    if (cache == NULL) continue;
+    CHECK_OK(
+        simdattn_kv_cache_append(cache, Const4(Dense4(k, 1, kKvHeads, kN, kD)),
+                                 Const4(Dense4(v, 1, kKvHeads, kN, kD)), NULL));
+    options.compute = SIMDATTN_COMPUTE_FP32;
+    CHECK_OK(simdattn_kv_cache_attention(Const4(Dense4(q, 1, kQHeads, 1, kD)),
+                                         cache, Dense4(ref, 1, kQHeads, 1, kD),
+                                         &options));
+    options.compute = SIMDATTN_COMPUTE_INT8;
+    CHECK_OK(simdattn_kv_cache_attention(Const4(Dense4(q, 1, kQHeads, 1, kD)),
+                                         cache, Dense4(out, 1, kQHeads, 1, kD),
+                                         &options));
+    for (i = 0; i < kQHeads * kD; ++i) {
+      wrong += !(fabs(out[i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])));
+    }
+    if (wrong != 0) {
+      fprintf(stderr,
+              "%s:%d: int8 scores over q8_0 (block_size %lu): %lu outputs "
+              "differ from float32's\n",
+              __FILE__, __LINE__, (unsigned long)config.block_size,
+              (unsigned long)wrong);
+      ++g_failures;
+    }
+    simdattn_kv_cache_destroy(cache);
+  }
+}
+
 /* struct_size 0, what a zeroed struct (no SIMDATTN_*_INIT) has, is refused
  * for every options and config struct, with a message naming the field and
  * the macro, and nothing is written; so is a size below 0.2.0's. */
@@ -2308,12 +2360,18 @@ static void TestKVCacheBFloat16Attention(void) {
       }
     }
     options.mask = NULL;
-    options.compute = 2;
+    options.compute = 3;
     memcpy(before, out, sizeof(out));
     CHECK_ERROR(
         simdattn_kv_cache_attention(Const4(Dense4(q, 1, kQHeads, 1, kD)), cache,
                                     Dense4(out, 1, kQHeads, 1, kD), &options),
-        INVALID, "compute (2)");
+        INVALID, "compute (3)");
+    CHECK(memcmp(out, before, sizeof(out)) == 0);
+    options.compute = SIMDATTN_COMPUTE_INT8;
+    CHECK_ERROR(
+        simdattn_kv_cache_attention(Const4(Dense4(q, 1, kQHeads, 1, kD)), cache,
+                                    Dense4(out, 1, kQHeads, 1, kD), &options),
+        INVALID, "kInt8 but the keys are bf16");
     CHECK(memcmp(out, before, sizeof(out)) == 0);
     options.compute = SIMDATTN_COMPUTE_BF16;
     simdattn_kv_cache_destroy(cache);
@@ -2720,6 +2778,7 @@ int main(void) {
   TestKVCacheRead();
   TestKVCacheRope();
   TestKVCacheBFloat16Attention();
+  TestKVCacheInt8Attention();
   TestUnboundedContext();
   TestLatentKVCache();
   TestQuantizedKVCaches();

@@ -173,12 +173,14 @@ std::vector<double> Reference(const KVCache& cache, const std::vector<float>& q,
 }
 
 std::vector<float> Attend(const KVCache& cache, const std::vector<float>& q,
-                          size_t q_tokens, bool causal, size_t window = 0) {
+                          size_t q_tokens, bool causal, size_t window = 0,
+                          ComputeType compute = ComputeType::kFloat32) {
   const size_t dim = cache.head_dim();
   std::vector<float> out(kBatch * kHeads * q_tokens * dim, kNaN);
   AttentionOptions options;
   options.mask.causal = causal;
   options.mask.window = window;
+  options.compute = compute;
   ScaledDotProductAttention(
       ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, dim),
       cache.View(), Tensor4::Dense(out.data(), kBatch, kHeads, q_tokens, dim),
@@ -211,6 +213,63 @@ TEST_P(KVCacheTest, EveryTypeAndLayoutMatchesFloat64Reference) {
                    Name(kind) + " q_tokens " + std::to_string(q_tokens) +
                        " window " + std::to_string(window));
       }
+    }
+  }
+}
+
+// kInt8 over q8_0 and q4_0 keys: with at most 4 query rows per task (2
+// heads per K/V head here, times 1 or 2 tokens), scores are integer dot
+// products with the query quantized per block, so outputs are the float64
+// reference's over the quantized query, to float32's error. One element per
+// block is 7, making the quantization coarse (d = 7 / 127): float32
+// attention over the raw query lies far outside that tolerance, so the test
+// sees which arithmetic ran. Paged equals contiguous bit for bit; a query
+// with a NaN gets NaN, as in float32.
+TEST_P(KVCacheTest, Int8ComputeIsAttentionOverTheQuantizedQuery) {
+  for (const Kind& kind : kBlockKinds) {
+    KVCache cache = MakeCache(kind);
+    FillRagged(cache);
+    KVCache contiguous = MakeCache({kind.type, 0});
+    FillRagged(contiguous);
+    for (size_t q_tokens : {size_t{1}, size_t{2}}) {
+      std::vector<float> q =
+          RandomVector(kBatch * kHeads * q_tokens * kBlockHeadDim, 11);
+      for (size_t e = 5; e < q.size(); e += 32) q[e] = 7.0f;
+      std::vector<float> quantized = q;
+      reference::QuantizeQueryBlocks(quantized);
+      for (const auto& [causal, window] :
+           {std::pair<bool, size_t>{true, 0}, {false, 0}, {true, 100}}) {
+        const std::string what = Name(kind) + " q_tokens " +
+                                 std::to_string(q_tokens) + " window " +
+                                 std::to_string(window);
+        const std::vector<float> out =
+            Attend(cache, q, q_tokens, causal, window, ComputeType::kInt8);
+        const std::vector<double> expected =
+            Reference(cache, quantized, q_tokens, causal, window);
+        ExpectNear(out, expected, 1e-5, what);
+        double float_error = 0.0;
+        const std::vector<float> float32 =
+            Attend(cache, q, q_tokens, causal, window, ComputeType::kFloat32);
+        for (size_t e = 0; e < out.size(); ++e) {
+          float_error =
+              std::max(float_error, std::abs(float32[e] - expected[e]));
+        }
+        EXPECT_GT(float_error, 1e-3) << what;
+        ExpectSameBits(
+            out,
+            Attend(contiguous, q, q_tokens, causal, window, ComputeType::kInt8),
+            what + " paged against contiguous");
+      }
+      q[0] = kNaN;
+      const std::vector<float> out =
+          Attend(cache, q, q_tokens, true, 0, ComputeType::kInt8);
+      EXPECT_TRUE(std::isnan(out[0])) << Name(kind);
+      const std::vector<double> expected =
+          Reference(cache, quantized, q_tokens, true, 0);
+      const size_t item = kHeads * q_tokens * kBlockHeadDim;  // Batch item 0.
+      ExpectNear(std::vector<float>(out.begin() + item, out.end()),
+                 std::vector<double>(expected.begin() + item, expected.end()),
+                 1e-5, Name(kind) + " other sequences");
     }
   }
 }
@@ -1262,6 +1321,35 @@ TEST_P(KVCacheTest, ValuesNarrowerThanKeys) {
       ASSERT_NEAR(out[i], expected[i], 1e-6) << Name(kind) << " " << i;
     }
   }
+}
+
+// kInt8 reads q8_0 and q4_0 keys only, and is attention's only.
+TEST(KVCacheErrors, Int8ComputeNeedsBlockKeys) {
+  AttentionOptions int8;
+  int8.compute = ComputeType::kInt8;
+  std::vector<float> x(64, 0.5f), out(64);
+  const ConstTensor4 q = ConstTensor4::Dense(x.data(), 1, 1, 1, 64);
+  const Tensor4 o = Tensor4::Dense(out.data(), 1, 1, 1, 64);
+  for (const KVType type : {KVType::kF32, KVType::kInt8, KVType::kBF16}) {
+    KVCacheConfig config;
+    config.type = type;
+    KVCache cache(1, 1, 4, 64, config);
+    cache.Append(q, q);
+    ExpectInvalid([&] { ScaledDotProductAttention(q, cache.View(), o, int8); },
+                  {"kInt8", ElementTraitsOf(type).name, "q8_0 or q4_0"});
+  }
+  ExpectInvalid([&] { ScaledDotProductAttention(q, q, q, o, int8); },
+                {"kInt8", "f32"});
+  MatMulOptions product;
+  product.compute = ComputeType::kInt8;
+  std::vector<float> c(1);
+  ExpectInvalid(
+      [&] {
+        MatMul(ConstMatrix(x.data(), 1, 64, 64),
+               ConstMatrix(x.data(), 64, 1, 1), Matrix(c.data(), 1, 1, 1),
+               product);
+      },
+      {"options.compute (2)", "kInt8 is attention's"});
 }
 
 TEST(KVCacheErrors, BadArgumentsNameThemselves) {

@@ -280,7 +280,8 @@ double CheckMha(const measure::MhaShape& s) {
 // fused kernel draws the same bits. Shapes in a KVCache are checked against
 // the reference over what the cache holds (KVCache::Read). _bf16dot: the
 // reference over Q, K and V rounded to bf16; outputs within 2^-8 max |v|
-// (the weights P are rounded too, 2^-9 relative each) plus 1e-5.
+// (the weights P are rounded too, 2^-9 relative each) plus 1e-5. _int8dot:
+// the reference over Q quantized as kInt8 quantizes it.
 double CheckAttention(const measure::AttentionShape& s) {
   const size_t tq = s.QueryTokens(), tk = s.tokens, d = s.head_dim;
   const size_t dv = s.ValueDim();
@@ -308,6 +309,7 @@ double CheckAttention(const measure::AttentionShape& s) {
   options.mask = shape_mask.mask();
   options.log_sum_exp = lse.data();
   if (s.bf16dot) options.compute = ComputeType::kBFloat16;
+  if (s.int8dot) options.compute = ComputeType::kInt8;
   const ConstTensor4 q_view =
       ConstTensor4::Dense(q.data(), s.batch, s.heads, tq, d);
   const ConstTensor4 k_view =
@@ -327,6 +329,7 @@ double CheckAttention(const measure::AttentionShape& s) {
       for (float& e : *operand) e = ToFloat(ToBFloat16(e));
     }
   }
+  if (s.int8dot) reference::QuantizeQueryBlocks(q);
   const double out_bound = s.bf16dot ? 1.0 / 256 + 1e-5 : 1e-5;
   std::vector<double> ref_lse;
   const std::vector<double> ref =
@@ -609,12 +612,13 @@ const std::vector<OpSpec>& Ops() {
       {"decode",
        Metric::kGbPerSec,
        "BxHxNxD[_kvG][_qQ][_windowW][_softcapC][_sinks][_alibi][_kvbf16|_kvf16|"
-       "_kvint8|_kvfp8|_kvfp8e5m2|_kvq8_0|_kvq4_0][_pagedN][_cold][_mlaN]  one "
+       "_kvint8|_kvfp8|_kvfp8e5m2|_kvq8_0|_kvq4_0][_pagedN][_cold][_mlaN]"
+       "[_int8dot]  one "
        "query (Q with _qQ, causal) per sequence, the last of N "
        "cached keys (the last W with a window), in a KVCache of that type "
        "and layout, with _cold a copy per call past the L3, with _mlaN a "
-       "latent cache whose values are the first N dims of each key row; "
-       "bytes of K and V read",
+       "latent cache whose values are the first N dims of each key row, "
+       "with _int8dot kInt8 scores; bytes of K and V read",
        Names(measure::StandardDecodeShapes()),
        {"1x2x5x8",
         "2x4x300x16_kv2",
@@ -636,7 +640,11 @@ const std::vector<OpSpec>& Ops() {
         "1x4x200x20_kvfp8e5m2_paged16_q7",
         "2x4x300x64_kv2_kvq8_0_paged16",
         "1x4x300x64_kv1_kvq4_0_q40",
-        "1x2x200x32_kvq8_0_cold_q3"},
+        "1x2x200x32_kvq8_0_cold_q3",
+        "2x8x300x64_kv2_kvq8_0_paged16_int8dot",
+        "1x4x1000x64_kvq4_0_int8dot",
+        "2x4x300x32_kv2_kvq4_0_window40_softcap30.5_sinks_q2_int8dot",
+        "1x2x200x96_kvq8_0_q3_int8dot"},
        [](const std::string& text) { return AttentionCase(text, true); }},
       {"append",
        Metric::kGbPerSec,

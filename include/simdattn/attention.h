@@ -51,7 +51,8 @@ struct ForwardOptions {
   Tensor4 attention_weights;
   // kBFloat16: the projections and attention in bf16 arithmetic (MatMul's
   // and ScaledDotProductAttention's kBFloat16); ForwardStep then needs a
-  // bf16 cache.
+  // bf16 cache. kInt8 (ForwardStep over a q8_0 or q4_0 cache): float32
+  // projections, attention's kInt8 scores.
   ComputeType compute = ComputeType::kFloat32;
 };
 

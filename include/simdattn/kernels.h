@@ -28,7 +28,8 @@ enum class Transpose : uint8_t { kNo, kYes };
 // where it has them (AMX tiles, AVX512_BF16 on AMD, Arm's BFDOT;
 // BFloat16DotKernel) and at about float32's cost elsewhere. Subnormal bf16
 // operands and products may be flushed to zero by the native kernels.
-enum class ComputeType : uint8_t { kFloat32, kBFloat16 };
+// kInt8 is attention's only (AttentionOptions::compute).
+enum class ComputeType : uint8_t { kFloat32, kBFloat16, kInt8 };
 
 struct MatMulOptions {
   // op(B) = B (K x N) or B^T (B is N x K, e.g. keys for Q K^T).
@@ -223,6 +224,20 @@ struct AttentionOptions {
   // outputs differ from float32 attention over the rounded Q, K, V and P
   // only by accumulation order. Over a KVCacheView, the cache must hold
   // bf16 (its keys and values are already rounded).
+  // kInt8 (a cache of q8_0 or q4_0 only): scores as llama.cpp computes them
+  // against ggml's blocks. Each query row is quantized per block of 32
+  // elements to q^ = d round(x / d), d = max |x| / 127 (float32 d; codes
+  // rounded to nearest even from x (127 / max)), the products of a block's
+  // codes with the key block's (q4_0: its 4-bit values) summed exactly in
+  // int32 and scaled by scale d d_key in float32. A score then differs from
+  // float32 attention's over the same cache by at most
+  // scale sum_blocks (d / 2) sum_block |k| (and float32 roundings); softmax
+  // and P V are float32. This applies where the kernel's tasks have at most
+  // 4 query rows, always when q_heads / kv_heads times the queries per
+  // sequence is at most 4 (decode with up to 4 heads per K/V head, a few
+  // drafts); more rows per task (chunked prefill), and a task whose queries
+  // hold a non-finite element (NaN and infinity then propagate as in
+  // float32), are computed in float32, within the same bound.
   ComputeType compute = ComputeType::kFloat32;
 };
 

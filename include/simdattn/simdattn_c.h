@@ -183,7 +183,11 @@ enum {
   SIMDATTN_COMPUTE_FP32 = 0, /* float32, PyTorch's (the default) */
   /* Operands rounded to bf16 (nearest even), products summed in float32;
    * native bf16 instructions where the CPU has them. */
-  SIMDATTN_COMPUTE_BF16 = 1
+  SIMDATTN_COMPUTE_BF16 = 1,
+  /* Attention over a q8_0 or q4_0 cache only: decode's scores as integer
+   * dot products with the query quantized to int8 blocks, as llama.cpp
+   * computes them (kernels.h's AttentionOptions::compute states the bound). */
+  SIMDATTN_COMPUTE_INT8 = 2
 };
 
 /* SIMDATTN_MATMUL_OPTIONS_INIT: C = A * op(B) in float32. */
@@ -324,7 +328,8 @@ typedef struct simdattn_attention_options {
    * draw for the (batch, q_heads, q_tokens, k_tokens) weights. */
   float dropout;
   /* SIMDATTN_COMPUTE_BF16 rounds Q, K, V and the weights P to bf16
-   * (kernels.h's AttentionOptions::compute); over a KV cache, a bf16 one. */
+   * (kernels.h's AttentionOptions::compute); over a KV cache, a bf16 one.
+   * SIMDATTN_COMPUTE_INT8: over a q8_0 or q4_0 cache only. */
   int32_t compute;
   uint64_t dropout_seed;
   uint64_t dropout_offset;

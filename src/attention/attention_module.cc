@@ -186,7 +186,7 @@ class AttentionEngine {
     const AttentionConfig& c = config_;
     const size_t tokens = x.tokens, width = qkv_width();
     MatMulOptions projection;
-    projection.compute = compute;
+    projection.compute = ProductCompute(compute);
     projection.transpose_b = Transpose::kYes;
     projection.bias = c.qkv_bias ? weights_.b_qkv.data() : nullptr;
     weights_.w_qkv.View(width, c.d_in, [&](auto w) {
@@ -220,7 +220,7 @@ class AttentionEngine {
   void ProjectOut(const float* context, Tensor3 y, ComputeType compute) const {
     const size_t tokens = y.tokens, features = config_.y_features();
     MatMulOptions out;
-    out.compute = compute;
+    out.compute = ProductCompute(compute);
     out.transpose_b = Transpose::kYes;
     out.bias = weights_.b_out.empty() ? nullptr : weights_.b_out.data();
     weights_.w_out.View(features, q_dim(), [&](auto w) {
@@ -245,12 +245,21 @@ class AttentionEngine {
     return hwy::DivCeil(n * sizeof(size_t), sizeof(float));
   }
 
-  void CheckCompute(const ForwardOptions& options) const {
+  // The projections' arithmetic: kInt8 is attention's only.
+  static ComputeType ProductCompute(ComputeType compute) {
+    return compute == ComputeType::kInt8 ? ComputeType::kFloat32 : compute;
+  }
+
+  // `step`: over a cache, where kInt8 may read its q8_0 or q4_0 keys.
+  void CheckCompute(const ForwardOptions& options, bool step) const {
     SIMDATTN_REQUIRE(options.compute == ComputeType::kFloat32 ||
-                         options.compute == ComputeType::kBFloat16,
+                         options.compute == ComputeType::kBFloat16 ||
+                         (step && options.compute == ComputeType::kInt8),
                      name_, "options.compute (",
-                     static_cast<int>(options.compute),
-                     ") is not a ComputeType");
+                     static_cast<int>(options.compute), ") is not ",
+                     step ? "kFloat32, kBFloat16 or kInt8"
+                          : "kFloat32 or kBFloat16 (kInt8 reads a q8_0 or "
+                            "q4_0 cache: ForwardStep)");
     SIMDATTN_REQUIRE(options.compute == ComputeType::kFloat32 ||
                          options.attention_weights.data == nullptr,
                      name_,
@@ -380,7 +389,7 @@ void AttentionEngine::Forward(ConstTensor3 x, Tensor3 y,
   // Validation, before any allocation.
   const auto [x_range, y_range] = CheckInputOutput(x, y, tokens);
   const bool training_dropout = options.training && c.dropout > 0.0f;
-  CheckCompute(options);
+  CheckCompute(options, /*step=*/false);
   Tensor4 weights = options.attention_weights;
   if (weights.data != nullptr) {
     SIMDATTN_REQUIRE(weights.dims[0] == batch && weights.dims[1] == heads &&
@@ -454,13 +463,19 @@ void AttentionEngine::CheckStep(const ForwardOptions& options,
                    c.dropout, " in training)");
   SIMDATTN_REQUIRE(options.attention_weights.data == nullptr, name_,
                    "ForwardStep does not return attention weights");
-  CheckCompute(options);
+  CheckCompute(options, /*step=*/true);
   SIMDATTN_REQUIRE(
-      options.compute == ComputeType::kFloat32 || type == KVType::kBF16, name_,
+      options.compute != ComputeType::kBFloat16 || type == KVType::kBF16, name_,
       "options.compute is kBFloat16: the cache must hold bf16 "
       "(KVCacheConfig::type or KVPages::type kBF16), "
       "its type is ",
       static_cast<int>(type));
+  SIMDATTN_REQUIRE(options.compute != ComputeType::kInt8 ||
+                       type == KVType::kQ8_0 || type == KVType::kQ4_0,
+                   name_,
+                   "options.compute is kInt8: the cache must hold q8_0 or "
+                   "q4_0, its type is ",
+                   static_cast<int>(type));
 }
 
 void AttentionEngine::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,

@@ -155,14 +155,21 @@ S ReadGrowable(const S& caller, const char* function, const char* what) {
   return known;
 }
 
+// The C enumerators are ComputeType's values; which a function accepts, it
+// checks itself.
+static_assert(SIMDATTN_COMPUTE_FP32 ==
+                      static_cast<int>(ComputeType::kFloat32) &&
+                  SIMDATTN_COMPUTE_BF16 ==
+                      static_cast<int>(ComputeType::kBFloat16) &&
+                  SIMDATTN_COMPUTE_INT8 == static_cast<int>(ComputeType::kInt8),
+              "one vocabulary");
 ComputeType Compute(int32_t compute, const char* function, const char* what) {
   SIMDATTN_REQUIRE(
-      compute == SIMDATTN_COMPUTE_FP32 || compute == SIMDATTN_COMPUTE_BF16,
+      compute >= SIMDATTN_COMPUTE_FP32 && compute <= SIMDATTN_COMPUTE_INT8,
       function, what, " (", compute,
-      ") is neither SIMDATTN_COMPUTE_FP32 (0) nor "
-      "SIMDATTN_COMPUTE_BF16 (1)");
-  return compute == SIMDATTN_COMPUTE_BF16 ? ComputeType::kBFloat16
-                                          : ComputeType::kFloat32;
+      ") is not SIMDATTN_COMPUTE_FP32 (0), SIMDATTN_COMPUTE_BF16 "
+      "(1) or SIMDATTN_COMPUTE_INT8 (2)");
+  return static_cast<ComputeType>(compute);
 }
 
 ConstMatrix View(simdattn_const_matrix m) {

@@ -52,6 +52,7 @@
 #include "src/ops/bf16-inl.h"
 #include "src/ops/dropout-inl.h"
 #include "src/ops/exp-inl.h"
+#include "src/ops/int_dot-inl.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/lanes-inl.h"
 #include "src/ops/mask-inl.h"
@@ -116,6 +117,9 @@ struct Problem {
   // dense path, which rounds them while packing (the few-rows path would
   // read them unrounded).
   bool round_inputs = false;
+  // kInt8: the few-rows path's scores over q8_0 and q4_0 keys as integer
+  // dot products with the quantized query rows (int_dot-inl.h).
+  bool integer_scores = false;
 
   template <typename T>
   internal::KVRows<T> Keys(size_t b, size_t h) const {
@@ -482,11 +486,18 @@ HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
 // (a group's heads) go by dot-product tiles, each vector of K loaded once
 // for up to kDotRows rows, over each run of keys contiguous in memory (a
 // block of a paged cache), int8 keys' scales applied to the products.
+// With the queries quantized (kInt8, block keys), by integer dot products.
 template <typename T>
-inline void TileScores(ConstMatrix queries, const internal::KVRows<T>& k,
-                       size_t j0, size_t cols, const MatMulOptions& options,
-                       float* scores) {
+inline void TileScores(ConstMatrix queries,
+                       const int_dot_detail::QuantizedQueries* quantized,
+                       const internal::KVRows<T>& k, size_t j0, size_t cols,
+                       const MatMulOptions& options, float* scores) {
   using namespace matmul_detail;
+  if constexpr (int_dot_detail::kIntegerKeys<T>) {
+    if (quantized != nullptr) {
+      return int_dot_detail::Scores(*quantized, k, j0, cols, scores, kKeyBlock);
+    }
+  }
   const size_t rows = queries.rows;
   if (rows < kDotMinRows) {
     return DirectColumns(queries, k.From(j0),
@@ -528,11 +539,25 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
   const size_t j_start = FirstKey(pr, b, t.Token(0), j_begin);
   const size_t j_stop = std::min(j_end, pr.mask.End(b, t.Token(rows - 1)));
   const hn::ScalableTag<float> d;
+  // kInt8: the rows quantized once for every tile, in the K panels' scratch
+  // (this path packs none); float32 where a row is not finite.
+  using int_dot_detail::QuantizedQueries;
+  static_assert(kSkinnyRows <= QuantizedQueries::kMaxRows, "rows fit");
+  std::optional<QuantizedQueries> quantized;
+  if constexpr (int_dot_detail::kIntegerKeys<T>) {
+    if (pr.integer_scores) {
+      quantized.emplace(ws.k_panels, queries.cols);
+      if (!int_dot_detail::Quantize(queries, pr.scale, *quantized)) {
+        quantized.reset();
+      }
+    }
+  }
   for (size_t j0 = j_start; j0 < j_stop; j0 += kKeyBlock) {
     const size_t cols = std::min(kKeyBlock, j_stop - j0);
     const size_t next_end = std::min(j_stop, j0 + cols + kKeyBlock);
     PrefetchPagedRows(k, j0 + cols, next_end);
-    TileScores(queries, k, j0, cols, scores_options, ws.scores);
+    TileScores(queries, quantized ? &*quantized : nullptr, k, j0, cols,
+               scores_options, ws.scores);
     SoftmaxTile(pr, t, 0, rows, j0, cols, st, ws);
     const bool first = j0 == j_start;
     if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);
@@ -895,8 +920,7 @@ template <typename T>
 void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
                const internal::KVSource& kv, Tensor4 out, float scale,
                const AttentionMask& mask, float dropout, PhiloxKey dropout_key,
-               float* log_sum_exp, bool round_weights, bool amx,
-               bool inputs_rounded) {
+               float* log_sum_exp, const internal::AttentionArithmetic& arith) {
   const size_t batch = layout.batch, heads = q.dims[1];
   const size_t k_tokens = kv.tokens, value_dim = kv.values.cols;
   const auto lse = [&](size_t b, size_t h, size_t i) -> float& {
@@ -934,10 +958,11 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
              heads / kv.kv_heads};
   if (pr.dropout)
     pr.dropout_params = dropout_detail::MakeParams(dropout, dropout_key);
-  pr.round_weights = round_weights;
-  HWY_DASSERT(kAmxTarget || !amx);  // The caller checks the target.
-  pr.amx = amx && kAmxTarget;
-  pr.round_inputs = round_weights && !inputs_rounded;
+  pr.round_weights = arith.round_weights;
+  HWY_DASSERT(kAmxTarget || !arith.amx);  // The caller checks the target.
+  pr.amx = arith.amx && kAmxTarget;
+  pr.round_inputs = arith.round_weights && !arith.inputs_rounded;
+  pr.integer_scores = arith.integer_scores;
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);
@@ -1127,11 +1152,11 @@ inline void AttentionImpl(ConstTensor4 q, const internal::QueryLayout& layout,
                           const internal::KVSource& kv, Tensor4 out,
                           float scale, const AttentionMask& mask, float dropout,
                           PhiloxKey dropout_key, float* log_sum_exp,
-                          bool round_weights, bool amx, bool inputs_rounded) {
+                          const internal::AttentionArithmetic& arith) {
   internal::VisitElementType(kv.type, [&](auto tag) {
     attention_detail::AttendAll<typename decltype(tag)::type>(
         q, layout, kv, out, scale, mask, dropout, dropout_key, log_sum_exp,
-        round_weights, amx, inputs_rounded);
+        arith);
   });
 }
 

@@ -77,9 +77,15 @@ void Attend(const char* kFn, ConstTensor4 q,
   SIMDATTN_REQUIRE(!options.scale || std::isfinite(*options.scale), kFn,
                    "scale (", options.scale.value_or(0.0f), ") is not finite");
   const bool bf16 = options.compute == ComputeType::kBFloat16;
-  SIMDATTN_REQUIRE(bf16 || options.compute == ComputeType::kFloat32, kFn,
-                   "options.compute (", static_cast<int>(options.compute),
+  const bool int8 = options.compute == ComputeType::kInt8;
+  SIMDATTN_REQUIRE(bf16 || int8 || options.compute == ComputeType::kFloat32,
+                   kFn, "options.compute (", static_cast<int>(options.compute),
                    ") is not a ComputeType");
+  SIMDATTN_REQUIRE(
+      !int8 || kv.type == KVType::kQ8_0 || kv.type == KVType::kQ4_0, kFn,
+      "options.compute is kInt8 but the keys are ",
+      ElementTraitsOf(kv.type).name,
+      ": int8 arithmetic reads a q8_0 or q4_0 cache");
 
   const Footprint rq = internal::CheckTensor4(kFn, "q", q);
   const Footprint ro = internal::CheckTensor4(kFn, "out", out);
@@ -140,10 +146,15 @@ void Attend(const char* kFn, ConstTensor4 q,
     kv.values = RoundedRows(kv.values, q.dims[0], kv.kv_heads, kv.tokens, v16);
     kv.type = KVType::kBF16;
   }
+  internal::AttentionArithmetic arith;
+  arith.round_weights = bf16;
+  arith.amx = amx;
+  arith.inputs_rounded = round_inputs || !bf16;
+  arith.integer_scores = int8;
   HWY_DYNAMIC_DISPATCH(AttentionImpl)
   (q, layout, kv, out, scale, mask, dropout,
    DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
-   options.log_sum_exp, bf16, amx, round_inputs || !bf16);
+   options.log_sum_exp, arith);
 }
 
 // A float tensor's rows as a contiguous KV source's.

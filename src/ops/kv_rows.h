@@ -114,6 +114,17 @@ struct KVSource {
   }
 };
 
+// How one call computes, chosen once from its options (attention.cc).
+struct AttentionArithmetic {
+  bool round_weights = false;  // kBFloat16: P rounded before P V.
+  bool amx = false;            // kBFloat16's dense path on AMX tiles.
+  // kBFloat16 with Q, K and V already rounded (else the dense path rounds
+  // them while packing).
+  bool inputs_rounded = true;
+  // kInt8: decode's scores over q8_0 and q4_0 keys as integer dot products.
+  bool integer_scores = false;
+};
+
 // Where batch item b's query rows, and its output rows, lie: rows
 // [0, q.dims[2]) of q.Slice(b, h) (dense), or rows [starts[b], starts[b + 1])
 // of q.Slice(0, h) (varlen: a serving step's sequences packed token-major,

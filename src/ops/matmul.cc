@@ -49,7 +49,10 @@ void CheckCompute(const char* fn, const MatMulOptions& options) {
   SIMDATTN_REQUIRE(options.compute == ComputeType::kFloat32 ||
                        options.compute == ComputeType::kBFloat16,
                    fn, "options.compute (", static_cast<int>(options.compute),
-                   ") is not a ComputeType");
+                   ") is neither kFloat32 nor kBFloat16",
+                   options.compute == ComputeType::kInt8
+                       ? " (kInt8 is attention's over q8_0 and q4_0 caches)"
+                       : "");
 }
 
 // The bias is read while C is written: they must not share memory.

@@ -224,6 +224,7 @@ std::string AttentionShape::Name() const {
   if (rope) name += "_rope";
   if (cold) name += "_cold";
   if (bf16dot) name += "_bf16dot";
+  if (int8dot) name += "_int8dot";
   return name;
 }
 
@@ -536,7 +537,8 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
                "fp8e5m2, q8_0, q4_0), "
                "_qN (N queries per sequence), _pagedN (N a power of two, 16 to "
                "256), _cold, _mlaN (values "
-               "the first N < D dims of each key row) (e.g. "
+               "the first N < D dims of each key row), _int8dot (kv q8_0 or "
+               "q4_0, H / G times N at most 4) (e.g. "
                "1x12x4096x64_kvbf16_paged16)"
              : "BxHxTxD with optional _kvG (G dividing H), _causal, "
                "_dropout, _windowW, _softcapC, _sinks, _alibi, _bf16dot "
@@ -566,9 +568,17 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
       s.dropout = true;
     } else if (flag == "bf16dot" && !decode && !s.bf16dot) {
       s.bf16dot = true;
+    } else if (flag == "int8dot" && decode && !s.int8dot) {
+      s.int8dot = true;
     } else if (!s.variants.Parse(flag)) {
       Fail(text, form);
     }
+  }
+  // kInt8 reads block caches; with more rows per task its scores would be
+  // float32's, which --check's quantized reference does not model.
+  if (s.int8dot && ((s.cache != KVType::kQ8_0 && s.cache != KVType::kQ4_0) ||
+                    s.heads / s.kv_heads * s.queries > 4)) {
+    Fail(text, form);
   }
   return s;
 }

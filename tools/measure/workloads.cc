@@ -241,6 +241,7 @@ class AttentionWorkload : public Workload {
     options_.mask = mask_.mask();
     options_.dropout = s.dropout ? 0.1f : 0.0f;
     if (s.bf16dot) options_.compute = ComputeType::kBFloat16;
+    if (s.int8dot) options_.compute = ComputeType::kInt8;
   }
   std::string Impl() const override { return ActiveTarget(); }
 

@@ -78,6 +78,12 @@ std::vector<double> Attention(Tensor4View<const T> q, Tensor4View<const T> k,
                               const AttentionMask& mask,
                               std::vector<double>* log_sum_exp = nullptr);
 
+// Dense rows of a multiple of 32 elements as AttentionOptions::compute
+// kInt8 quantizes queries, in place: each block of 32 to d round(x / d),
+// d = max |x| / 127 in float32, codes nearest even from x (127 / max);
+// d times a code rounded to float (2^-24 relative).
+void QuantizeQueryBlocks(std::vector<float>& rows);
+
 // Dropout(x, p, key) element by element: dropped iff p >= 1 or
 // DropoutBits < DropoutThreshold(p); dropped elements are +0, kept ones
 // x * (1.0f / (1.0f - p)) in float, so results compare bit for bit.

@@ -1,0 +1,213 @@
+// Per-target integer scores (ComputeType::kInt8): query rows quantized to
+// blocks of 32 int8 codes, dot products with ggml's q8_0 and q4_0 key blocks
+// summed exactly in int32 per block, as llama.cpp's vec_dot_q8_0_q8_0 and
+// vec_dot_q4_0_q8_0 do, then scaled by both blocks' scales in float32.
+
+#if defined(SIMDATTN_SRC_OPS_INT_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SIMDATTN_SRC_OPS_INT_DOT_INL_H_
+#undef SIMDATTN_SRC_OPS_INT_DOT_INL_H_
+#else
+#define SIMDATTN_SRC_OPS_INT_DOT_INL_H_
+#endif
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "hwy/highway.h"
+#include "src/common/element.h"
+#include "src/ops/kv_rows.h"
+#include "src/ops/matmul-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace simdattn {
+namespace HWY_NAMESPACE {
+namespace int_dot_detail {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using internal::BlockQ4_0;
+using internal::BlockQ8_0;
+using internal::kQuantBlock;
+
+// Key types whose scores may be integer dot products.
+template <typename T>
+inline constexpr bool kIntegerKeys =
+    std::is_same_v<T, BlockQ8_0> || std::is_same_v<T, BlockQ4_0>;
+
+// Up to kMaxRows query rows of `blocks` blocks each, as int16 codes (int8
+// values, widened once here rather than per key) with per block the scale
+// (alpha d: the scores' scale folded in) and the sum of the codes (q4_0's
+// nibbles are stored + 8: sum q (n - 8) = sum q n - 8 sum q).
+struct QuantizedQueries {
+  static constexpr size_t kMaxRows = 4;
+  int16_t* codes;  // rows x blocks * kQuantBlock.
+  float* scales;   // rows x blocks.
+  int32_t* sums;   // rows x blocks.
+  size_t rows, blocks;
+
+  // Floats of scratch for queries of head_dim (a multiple of kQuantBlock).
+  static size_t Floats(size_t head_dim) {
+    const size_t blocks = head_dim / kQuantBlock;
+    return kMaxRows * (head_dim / 2 + 2 * blocks);
+  }
+  QuantizedQueries(float* scratch, size_t head_dim)
+      : codes(reinterpret_cast<int16_t*>(scratch)),
+        scales(scratch + kMaxRows * head_dim / 2),
+        sums(reinterpret_cast<int32_t*>(scales +
+                                        kMaxRows * head_dim / kQuantBlock)),
+        rows(0),
+        blocks(head_dim / kQuantBlock) {}
+
+  const int16_t* Codes(size_t r, size_t block) const {
+    return codes + (r * blocks + block) * kQuantBlock;
+  }
+};
+
+// Quantizes `queries` (at most kMaxRows rows of blocks * 32) into q: per
+// block d = max |x| / 127 and codes round(x 127 / max) (nearest even; 0
+// where the block is 0). Returns false, leaving the rows to float32
+// arithmetic, if an element is not finite: NaN and infinity then propagate
+// as they would there.
+inline bool Quantize(ConstMatrix queries, float alpha, QuantizedQueries& q) {
+  HWY_DASSERT(queries.rows <= QuantizedQueries::kMaxRows &&
+              queries.cols == q.blocks * kQuantBlock);
+  for (size_t r = 0; r < queries.rows; ++r) {
+    for (size_t b = 0; b < q.blocks; ++b) {
+      const float* x = queries.Row(r) + b * kQuantBlock;
+      float max = 0.0f;
+      for (size_t i = 0; i < kQuantBlock; ++i) {
+        if (!std::isfinite(x[i])) return false;
+        max = std::max(max, std::abs(x[i]));
+      }
+      const float inverse = max == 0.0f ? 0.0f : 127.0f / max;
+      int16_t* codes = q.codes + (r * q.blocks + b) * kQuantBlock;
+      int32_t sum = 0;
+      for (size_t i = 0; i < kQuantBlock; ++i) {
+        codes[i] = static_cast<int16_t>(std::nearbyint(x[i] * inverse));
+        sum += codes[i];
+      }
+      q.scales[r * q.blocks + b] = alpha * (max / 127.0f);
+      q.sums[r * q.blocks + b] = sum;
+    }
+  }
+  q.rows = queries.rows;
+  return true;
+}
+
+// The block's elements [h, h + Lanes(d16)) as int16 codes: q8_0's values,
+// q4_0's nibbles (value + 8). Lanes(d16) <= 16 divides 16, so a q4_0 chunk
+// lies within one half of the block.
+template <class D16>
+HWY_INLINE hn::Vec<D16> KeyCodes(D16 d16, const BlockQ8_0& block, size_t h) {
+  return hn::PromoteTo(d16, hn::LoadU(hn::Rebind<int8_t, D16>(), block.qs + h));
+}
+template <class D16>
+HWY_INLINE hn::Vec<D16> KeyCodes(D16 d16, const BlockQ4_0& block, size_t h) {
+  const auto bytes =
+      hn::LoadU(hn::Rebind<uint8_t, D16>(), block.qs + h % (kQuantBlock / 2));
+  const auto wide =
+      hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<D16>(), bytes));
+  return h < kQuantBlock / 2 ? hn::And(wide, hn::Set(d16, 15))
+                             : hn::ShiftRight<4>(wide);
+}
+
+// out[i * out_stride] for accumulator i < R * C: the score of query row
+// (C == 1 ? i : 0) and key row keys[C == 1 ? 0 : i], C == 1 or R == 1. Per
+// block, the int32 sums of the code products (exact: at most 32 * 128 * 127
+// in magnitude), converted and times the query's and the key's scales,
+// summed in float32 over the blocks, then over the lanes. Named accumulators:
+// SVE vectors form no arrays.
+template <size_t R, size_t C, typename T>
+HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
+                          float* HWY_RESTRICT out, size_t out_stride) {
+  static_assert(R * C <= 4 && (R == 1 || C == 1), "one row or one key");
+  const hn::CappedTag<int16_t, 16> d16;
+  const hn::RepartitionToWide<decltype(d16)> d32;
+  const hn::Rebind<float, decltype(d32)> df;
+  using VF = hn::Vec<decltype(df)>;
+  using VI = hn::Vec<decltype(d32)>;
+  VF f0 = hn::Zero(df), f1 = f0, f2 = f0, f3 = f0;
+  float offsets[4] = {};
+  for (size_t b = 0; b < q.blocks; ++b) {
+    VI s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
+    VI o0 = s0, o1 = s0, o2 = s0, o3 = s0;  // The odd products' sums.
+    for (size_t h = 0; h < kQuantBlock; h += hn::Lanes(d16)) {
+      const auto k0 = KeyCodes(d16, keys[0][b], h);
+      const auto k1 = C > 1 ? KeyCodes(d16, keys[1][b], h) : k0;
+      const auto k2 = C > 2 ? KeyCodes(d16, keys[2][b], h) : k0;
+      const auto k3 = C > 3 ? KeyCodes(d16, keys[3][b], h) : k0;
+#define SIMDATTN_INT_TERM(i)                                                   \
+  if (R * C > i) {                                                             \
+    const auto codes = hn::LoadU(d16, q.Codes(C == 1 ? i : 0, b) + h);         \
+    s##i = hn::ReorderWidenMulAccumulate(d32, codes, C == 1 ? k0 : k##i, s##i, \
+                                         o##i);                                \
+  }
+      SIMDATTN_INT_TERM(0)
+      SIMDATTN_INT_TERM(1)
+      SIMDATTN_INT_TERM(2)
+      SIMDATTN_INT_TERM(3)
+#undef SIMDATTN_INT_TERM
+    }
+    // Per block: the key's scale once, not per vector; q4_0's offset as a
+    // scalar term.
+#define SIMDATTN_INT_BLOCK(i)                                              \
+  if (R * C > i) {                                                         \
+    const size_t at = (C == 1 ? i : 0) * q.blocks + b;                     \
+    const float scale = q.scales[at] * ToFloat(keys[C == 1 ? 0 : i][b].d); \
+    f##i = hn::MulAdd(hn::ConvertTo(df, hn::Add(s##i, o##i)),              \
+                      hn::Set(df, scale), f##i);                           \
+    if (std::is_same_v<T, BlockQ4_0>) {                                    \
+      offsets[i] += scale * static_cast<float>(-8 * q.sums[at]);           \
+    }                                                                      \
+  }
+    SIMDATTN_INT_BLOCK(0)
+    SIMDATTN_INT_BLOCK(1)
+    SIMDATTN_INT_BLOCK(2)
+    SIMDATTN_INT_BLOCK(3)
+#undef SIMDATTN_INT_BLOCK
+  }
+  float sums[4];
+  matmul_detail::SumsOfLanes<R * C>(df, f0, f1, f2, f3, sums);
+  for (size_t i = 0; i < R * C; ++i) {
+    out[i * out_stride] = sums[i] + offsets[i];
+  }
+}
+
+// scores[r * stride + j] = the score of q's row r and key j0 + j, j < cols:
+// one query row four keys at a time, else each key for every row.
+template <typename T>
+inline void Scores(const QuantizedQueries& q, const internal::KVRows<T>& k,
+                   size_t j0, size_t cols, float* scores, size_t stride) {
+  size_t j = 0;
+  if (q.rows == 1) {
+    for (; j + 4 <= cols; j += 4) {
+      const T* keys[4] = {k.Row(j0 + j), k.Row(j0 + j + 1), k.Row(j0 + j + 2),
+                          k.Row(j0 + j + 3)};
+      DotTile<1, 4>(q, keys, scores + j, 1);
+    }
+  }
+  for (; j < cols; ++j) {
+    const T* key = k.Row(j0 + j);
+    switch (q.rows) {
+      case 4:
+        DotTile<4, 1>(q, &key, scores + j, stride);
+        break;
+      case 3:
+        DotTile<3, 1>(q, &key, scores + j, stride);
+        break;
+      case 2:
+        DotTile<2, 1>(q, &key, scores + j, stride);
+        break;
+      default:
+        DotTile<1, 1>(q, &key, scores + j, stride);
+    }
+  }
+}
+
+}  // namespace int_dot_detail
+}  // namespace HWY_NAMESPACE
+}  // namespace simdattn
+HWY_AFTER_NAMESPACE();
+
+#endif  // SIMDATTN_SRC_OPS_INT_DOT_INL_H_
