@@ -66,9 +66,9 @@ struct QuantizedQueries {
 
 // Quantizes `queries` (at most kMaxRows rows of blocks * 32) into q: per
 // block d = max |x| / 127 and codes round(x 127 / max) (nearest even; 0
-// where the block is 0). Returns false, leaving the rows to float32
-// arithmetic, if an element is not finite: NaN and infinity then propagate
-// as they would there.
+// where the block is 0; 127 / max in double where it overflows float). Returns
+// false, leaving the rows to float32 arithmetic, if an element is not finite:
+// NaN and infinity then propagate as they would there.
 inline bool Quantize(ConstMatrix queries, float alpha, QuantizedQueries& q) {
   HWY_DASSERT(queries.rows <= QuantizedQueries::kMaxRows &&
               queries.cols == q.blocks * kQuantBlock);
@@ -80,11 +80,15 @@ inline bool Quantize(ConstMatrix queries, float alpha, QuantizedQueries& q) {
         if (!std::isfinite(x[i])) return false;
         max = std::max(max, std::abs(x[i]));
       }
+      // Below 127 / FLT_MAX, 127 / max overflows float: double then.
       const float inverse = max == 0.0f ? 0.0f : 127.0f / max;
+      const double wide_inverse = 127.0 / static_cast<double>(max);
       int16_t* codes = q.codes + (r * q.blocks + b) * kQuantBlock;
       int32_t sum = 0;
       for (size_t i = 0; i < kQuantBlock; ++i) {
-        codes[i] = static_cast<int16_t>(std::nearbyint(x[i] * inverse));
+        codes[i] = static_cast<int16_t>(
+            std::isfinite(inverse) ? std::nearbyint(x[i] * inverse)
+                                   : std::nearbyint(x[i] * wide_inverse));
         sum += codes[i];
       }
       q.scales[r * q.blocks + b] = alpha * (max / 127.0f);
@@ -149,17 +153,21 @@ HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
       SIMDATTN_INT_TERM(3)
 #undef SIMDATTN_INT_TERM
     }
-    // Per block: the key's scale once, not per vector; q4_0's offset as a
-    // scalar term.
-#define SIMDATTN_INT_BLOCK(i)                                              \
-  if (R * C > i) {                                                         \
-    const size_t at = (C == 1 ? i : 0) * q.blocks + b;                     \
-    const float scale = q.scales[at] * ToFloat(keys[C == 1 ? 0 : i][b].d); \
-    f##i = hn::MulAdd(hn::ConvertTo(df, hn::Add(s##i, o##i)),              \
-                      hn::Set(df, scale), f##i);                           \
-    if (std::is_same_v<T, BlockQ4_0>) {                                    \
-      offsets[i] += scale * static_cast<float>(-8 * q.sums[at]);           \
-    }                                                                      \
+    // Per block: each key's scale once, not per vector or row; q4_0's
+    // offset as a scalar term.
+    const float kd0 = matmul_detail::BlockScale(keys[0][b]);
+    const float kd1 = C > 1 ? matmul_detail::BlockScale(keys[1][b]) : kd0;
+    const float kd2 = C > 2 ? matmul_detail::BlockScale(keys[2][b]) : kd0;
+    const float kd3 = C > 3 ? matmul_detail::BlockScale(keys[3][b]) : kd0;
+#define SIMDATTN_INT_BLOCK(i)                                    \
+  if (R * C > i) {                                               \
+    const size_t at = (C == 1 ? i : 0) * q.blocks + b;           \
+    const float scale = q.scales[at] * (C == 1 ? kd0 : kd##i);   \
+    f##i = hn::MulAdd(hn::ConvertTo(df, hn::Add(s##i, o##i)),    \
+                      hn::Set(df, scale), f##i);                 \
+    if (std::is_same_v<T, BlockQ4_0>) {                          \
+      offsets[i] += scale * static_cast<float>(-8 * q.sums[at]); \
+    }                                                            \
   }
     SIMDATTN_INT_BLOCK(0)
     SIMDATTN_INT_BLOCK(1)

@@ -101,6 +101,16 @@ struct HwyType<Float16> {
   using type = hwy::float16_t;
 };
 
+// A q8_0 or q4_0 block's fp16 scale as float, by the target's conversion
+// (F16C's on x86), not a call.
+template <typename TB>
+HWY_INLINE float BlockScale(const TB& block) {
+  const hn::CappedTag<hwy::float16_t, 1> dh1;
+  return hn::GetLane(hn::PromoteTo(
+      hn::CappedTag<float, 1>(),
+      hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(&block.d))));
+}
+
 // Lanes [n, n + Lanes(d)) of a row of B as floats: exact, unscaled (int8
 // rows' and fp8 sides' scales are applied by the caller; q8_0 and q4_0
 // blocks carry theirs). Block rows are read a vector within one block (or
@@ -144,10 +154,7 @@ HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
     }
     const TB& block = row[n / internal::kQuantBlock];
     const size_t j = n % internal::kQuantBlock;
-    const hn::CappedTag<hwy::float16_t, 1> dh1;
-    const float scale = hn::GetLane(hn::PromoteTo(
-        hn::CappedTag<float, 1>(),
-        hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(&block.d))));
+    const float scale = BlockScale(block);
     if constexpr (std::is_same_v<TB, internal::BlockQ8_0>) {
       return hn::Mul(
           hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, D>(),

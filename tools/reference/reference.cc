@@ -192,8 +192,11 @@ void QuantizeQueryBlocks(std::vector<float>& rows) {
     const float inverse = max == 0.0f ? 0.0f : 127.0f / max;
     const double d = max / 127.0f;
     for (size_t i = 0; i < kBlock; ++i) {
-      rows[b0 + i] = static_cast<float>(
-          d * static_cast<double>(std::nearbyint(rows[b0 + i] * inverse)));
+      const double code =
+          std::isfinite(inverse)
+              ? std::nearbyint(rows[b0 + i] * inverse)
+              : std::nearbyint(rows[b0 + i] * (127.0 / double(max)));
+      rows[b0 + i] = static_cast<float>(d * code);
     }
   }
 }
