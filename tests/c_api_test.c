@@ -1615,6 +1615,24 @@ static void FillCacheExact(float* data, size_t rows, size_t cols,
   }
 }
 
+/* A one-sequence cache of `type` (paged in blocks of 16, or contiguous)
+ * for `capacity` tokens, holding the n tokens of k and v (kv_heads x n x d
+ * each); NULL, counted as a failure, if it cannot be made. */
+static simdattn_kv_cache* FilledCache(int32_t type, size_t paged,
+                                      size_t kv_heads, size_t capacity,
+                                      size_t d, float* k, float* v, size_t n) {
+  simdattn_kv_cache_config config = SIMDATTN_KV_CACHE_CONFIG_INIT;
+  simdattn_kv_cache* cache = NULL;
+  config.type = type;
+  config.block_size = paged ? 16 : 0;
+  CHECK_OK(simdattn_kv_cache_create(1, kv_heads, capacity, d, &config, &cache));
+  if (cache == NULL) return NULL;
+  CHECK_OK(simdattn_kv_cache_append(cache, Const4(Dense4(k, 1, kv_heads, n, d)),
+                                    Const4(Dense4(v, 1, kv_heads, n, d)),
+                                    NULL));
+  return cache;
+}
+
 /* SIMDATTN_COMPUTE_INT8 over a q8_0 cache, contiguous and paged: queries
  * that quantize exactly (eighths, each block of 32 reaching 127/8, so d is
  * 1/8) give float32 attention's outputs over the same cache. */
@@ -1630,16 +1648,10 @@ static void TestKVCacheInt8Attention(void) {
   options.has_scale = 1;
   options.scale = 1.0f / 256;
   for (paged = 0; paged < 2; ++paged) {
-    simdattn_kv_cache_config config = SIMDATTN_KV_CACHE_CONFIG_INIT;
-    simdattn_kv_cache* cache = NULL;
+    simdattn_kv_cache* cache =
+        FilledCache(SIMDATTN_Q8_0, paged, kKvHeads, kN, kD, k, v, kN);
     size_t wrong = 0;
-    config.type = SIMDATTN_Q8_0;
-    config.block_size = paged ? 16 : 0;
-    CHECK_OK(simdattn_kv_cache_create(1, kKvHeads, kN, kD, &config, &cache));
     if (cache == NULL) continue;
-    CHECK_OK(
-        simdattn_kv_cache_append(cache, Const4(Dense4(k, 1, kKvHeads, kN, kD)),
-                                 Const4(Dense4(v, 1, kKvHeads, kN, kD)), NULL));
     options.compute = SIMDATTN_COMPUTE_FP32;
     CHECK_OK(simdattn_kv_cache_attention(Const4(Dense4(q, 1, kQHeads, 1, kD)),
                                          cache, Dense4(ref, 1, kQHeads, 1, kD),
@@ -1655,7 +1667,7 @@ static void TestKVCacheInt8Attention(void) {
       fprintf(stderr,
               "%s:%d: int8 scores over q8_0 (block_size %lu): %lu outputs "
               "differ from float32's\n",
-              __FILE__, __LINE__, (unsigned long)config.block_size,
+              __FILE__, __LINE__, (unsigned long)(paged ? 16 : 0),
               (unsigned long)wrong);
       ++g_failures;
     }
@@ -2323,15 +2335,9 @@ static void TestKVCacheBFloat16Attention(void) {
   cache_mask.causal = 1;
   dense_mask.causal = 1;
   for (paged = 0; paged < 2; ++paged) {
-    simdattn_kv_cache_config config = SIMDATTN_KV_CACHE_CONFIG_INIT;
-    simdattn_kv_cache* cache = NULL;
-    config.type = SIMDATTN_BF16;
-    config.block_size = paged ? 16 : 0;
-    CHECK_OK(simdattn_kv_cache_create(1, kKvHeads, kCap, kD, &config, &cache));
+    simdattn_kv_cache* cache =
+        FilledCache(SIMDATTN_BF16, paged, kKvHeads, kCap, kD, k, v, kN);
     if (cache == NULL) continue;
-    CHECK_OK(
-        simdattn_kv_cache_append(cache, Const4(Dense4(k, 1, kKvHeads, kN, kD)),
-                                 Const4(Dense4(v, 1, kKvHeads, kN, kD)), NULL));
     for (q_tokens = 1; q_tokens <= kChunk; q_tokens += kChunk - 1) {
       for (causal = 0; causal < 2; ++causal) {
         size_t wrong = 0;
@@ -2352,7 +2358,7 @@ static void TestKVCacheBFloat16Attention(void) {
           fprintf(stderr,
                   "%s:%d: bf16 cache attention (block_size %lu, %lu queries, "
                   "causal %lu): %lu outputs off by more than 1e-5\n",
-                  __FILE__, __LINE__, (unsigned long)config.block_size,
+                  __FILE__, __LINE__, (unsigned long)(paged ? 16 : 0),
                   (unsigned long)q_tokens, (unsigned long)causal,
                   (unsigned long)wrong);
           ++g_failures;
