@@ -1511,6 +1511,58 @@ TEST_P(KVCacheTest, ForwardStepWithEveryCache) {
   }
 }
 
+// kInt8 in the module: float32 projections, attention's int8 scores over a
+// q8_0 or q4_0 cache (paged or not). Steps of one token (2 query heads per
+// K/V head: the integer path) stay near float32's steps over the same
+// cache and are not its bits; other caches and Forward refuse it, leaving
+// the cache and y as they were.
+TEST_P(KVCacheTest, Int8ComputeStepsStayNearFloat) {
+  const size_t d_in = 24, d_out = 128, heads = 4, tokens = 12;
+  MultiHeadAttentionConfig config =
+      test::MhaConfig(d_in, d_out, tokens, heads, true, /*seed=*/3);
+  config.num_kv_heads = 2;
+  MultiHeadAttention mha(config);
+  const std::vector<float> x = RandomVector(2 * tokens * d_in, 4);
+  ForwardOptions int8;
+  int8.compute = ComputeType::kInt8;
+  for (const Kind& kind : kBlockKinds) {
+    std::vector<std::vector<float>> outputs;
+    for (const ForwardOptions& options : {ForwardOptions{}, int8}) {
+      KVCacheConfig cache_config;
+      cache_config.type = kind.type;
+      cache_config.block_size = kind.block_size;
+      KVCache cache(2, 2, tokens, d_out / heads, cache_config);
+      std::vector<float> y(2 * tokens * d_out);
+      for (size_t t = 0; t < tokens; t += t == 0 ? 8 : 1) {
+        const size_t n = t == 0 ? 8 : 1;
+        mha.ForwardStep(
+            ConstTensor3(x.data() + t * d_in, 2, n, d_in, tokens * d_in, d_in),
+            cache,
+            Tensor3(y.data() + t * d_out, 2, n, d_out, tokens * d_out, d_out),
+            options);
+      }
+      outputs.push_back(y);
+    }
+    EXPECT_NE(std::memcmp(outputs[0].data(), outputs[1].data(),
+                          outputs[0].size() * sizeof(float)),
+              0)
+        << Name(kind);
+    for (size_t e = 0; e < outputs[0].size(); ++e) {
+      ASSERT_NEAR(outputs[1][e], outputs[0][e], 0.02) << Name(kind);
+    }
+  }
+  KVCache f32(2, 2, tokens, d_out / heads);
+  std::vector<float> y(2 * d_out, 7.0f);
+  const ConstTensor3 one(x.data(), 2, 1, d_in, tokens * d_in, d_in);
+  ExpectInvalid(
+      [&] { mha.ForwardStep(one, f32, Tensor3(y.data(), 2, 1, d_out), int8); },
+      {"kInt8", "q8_0 or q4_0"});
+  EXPECT_EQ(f32.length(0), 0u);
+  ExpectInvalid([&] { mha.Forward(one, Tensor3(y.data(), 2, 1, d_out), int8); },
+                {"kInt8", "ForwardStep"});
+  for (float e : y) ASSERT_EQ(e, 7.0f);
+}
+
 // bf16 arithmetic in the module: generating over a bf16 cache gives the
 // rows a bf16 forward over the whole sequence gives (the same rounded
 // operands; the products' sums in another order, 64-row projections on the
