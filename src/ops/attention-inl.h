@@ -289,6 +289,23 @@ struct Int8TileRows {
   float Scale(size_t t) const { return scales[t]; }
 };
 
+// The block value rows (q8_0, q4_0) of a tile, those of non-finite rows
+// replaced by a row of zero blocks (d 0, codes 0): BlockRowsTimesB's
+// products of the rows read in place, and a masked non-finite row adds
+// exactly what a row of zeros adds (nothing), as int8's zeroed scales do.
+template <typename T>
+struct BlockTileRows {
+  internal::KVRows<T> rows;  // From the tile's first key.
+  const NonFiniteValues* nonfinite;
+  const T* zeros;
+  const T* Row(size_t t) const {
+    for (size_t n = 0; n < nonfinite->count; ++n) {
+      if (nonfinite->keys[n] == t) return zeros;
+    }
+    return rows.Row(t);
+  }
+};
+
 // Masks a row of the tile in place (columns [0, cols) are keys j0..; those
 // outside [begin, limit) are masked) and applies the score terms; returns
 // its max and sets *nan if an unmasked score is NaN. Reads S from begin's
@@ -580,6 +597,12 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
       }
       DirectColumns(p, Int8TileRows{v.From(j0), ws.scales}, acc_rows,
                     accumulate, 0, value_dim);
+    } else if constexpr (internal::kBlockValues<T> > 1) {
+      // Zero blocks in the V panels' scratch, which this path packs not.
+      T* zeros = reinterpret_cast<T*>(ws.v_panels);
+      std::memset(zeros, 0, value_dim / internal::kQuantBlock * sizeof(T));
+      DirectColumns(p, BlockTileRows<T>{v.From(j0), &ws.nonfinite, zeros},
+                    acc_rows, accumulate, 0, value_dim);
     } else {  // A float copy with those rows zeroed.
       const hn::CappedTag<float, 1> d1;
       const size_t N = hn::Lanes(d);

@@ -99,23 +99,6 @@ inline bool Quantize(ConstMatrix queries, float alpha, QuantizedQueries& q) {
   return true;
 }
 
-// The block's elements [h, h + Lanes(d16)) as int16 codes: q8_0's values,
-// q4_0's nibbles (value + 8). Lanes(d16) <= 16 divides 16, so a q4_0 chunk
-// lies within one half of the block.
-template <class D16>
-HWY_INLINE hn::Vec<D16> KeyCodes(D16 d16, const BlockQ8_0& block, size_t h) {
-  return hn::PromoteTo(d16, hn::LoadU(hn::Rebind<int8_t, D16>(), block.qs + h));
-}
-template <class D16>
-HWY_INLINE hn::Vec<D16> KeyCodes(D16 d16, const BlockQ4_0& block, size_t h) {
-  const auto bytes =
-      hn::LoadU(hn::Rebind<uint8_t, D16>(), block.qs + h % (kQuantBlock / 2));
-  const auto wide =
-      hn::BitCast(d16, hn::PromoteTo(hn::RebindToUnsigned<D16>(), bytes));
-  return h < kQuantBlock / 2 ? hn::And(wide, hn::Set(d16, 15))
-                             : hn::ShiftRight<4>(wide);
-}
-
 // out[i * out_stride] for accumulator i < R * C: the score of query row
 // (C == 1 ? i : 0) and key row keys[C == 1 ? 0 : i], C == 1 or R == 1. Per
 // block, the int32 sums of the code products (exact: at most 32 * 128 * 127
@@ -137,10 +120,13 @@ HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
     VI s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
     VI o0 = s0, o1 = s0, o2 = s0, o3 = s0;  // The odd products' sums.
     for (size_t h = 0; h < kQuantBlock; h += hn::Lanes(d16)) {
-      const auto k0 = KeyCodes(d16, keys[0][b], h);
-      const auto k1 = C > 1 ? KeyCodes(d16, keys[1][b], h) : k0;
-      const auto k2 = C > 2 ? KeyCodes(d16, keys[2][b], h) : k0;
-      const auto k3 = C > 3 ? KeyCodes(d16, keys[3][b], h) : k0;
+      const auto k0 = matmul_detail::BlockCodes(d16, keys[0][b], h);
+      const auto k1 =
+          C > 1 ? matmul_detail::BlockCodes(d16, keys[1][b], h) : k0;
+      const auto k2 =
+          C > 2 ? matmul_detail::BlockCodes(d16, keys[2][b], h) : k0;
+      const auto k3 =
+          C > 3 ? matmul_detail::BlockCodes(d16, keys[3][b], h) : k0;
 #define SIMDATTN_INT_TERM(i)                                                   \
   if (R * C > i) {                                                             \
     const auto codes = hn::LoadU(d16, q.Codes(C == 1 ? i : 0, b) + h);         \
