@@ -183,19 +183,9 @@ inline void Scores(const QuantizedQueries& q, const internal::KVRows<T>& k,
   }
   for (; j < cols; ++j) {
     const T* key = k.Row(j0 + j);
-    switch (q.rows) {
-      case 4:
-        DotTile<4, 1>(q, &key, scores + j, stride);
-        break;
-      case 3:
-        DotTile<3, 1>(q, &key, scores + j, stride);
-        break;
-      case 2:
-        DotTile<2, 1>(q, &key, scores + j, stride);
-        break;
-      default:
-        DotTile<1, 1>(q, &key, scores + j, stride);
-    }
+    matmul_detail::WithRows(q.rows, [&](auto rows) {
+      DotTile<decltype(rows)::value, 1>(q, &key, scores + j, stride);
+    });
   }
 }
 

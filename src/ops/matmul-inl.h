@@ -775,6 +775,21 @@ HWY_INLINE size_t BlockRowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
   return n;
 }
 
+// f(std::integral_constant<size_t, rows>()), rows in [1, 4].
+template <class F>
+HWY_INLINE void WithRows(size_t rows, const F& f) {
+  switch (rows) {
+    case 1:
+      return f(std::integral_constant<size_t, 1>());
+    case 2:
+      return f(std::integral_constant<size_t, 2>());
+    case 3:
+      return f(std::integral_constant<size_t, 3>());
+    default:
+      return f(std::integral_constant<size_t, 4>());
+  }
+}
+
 // Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
 // rows of A times B (B rows contiguous), or dot products with rows of B when
 // it is transposed (Q K^T in decode). kPrefetch: B^T's rows are long
@@ -793,35 +808,20 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
   const hn::CappedTag<float, 1> d1;
   const size_t N = hn::Lanes(d);
   const size_t K = a.cols;
-  // Several rows of A times B: their whole vectors together.
+  // Several rows of A times B (block rows: one too): their whole vectors
+  // together.
   size_t n_rows_done = n_begin;
-  if constexpr ((internal::kBlockValues<TB>) > 1) {
-    if (opt.transpose_b == Transpose::kNo && c.rows >= 1 && c.rows <= 4) {
-      switch (c.rows) {
-        case 1:
-          n_rows_done = BlockRowsTimesB<1>(a, 0, b, c, opt, n_begin, n_end);
-          break;
-        case 2:
-          n_rows_done = BlockRowsTimesB<2>(a, 0, b, c, opt, n_begin, n_end);
-          break;
-        case 3:
-          n_rows_done = BlockRowsTimesB<3>(a, 0, b, c, opt, n_begin, n_end);
-          break;
-        default:
-          n_rows_done = BlockRowsTimesB<4>(a, 0, b, c, opt, n_begin, n_end);
+  constexpr bool kBlocks = internal::kBlockValues < TB >> 1;
+  if (opt.transpose_b == Transpose::kNo && c.rows >= (kBlocks ? 1 : 2) &&
+      c.rows <= 4) {
+    WithRows(c.rows, [&](auto rows) {
+      constexpr size_t R = decltype(rows)::value;
+      if constexpr (kBlocks) {
+        n_rows_done = BlockRowsTimesB<R>(a, 0, b, c, opt, n_begin, n_end);
+      } else {
+        n_rows_done = RowsTimesB<R>(a, 0, b, c, opt, n_begin, n_end);
       }
-    }
-  } else if (opt.transpose_b == Transpose::kNo && c.rows >= 2 && c.rows <= 4) {
-    switch (c.rows) {
-      case 2:
-        n_rows_done = RowsTimesB<2>(a, 0, b, c, opt, n_begin, n_end);
-        break;
-      case 3:
-        n_rows_done = RowsTimesB<3>(a, 0, b, c, opt, n_begin, n_end);
-        break;
-      default:
-        n_rows_done = RowsTimesB<4>(a, 0, b, c, opt, n_begin, n_end);
-    }
+    });
   }
   for (size_t m = 0; m < c.rows; ++m) {
     const float* HWY_RESTRICT a_row = a.Row(m);
