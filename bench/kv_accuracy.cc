@@ -1,8 +1,9 @@
 // How far attention over each narrow KV cache type lands from attention over
 // the float32 cache, for the same keys, values and queries: the error the
 // type itself costs (the kernels' own error, against float64 over what a
-// cache holds, is in the tests). Prints, per type, the largest and the RMS
-// difference of the outputs relative to the outputs' RMS.
+// cache holds, is in the tests); q8_0 and q4_0 also with kInt8 scores.
+// Prints, per type, the largest and the RMS difference of the outputs
+// relative to the outputs' RMS.
 //
 //   kv_accuracy [tokens=4096]
 //
@@ -14,6 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "simdattn/attention.h"
@@ -29,7 +32,8 @@ using simdattn::Tensor4;
 
 constexpr size_t kHeads = 32, kKVHeads = 8, kDim = 128;
 
-std::vector<float> Attend(KVType type, const std::vector<float>& k,
+std::vector<float> Attend(KVType type, simdattn::ComputeType compute,
+                          const std::vector<float>& k,
                           const std::vector<float>& v,
                           const std::vector<float>& q, size_t tokens) {
   KVCacheConfig config;
@@ -44,6 +48,7 @@ std::vector<float> Attend(KVType type, const std::vector<float>& k,
   std::vector<float> out(kHeads * kDim);
   simdattn::AttentionOptions options;
   options.mask.causal = true;
+  options.compute = compute;
   simdattn::ScaledDotProductAttention(
       ConstTensor4::Dense(q.data(), 1, kHeads, 1, kDim), cache.View(),
       Tensor4::Dense(out.data(), 1, kHeads, 1, kDim), options);
@@ -62,25 +67,38 @@ int main(int argc, char** argv) {
     v[i] = normal(rng);
   }
   for (float& x : q) x = normal(rng);
-  const std::vector<float> exact = Attend(KVType::kF32, k, v, q, tokens);
+  using simdattn::ComputeType;
+  const std::vector<float> exact =
+      Attend(KVType::kF32, ComputeType::kFloat32, k, v, q, tokens);
   double rms = 0;
   for (float x : exact) rms += double(x) * x;
   rms = std::sqrt(rms / double(exact.size()));
   std::printf(
-      "%zu tokens, output RMS %.4g\ntype      max |dO| / RMS  RMS(dO) / RMS\n",
+      "%zu tokens, output RMS %.4g\ntype         max |dO| / RMS  RMS(dO) / "
+      "RMS\n",
       tokens, rms);
-  for (const KVType type :
-       {KVType::kBF16, KVType::kF16, KVType::kInt8, KVType::kFp8E4M3,
-        KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
-    const std::vector<float> out = Attend(type, k, v, q, tokens);
+  const std::pair<KVType, ComputeType> kCases[] = {
+      {KVType::kBF16, ComputeType::kFloat32},
+      {KVType::kF16, ComputeType::kFloat32},
+      {KVType::kInt8, ComputeType::kFloat32},
+      {KVType::kFp8E4M3, ComputeType::kFloat32},
+      {KVType::kFp8E5M2, ComputeType::kFloat32},
+      {KVType::kQ8_0, ComputeType::kFloat32},
+      {KVType::kQ4_0, ComputeType::kFloat32},
+      {KVType::kQ8_0, ComputeType::kInt8},
+      {KVType::kQ4_0, ComputeType::kInt8}};
+  for (const auto& [type, compute] : kCases) {
+    const std::vector<float> out = Attend(type, compute, k, v, q, tokens);
     double max = 0, sum = 0;
     for (size_t i = 0; i < out.size(); ++i) {
       const double e = std::abs(double(out[i]) - exact[i]);
       max = std::max(max, e);
       sum += e * e;
     }
-    std::printf("%-8s  %14.3g  %13.3g\n", simdattn::ElementTraitsOf(type).name,
-                max / rms, std::sqrt(sum / double(out.size())) / rms);
+    const std::string name = std::string(simdattn::ElementTraitsOf(type).name) +
+                             (compute == ComputeType::kInt8 ? " kInt8" : "");
+    std::printf("%-11s  %14.3g  %13.3g\n", name.c_str(), max / rms,
+                std::sqrt(sum / double(out.size())) / rms);
   }
   return 0;
 }
