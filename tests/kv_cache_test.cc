@@ -280,6 +280,36 @@ TEST_P(KVCacheTest, Int8ComputeIsAttentionOverTheQuantizedQuery) {
   }
 }
 
+// kInt8 with a query block near float's top over a key block of fp16's
+// largest scale: the query's and the key's scales multiplied alone would
+// overflow, the score does not (65504 from the second element); outputs
+// stay finite.
+TEST_P(KVCacheTest, Int8LargeScalesStayFinite) {
+  constexpr size_t kDim = 32;
+  std::vector<float> k(2 * kDim, 0.0f), v(2 * kDim, 1.0f), q(kDim, 0.0f);
+  k[1] = 65504.0f;  // Token 0: d = 65504, codes 1 and 127.
+  k[2] = 127.0f * 65504.0f;
+  k[kDim + 1] = 1.0f;
+  q[0] = 1e36f;
+  q[1] = 1.0f;
+  KVCacheConfig config;
+  config.type = KVType::kQ8_0;
+  KVCache cache(1, 1, 2, kDim, config);
+  cache.Append(ConstTensor4::Dense(k.data(), 1, 1, 2, kDim),
+               ConstTensor4::Dense(v.data(), 1, 1, 2, kDim));
+  AttentionOptions options;
+  options.scale = 1.0f;
+  options.compute = ComputeType::kInt8;
+  std::vector<float> out(kDim, kNaN);
+  ScaledDotProductAttention(ConstTensor4::Dense(q.data(), 1, 1, 1, kDim),
+                            cache.View(),
+                            Tensor4::Dense(out.data(), 1, 1, 1, kDim), options);
+  // Every value row is q8_0's 1 (d = fp16(1 / 127), codes 127): so is any
+  // average of them.
+  const float one = ToFloat(ToFloat16(1.0f / 127)) * 127;
+  for (float x : out) EXPECT_NEAR(x, one, 1e-6f);
+}
+
 TEST_P(KVCacheTest, PagedEqualsContiguousBitForBit) {
   for (const KVType type :
        {KVType::kF32, KVType::kBF16, KVType::kF16, KVType::kInt8,

@@ -228,7 +228,7 @@ struct AttentionOptions {
   // against ggml's blocks. Each query row is quantized per block of 32
   // elements to q^ = d round(x / d), d = max |x| / 127 (float32 d; codes
   // rounded to nearest even from x (127 / max)), the products of a block's
-  // codes with the key block's (q4_0: its 4-bit values) summed exactly in
+  // codes with the key block's (q4_0: its values n - 8) summed exactly in
   // int32 and scaled by scale d d_key in float32. A score then differs from
   // float32 attention's over the same cache by at most
   // scale sum_blocks (d / 2) sum_block |k| (and float32 roundings); softmax
@@ -237,7 +237,8 @@ struct AttentionOptions {
   // sequence is at most 4 (decode with up to 4 heads per K/V head, a few
   // drafts); more rows per task (chunked prefill), and a task whose queries
   // hold a non-finite element (NaN and infinity then propagate as in
-  // float32), are computed in float32, within the same bound.
+  // float32) or a block whose d underflows (max |x| below about 2^-143),
+  // are computed in float32, within the same bound.
   ComputeType compute = ComputeType::kFloat32;
 };
 

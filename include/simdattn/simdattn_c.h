@@ -672,7 +672,9 @@ typedef struct simdattn_forward_options {
    * (dropout_seed, dropout_offset); advance the offset every step. */
   int32_t training;
   /* SIMDATTN_COMPUTE_BF16: projections and attention in bf16 arithmetic; no
-   * attention weights then, and forward steps need a bf16 cache. */
+   * attention weights then, and forward steps need a bf16 cache.
+   * SIMDATTN_COMPUTE_INT8: forward steps over a q8_0 or q4_0 cache only,
+   * float32 projections and int8 scores. */
   int32_t compute;
   uint64_t dropout_seed;
   uint64_t dropout_offset;

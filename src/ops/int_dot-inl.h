@@ -37,25 +37,20 @@ inline constexpr bool kIntegerKeys =
 
 // Up to kMaxRows query rows of `blocks` blocks each, as int16 codes (int8
 // values, widened once here rather than per key) with per block the scale
-// (alpha d: the scores' scale folded in) and the sum of the codes (q4_0's
-// nibbles are stored + 8: sum q (n - 8) = sum q n - 8 sum q).
+// (alpha d: the scores' scale folded in).
 struct QuantizedQueries {
   static constexpr size_t kMaxRows = 4;
   int16_t* codes;  // rows x blocks * kQuantBlock.
   float* scales;   // rows x blocks.
-  int32_t* sums;   // rows x blocks.
   size_t rows, blocks;
 
   // Floats of scratch for queries of head_dim (a multiple of kQuantBlock).
   static size_t Floats(size_t head_dim) {
-    const size_t blocks = head_dim / kQuantBlock;
-    return kMaxRows * (head_dim / 2 + 2 * blocks);
+    return kMaxRows * (head_dim / 2 + head_dim / kQuantBlock);
   }
   QuantizedQueries(float* scratch, size_t head_dim)
       : codes(reinterpret_cast<int16_t*>(scratch)),
         scales(scratch + kMaxRows * head_dim / 2),
-        sums(reinterpret_cast<int32_t*>(scales +
-                                        kMaxRows * head_dim / kQuantBlock)),
         rows(0),
         blocks(head_dim / kQuantBlock) {}
 
@@ -66,9 +61,10 @@ struct QuantizedQueries {
 
 // Quantizes `queries` (at most kMaxRows rows of blocks * 32) into q: per
 // block d = max |x| / 127 and codes round(x 127 / max) (nearest even; 0
-// where the block is 0; 127 / max in double where it overflows float). Returns
-// false, leaving the rows to float32 arithmetic, if an element is not finite:
-// NaN and infinity then propagate as they would there.
+// where the block is 0; 127 / max in double where it overflows float).
+// Returns false, leaving the rows to float32 arithmetic, if an element is
+// not finite (NaN and infinity then propagate as they would there) or a
+// block's d underflows to 0 (max below about 2^-143).
 inline bool Quantize(ConstMatrix queries, float alpha, QuantizedQueries& q) {
   HWY_DASSERT(queries.rows <= QuantizedQueries::kMaxRows &&
               queries.cols == q.blocks * kQuantBlock);
@@ -80,19 +76,18 @@ inline bool Quantize(ConstMatrix queries, float alpha, QuantizedQueries& q) {
         if (!std::isfinite(x[i])) return false;
         max = std::max(max, std::abs(x[i]));
       }
+      const float d = max / 127.0f;
+      if (max != 0.0f && d == 0.0f) return false;
       // Below 127 / FLT_MAX, 127 / max overflows float: double then.
       const float inverse = max == 0.0f ? 0.0f : 127.0f / max;
       const double wide_inverse = 127.0 / static_cast<double>(max);
       int16_t* codes = q.codes + (r * q.blocks + b) * kQuantBlock;
-      int32_t sum = 0;
       for (size_t i = 0; i < kQuantBlock; ++i) {
         codes[i] = static_cast<int16_t>(
             std::isfinite(inverse) ? std::nearbyint(x[i] * inverse)
                                    : std::nearbyint(x[i] * wide_inverse));
-        sum += codes[i];
       }
-      q.scales[r * q.blocks + b] = alpha * (max / 127.0f);
-      q.sums[r * q.blocks + b] = sum;
+      q.scales[r * q.blocks + b] = alpha * d;
     }
   }
   q.rows = queries.rows;
@@ -102,9 +97,10 @@ inline bool Quantize(ConstMatrix queries, float alpha, QuantizedQueries& q) {
 // out[i * out_stride] for accumulator i < R * C: the score of query row
 // (C == 1 ? i : 0) and key row keys[C == 1 ? 0 : i], C == 1 or R == 1. Per
 // block, the int32 sums of the code products (exact: at most 32 * 128 * 127
-// in magnitude), converted and times the query's and the key's scales,
-// summed in float32 over the blocks, then over the lanes. Named accumulators:
-// SVE vectors form no arrays.
+// in magnitude), converted, times the key's scale, then times the query's
+// (its scale alone may overflow where the score does not), summed in float32
+// over the blocks, then over the lanes. Named accumulators: SVE vectors form
+// no arrays.
 template <size_t R, size_t C, typename T>
 HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
                           float* HWY_RESTRICT out, size_t out_stride) {
@@ -115,7 +111,6 @@ HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
   using VF = hn::Vec<decltype(df)>;
   using VI = hn::Vec<decltype(d32)>;
   VF f0 = hn::Zero(df), f1 = f0, f2 = f0, f3 = f0;
-  float offsets[4] = {};
   for (size_t b = 0; b < q.blocks; ++b) {
     VI s0 = hn::Zero(d32), s1 = s0, s2 = s0, s3 = s0;
     VI o0 = s0, o1 = s0, o2 = s0, o3 = s0;  // The odd products' sums.
@@ -139,21 +134,17 @@ HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
       SIMDATTN_INT_TERM(3)
 #undef SIMDATTN_INT_TERM
     }
-    // Per block: each key's scale once, not per vector or row; q4_0's
-    // offset as a scalar term.
+    // Per block: each key's scale once, not per vector or row.
     const float kd0 = matmul_detail::BlockScale(keys[0][b]);
     const float kd1 = C > 1 ? matmul_detail::BlockScale(keys[1][b]) : kd0;
     const float kd2 = C > 2 ? matmul_detail::BlockScale(keys[2][b]) : kd0;
     const float kd3 = C > 3 ? matmul_detail::BlockScale(keys[3][b]) : kd0;
-#define SIMDATTN_INT_BLOCK(i)                                    \
-  if (R * C > i) {                                               \
-    const size_t at = (C == 1 ? i : 0) * q.blocks + b;           \
-    const float scale = q.scales[at] * (C == 1 ? kd0 : kd##i);   \
-    f##i = hn::MulAdd(hn::ConvertTo(df, hn::Add(s##i, o##i)),    \
-                      hn::Set(df, scale), f##i);                 \
-    if (std::is_same_v<T, BlockQ4_0>) {                          \
-      offsets[i] += scale * static_cast<float>(-8 * q.sums[at]); \
-    }                                                            \
+#define SIMDATTN_INT_BLOCK(i)                                               \
+  if (R * C > i) {                                                          \
+    const VF dot = hn::Mul(hn::ConvertTo(df, hn::Add(s##i, o##i)),          \
+                           hn::Set(df, C == 1 ? kd0 : kd##i));              \
+    f##i = hn::MulAdd(                                                      \
+        dot, hn::Set(df, q.scales[(C == 1 ? i : 0) * q.blocks + b]), f##i); \
   }
     SIMDATTN_INT_BLOCK(0)
     SIMDATTN_INT_BLOCK(1)
@@ -163,9 +154,7 @@ HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
   }
   float sums[4];
   matmul_detail::SumsOfLanes<R * C>(df, f0, f1, f2, f3, sums);
-  for (size_t i = 0; i < R * C; ++i) {
-    out[i * out_stride] = sums[i] + offsets[i];
-  }
+  for (size_t i = 0; i < R * C; ++i) out[i * out_stride] = sums[i];
 }
 
 // scores[r * stride + j] = the score of q's row r and key j0 + j, j < cols:

@@ -112,8 +112,8 @@ HWY_INLINE float BlockScale(const TB& block) {
 }
 
 // A block's codes [j, j + Lanes(di)) as integers of di's (signed) lanes:
-// q8_0's int8 values, q4_0's nibbles (value + 8). Lanes(di) <= 16 divides
-// 16 for q4_0, so the lanes lie in one half of the block.
+// q8_0's int8 values, q4_0's nibbles minus 8. Lanes(di) <= 16 divides 16
+// for q4_0, so the lanes lie in one half of the block.
 template <class DI>
 HWY_INLINE hn::Vec<DI> BlockCodes(DI di, const internal::BlockQ8_0& block,
                                   size_t j) {
@@ -125,8 +125,9 @@ HWY_INLINE hn::Vec<DI> BlockCodes(DI di, const internal::BlockQ4_0& block,
   const hn::Rebind<uint8_t, DI> d8;
   constexpr size_t kHalf = internal::kQuantBlock / 2;
   const auto packed = hn::LoadU(d8, block.qs + j % kHalf);
-  return hn::PromoteTo(di, j < kHalf ? hn::And(packed, hn::Set(d8, 15))
-                                     : hn::ShiftRight<4>(packed));
+  return hn::Sub(hn::PromoteTo(di, j < kHalf ? hn::And(packed, hn::Set(d8, 15))
+                                             : hn::ShiftRight<4>(packed)),
+                 hn::Set(di, 8));
 }
 
 // Lanes [n, n + Lanes(d)) of a row of B as floats: exact, unscaled (int8
@@ -173,14 +174,8 @@ HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
     const TB& block = row[n / internal::kQuantBlock];
     const hn::Vec<D> codes =
         hn::ConvertTo(d, BlockCodes(di, block, n % internal::kQuantBlock));
-    const float scale = BlockScale(block);
-    if constexpr (std::is_same_v<TB, internal::BlockQ8_0>) {
-      return hn::Mul(codes, hn::Set(d, scale));
-    } else {
-      // (nibble - 8) d as nibble d - 8 d: exact as a product of a 4-bit
-      // integer and an fp16 value, then rounded once.
-      return hn::MulAdd(codes, hn::Set(d, scale), hn::Set(d, -8.0f * scale));
-    }
+    // Exact: an 8-bit integer times an fp16 value.
+    return hn::Mul(codes, hn::Set(d, BlockScale(block)));
   } else {
     using T = typename HwyType<TB>::type;
     return hn::PromoteTo(
@@ -708,9 +703,8 @@ HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
 
 // RowsTimesB for B of q8_0 or q4_0 blocks: each row's element k times row
 // k's block scale, once per 2 vectors of columns rather than a multiply per
-// vector, times the block's codes (q4_0's offset summed apart: sum_k w (n -
-// 8) = sum_k w n - 8 sum_k w). The arithmetic of a row is the same for any
-// R, and R = 1 takes it too. Returns where it stopped: at n_begin where 2
+// vector, times the block's codes. The arithmetic of a row is the same for
+// any R, and R = 1 takes it too. Returns where it stopped: at n_begin where 2
 // vectors do not fit a block (wide SVE), or n_begin is not their multiple.
 template <size_t R, class B>
 HWY_INLINE size_t BlockRowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
@@ -718,7 +712,6 @@ HWY_INLINE size_t BlockRowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
                                   size_t n_end) {
   static_assert(R >= 1 && R <= 4, "one to four rows");
   using TB = ElementOf<B>;
-  constexpr bool kOffset = std::is_same_v<TB, internal::BlockQ4_0>;
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   using V = hn::Vec<decltype(d)>;
@@ -726,10 +719,10 @@ HWY_INLINE size_t BlockRowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
   if (internal::kQuantBlock % (2 * N) != 0 || n_begin % (2 * N) != 0) {
     return n_begin;
   }
-  const auto finish = [&](V sum, float offset, size_t r, size_t n0) {
+  const auto finish = [&](V sum, size_t r, size_t n0) {
     // Zeroed: GCC 12 (-Wmaybe-uninitialized) misses the store.
     HWY_ALIGN float lanes[kMaxLanes] = {};
-    hn::Store(hn::Add(sum, hn::Set(d, offset)), d, lanes);
+    hn::Store(sum, d, lanes);
     float* c_row = c.Row(m + r);
     for (size_t i = 0; i < N; ++i) {
       ScalarEpilogue(lanes[i], c_row + n0 + i, n0 + i, opt);
@@ -741,19 +734,16 @@ HWY_INLINE size_t BlockRowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
     const size_t j = n % internal::kQuantBlock;
     V s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00;
     V s20 = s00, s21 = s00, s30 = s00, s31 = s00;
-    float offsets[4] = {};
     for (size_t k = 0; k < K; ++k) {
       const TB& bk = b.Row(k)[block];
       const float scale = BlockScale(bk);
       const V b0 = hn::ConvertTo(d, BlockCodes(di, bk, j));
       const V b1 = hn::ConvertTo(d, BlockCodes(di, bk, j + N));
-#define SIMDATTN_BLOCK_AXPY_ROW(r)                         \
-  if (R > r) {                                             \
-    const float weight = a.Row(m + r)[k] * scale;          \
-    const V wr = hn::Set(d, weight);                       \
-    s##r##0 = hn::MulAdd(wr, b0, s##r##0);                 \
-    s##r##1 = hn::MulAdd(wr, b1, s##r##1);                 \
-    if (kOffset) offsets[r] = -8.0f * weight + offsets[r]; \
+#define SIMDATTN_BLOCK_AXPY_ROW(r)                    \
+  if (R > r) {                                        \
+    const V wr = hn::Set(d, a.Row(m + r)[k] * scale); \
+    s##r##0 = hn::MulAdd(wr, b0, s##r##0);            \
+    s##r##1 = hn::MulAdd(wr, b1, s##r##1);            \
   }
       SIMDATTN_BLOCK_AXPY_ROW(0)
       SIMDATTN_BLOCK_AXPY_ROW(1)
@@ -761,10 +751,10 @@ HWY_INLINE size_t BlockRowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
       SIMDATTN_BLOCK_AXPY_ROW(3)
 #undef SIMDATTN_BLOCK_AXPY_ROW
     }
-#define SIMDATTN_BLOCK_FINISH(r)           \
-  if (R > r) {                             \
-    finish(s##r##0, offsets[r], r, n);     \
-    finish(s##r##1, offsets[r], r, n + N); \
+#define SIMDATTN_BLOCK_FINISH(r) \
+  if (R > r) {                   \
+    finish(s##r##0, r, n);       \
+    finish(s##r##1, r, n + N);   \
   }
     SIMDATTN_BLOCK_FINISH(0)
     SIMDATTN_BLOCK_FINISH(1)

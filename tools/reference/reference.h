@@ -81,7 +81,8 @@ std::vector<double> Attention(Tensor4View<const T> q, Tensor4View<const T> k,
 // Dense rows of a multiple of 32 elements as AttentionOptions::compute
 // kInt8 quantizes queries, in place: each block of 32 to d round(x / d),
 // d = max |x| / 127 in float32, codes nearest even from x (127 / max)
-// (in double where 127 / max overflows float);
+// (in double where 127 / max overflows float; a block whose d underflows,
+// which kInt8 leaves to float32, to zeros);
 // d times a code rounded to float (2^-24 relative).
 void QuantizeQueryBlocks(std::vector<float>& rows);
 
