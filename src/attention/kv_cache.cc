@@ -700,6 +700,9 @@ template <class Storage, typename Byte, class Copy>
 void ForEachExportedRow(Storage& s, size_t kv_heads, size_t head_dim,
                         size_t value_dim, size_t b, size_t first, size_t count,
                         Byte* buffer, const Copy& copy) {
+  // Null only where there is nothing to copy (the callers check): no
+  // pointer is formed from it (null + offset is undefined behaviour).
+  if (buffer == nullptr) return;
   const size_t rows = kv_heads * count;
   const size_t key_bytes = s.Bytes(head_dim), value_bytes = s.Bytes(value_dim);
   Byte* values = buffer + rows * key_bytes;
