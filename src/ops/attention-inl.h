@@ -290,7 +290,7 @@ struct Int8TileRows {
 };
 
 // The block value rows (q8_0, q4_0) of a tile, those of non-finite rows
-// replaced by a row of zero blocks (d 0, codes 0): BlockRowsTimesB's
+// replaced by a row of zero blocks (d 0, codes 0): RowsTimesB's
 // products of the rows read in place, and a masked non-finite row adds
 // exactly what a row of zeros adds (nothing), as int8's zeroed scales do.
 template <typename T>

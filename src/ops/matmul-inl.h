@@ -644,11 +644,36 @@ HWY_INLINE float TailDot(const float* HWY_RESTRICT a, const TB* HWY_RESTRICT b,
   return hn::GetLane(sum);
 }
 
+// Row k's two vectors of columns [n, n + 2 Lanes(d)) as floats, in b0 and
+// b1, and the factor that joins A's element k instead: int8 rows' scale; a
+// q8_0 or q4_0 block's scale, its codes widened alone (once per two
+// vectors, not a multiply per vector); else 1.
+template <class D, class B>
+HWY_INLINE float LoadTwo(D d, const B& b, size_t k, size_t n, hn::Vec<D>& b0,
+                         hn::Vec<D>& b1) {
+  using TB = ElementOf<B>;
+  const size_t N = hn::Lanes(d);
+  if constexpr ((internal::kBlockValues<TB>) > 1) {
+    const TB& block = b.Row(k)[n / internal::kQuantBlock];
+    const size_t j = n % internal::kQuantBlock;
+    const hn::RebindToSigned<D> di;
+    b0 = hn::ConvertTo(d, BlockCodes(di, block, j));
+    b1 = hn::ConvertTo(d, BlockCodes(di, block, j + N));
+    return BlockScale(block);
+  } else {
+    b0 = LoadB(d, b.Row(k), n);
+    b1 = LoadB(d, b.Row(k), n + N);
+    return TimesRowScale(1.0f, b, k);
+  }
+}
+
 // Whole vectors of columns [n_begin, n_end) of C = A B for rows [m, m + R)
 // of A together, R <= 4: each vector of B is widened once for all of them
 // (a group's heads in decode's P V convert each value once, not R times).
 // Every output is the sum DirectColumns forms one row at a time, in the same
-// order. Returns where the whole vectors end.
+// order (block rows: for any R, R = 1 included). Returns where the whole
+// vectors end; for block rows, at n_begin where two vectors do not fit a
+// block (wide SVE) or n_begin is not their multiple.
 template <size_t R, class B>
 HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
                              const MatMulOptions& opt, size_t n_begin,
@@ -657,12 +682,14 @@ HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d), K = a.cols;
-  // A's element k of row r, times row k's scale (int8 rows).
-  const auto a_at = [&](size_t r, size_t k) {
-    return hn::Set(d, TimesRowScale(a.Row(m + r)[k], b, k));
-  };
+  if constexpr ((internal::kBlockValues<ElementOf<B>>) > 1) {
+    if (internal::kQuantBlock % (2 * N) != 0 || n_begin % (2 * N) != 0) {
+      return n_begin;
+    }
+  }
   const auto finish = [&](V sum, size_t r, size_t n0) {
-    HWY_ALIGN float lanes[kMaxLanes];
+    // Zeroed: GCC 12 (-Wmaybe-uninitialized) misses the store.
+    HWY_ALIGN float lanes[kMaxLanes] = {};
     hn::Store(sum, d, lanes);
     float* c_row = c.Row(m + r);
     for (size_t i = 0; i < N; ++i) {
@@ -674,12 +701,13 @@ HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
     V s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00;
     V s20 = s00, s21 = s00, s30 = s00, s31 = s00;
     for (size_t k = 0; k < K; ++k) {
-      const V b0 = LoadB(d, b.Row(k), n), b1 = LoadB(d, b.Row(k), n + N);
-#define SIMDATTN_AXPY_ROW(r)               \
-  if (R > r) {                             \
-    const V ar = a_at(r, k);               \
-    s##r##0 = hn::MulAdd(ar, b0, s##r##0); \
-    s##r##1 = hn::MulAdd(ar, b1, s##r##1); \
+      V b0, b1;
+      const float factor = LoadTwo(d, b, k, n, b0, b1);
+#define SIMDATTN_AXPY_ROW(r)                           \
+  if (R > r) {                                         \
+    const V ar = hn::Set(d, a.Row(m + r)[k] * factor); \
+    s##r##0 = hn::MulAdd(ar, b0, s##r##0);             \
+    s##r##1 = hn::MulAdd(ar, b1, s##r##1);             \
   }
       SIMDATTN_AXPY_ROW(0)
       SIMDATTN_AXPY_ROW(1)
@@ -697,70 +725,6 @@ HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
     SIMDATTN_AXPY_FINISH(2)
     SIMDATTN_AXPY_FINISH(3)
 #undef SIMDATTN_AXPY_FINISH
-  }
-  return n;
-}
-
-// RowsTimesB for B of q8_0 or q4_0 blocks: each row's element k times row
-// k's block scale, once per 2 vectors of columns rather than a multiply per
-// vector, times the block's codes. The arithmetic of a row is the same for
-// any R, and R = 1 takes it too. Returns where it stopped: at n_begin where 2
-// vectors do not fit a block (wide SVE), or n_begin is not their multiple.
-template <size_t R, class B>
-HWY_INLINE size_t BlockRowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
-                                  const MatMulOptions& opt, size_t n_begin,
-                                  size_t n_end) {
-  static_assert(R >= 1 && R <= 4, "one to four rows");
-  using TB = ElementOf<B>;
-  const hn::ScalableTag<float> d;
-  const hn::RebindToSigned<decltype(d)> di;
-  using V = hn::Vec<decltype(d)>;
-  const size_t N = hn::Lanes(d), K = a.cols;
-  if (internal::kQuantBlock % (2 * N) != 0 || n_begin % (2 * N) != 0) {
-    return n_begin;
-  }
-  const auto finish = [&](V sum, size_t r, size_t n0) {
-    // Zeroed: GCC 12 (-Wmaybe-uninitialized) misses the store.
-    HWY_ALIGN float lanes[kMaxLanes] = {};
-    hn::Store(sum, d, lanes);
-    float* c_row = c.Row(m + r);
-    for (size_t i = 0; i < N; ++i) {
-      ScalarEpilogue(lanes[i], c_row + n0 + i, n0 + i, opt);
-    }
-  };
-  size_t n = n_begin;
-  for (; n + 2 * N <= n_end; n += 2 * N) {
-    const size_t block = n / internal::kQuantBlock;
-    const size_t j = n % internal::kQuantBlock;
-    V s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00;
-    V s20 = s00, s21 = s00, s30 = s00, s31 = s00;
-    for (size_t k = 0; k < K; ++k) {
-      const TB& bk = b.Row(k)[block];
-      const float scale = BlockScale(bk);
-      const V b0 = hn::ConvertTo(d, BlockCodes(di, bk, j));
-      const V b1 = hn::ConvertTo(d, BlockCodes(di, bk, j + N));
-#define SIMDATTN_BLOCK_AXPY_ROW(r)                    \
-  if (R > r) {                                        \
-    const V wr = hn::Set(d, a.Row(m + r)[k] * scale); \
-    s##r##0 = hn::MulAdd(wr, b0, s##r##0);            \
-    s##r##1 = hn::MulAdd(wr, b1, s##r##1);            \
-  }
-      SIMDATTN_BLOCK_AXPY_ROW(0)
-      SIMDATTN_BLOCK_AXPY_ROW(1)
-      SIMDATTN_BLOCK_AXPY_ROW(2)
-      SIMDATTN_BLOCK_AXPY_ROW(3)
-#undef SIMDATTN_BLOCK_AXPY_ROW
-    }
-#define SIMDATTN_BLOCK_FINISH(r) \
-  if (R > r) {                   \
-    finish(s##r##0, r, n);       \
-    finish(s##r##1, r, n + N);   \
-  }
-    SIMDATTN_BLOCK_FINISH(0)
-    SIMDATTN_BLOCK_FINISH(1)
-    SIMDATTN_BLOCK_FINISH(2)
-    SIMDATTN_BLOCK_FINISH(3)
-#undef SIMDATTN_BLOCK_FINISH
   }
   return n;
 }
@@ -805,12 +769,8 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
   if (opt.transpose_b == Transpose::kNo && c.rows >= (kBlocks ? 1 : 2) &&
       c.rows <= 4) {
     WithRows(c.rows, [&](auto rows) {
-      constexpr size_t R = decltype(rows)::value;
-      if constexpr (kBlocks) {
-        n_rows_done = BlockRowsTimesB<R>(a, 0, b, c, opt, n_begin, n_end);
-      } else {
-        n_rows_done = RowsTimesB<R>(a, 0, b, c, opt, n_begin, n_end);
-      }
+      n_rows_done =
+          RowsTimesB<decltype(rows)::value>(a, 0, b, c, opt, n_begin, n_end);
     });
   }
   for (size_t m = 0; m < c.rows; ++m) {
