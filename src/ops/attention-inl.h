@@ -557,7 +557,8 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
   const size_t j_stop = std::min(j_end, pr.mask.End(b, t.Token(rows - 1)));
   const hn::ScalableTag<float> d;
   // kInt8: the rows quantized once for every tile, in the K panels' scratch
-  // (this path packs none); float32 where a row is not finite.
+  // (this path packs none; 256 head_dim floats hold them); float32 where
+  // Quantize declines them.
   using int_dot_detail::QuantizedQueries;
   static_assert(kSkinnyRows <= QuantizedQueries::kMaxRows, "rows fit");
   std::optional<QuantizedQueries> quantized;

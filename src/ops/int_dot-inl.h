@@ -44,10 +44,8 @@ struct QuantizedQueries {
   float* scales;   // rows x blocks.
   size_t rows, blocks;
 
-  // Floats of scratch for queries of head_dim (a multiple of kQuantBlock).
-  static size_t Floats(size_t head_dim) {
-    return kMaxRows * (head_dim / 2 + head_dim / kQuantBlock);
-  }
+  // scratch: kMaxRows * (head_dim / 2 + head_dim / 32) floats, head_dim a
+  // multiple of kQuantBlock.
   QuantizedQueries(float* scratch, size_t head_dim)
       : codes(reinterpret_cast<int16_t*>(scratch)),
         scales(scratch + kMaxRows * head_dim / 2),
@@ -80,12 +78,13 @@ inline bool Quantize(ConstMatrix queries, float alpha, QuantizedQueries& q) {
       if (max != 0.0f && d == 0.0f) return false;
       // Below 127 / FLT_MAX, 127 / max overflows float: double then.
       const float inverse = max == 0.0f ? 0.0f : 127.0f / max;
-      const double wide_inverse = 127.0 / static_cast<double>(max);
+      const bool wide = !std::isfinite(inverse);
+      const double wide_inverse = wide ? 127.0 / static_cast<double>(max) : 0;
       int16_t* codes = q.codes + (r * q.blocks + b) * kQuantBlock;
       for (size_t i = 0; i < kQuantBlock; ++i) {
-        codes[i] = static_cast<int16_t>(
-            std::isfinite(inverse) ? std::nearbyint(x[i] * inverse)
-                                   : std::nearbyint(x[i] * wide_inverse));
+        codes[i] =
+            static_cast<int16_t>(wide ? std::nearbyint(x[i] * wide_inverse)
+                                      : std::nearbyint(x[i] * inverse));
       }
       q.scales[r * q.blocks + b] = alpha * d;
     }
