@@ -669,26 +669,42 @@ HWY_INLINE float LoadTwo(D d, const B& b, size_t k, size_t n, hn::Vec<D>& b0,
   }
 }
 
-// Whole vectors of columns [n_begin, n_end) of C = A B for rows [m, m + R)
-// of A together, R <= 4: each vector of B is widened once for all of them
-// (a group's heads in decode's P V convert each value once, not R times).
-// Every output is the sum DirectColumns forms one row at a time, in the same
-// order (block rows: for any R, R = 1 included). Returns where the whole
-// vectors end; for block rows, at n_begin where two vectors do not fit a
-// block (wide SVE) or n_begin is not their multiple.
-template <size_t R, class B>
-HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
-                             const MatMulOptions& opt, size_t n_begin,
-                             size_t n_end) {
-  static_assert(R >= 1 && R <= 4, "one to four rows");
+// Accumulator I of eight, by a compile-time index (sizeless SVE vectors can
+// be neither array elements nor members).
+template <size_t I, class V>
+HWY_INLINE V& Slot(V& s0, V& s1, V& s2, V& s3, V& s4, V& s5, V& s6, V& s7) {
+  if constexpr (I == 0) return s0;
+  if constexpr (I == 1) return s1;
+  if constexpr (I == 2) return s2;
+  if constexpr (I == 3) return s3;
+  if constexpr (I == 4) return s4;
+  if constexpr (I == 5) return s5;
+  if constexpr (I == 6) return s6;
+  if constexpr (I == 7) return s7;
+}
+
+// f(std::integral_constant<size_t, i>()) for i in [0, kCount).
+template <size_t kCount, size_t kFirst = 0, class F>
+HWY_INLINE void ForIndex(const F& f) {
+  if constexpr (kFirst < kCount) {
+    f(std::integral_constant<size_t, kFirst>());
+    ForIndex<kCount, kFirst + 1>(f);
+  }
+}
+
+// Passes of P pairs of vectors of columns (2 P Lanes(d) columns) over K for
+// rows [m, m + R) of A together, R P <= 4 (eight accumulators): each pair of
+// B is widened once for all R rows, and a row of B is addressed once per
+// pass (one row of A takes four pairs: a q4_0 value row of 128 in one pass
+// on AVX-512, where pairs alone made four). Returns where the passes end.
+template <size_t R, size_t P, class B>
+HWY_INLINE size_t RowsTimesBPasses(ConstMatrix a, size_t m, const B& b,
+                                   Matrix c, const MatMulOptions& opt, size_t n,
+                                   size_t n_end) {
+  static_assert(R >= 1 && P >= 1 && R * P <= 4, "at most eight accumulators");
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d), K = a.cols;
-  if constexpr ((internal::kBlockValues<ElementOf<B>>) > 1) {
-    if (internal::kQuantBlock % (2 * N) != 0 || n_begin % (2 * N) != 0) {
-      return n_begin;
-    }
-  }
   const auto finish = [&](V sum, size_t r, size_t n0) {
     // Zeroed: GCC 12 (-Wmaybe-uninitialized) misses the store.
     HWY_ALIGN float lanes[kMaxLanes] = {};
@@ -698,35 +714,67 @@ HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
       ScalarEpilogue(lanes[i], c_row + n0 + i, n0 + i, opt);
     }
   };
-  size_t n = n_begin;
-  for (; n + 2 * N <= n_end; n += 2 * N) {
-    V s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00;
-    V s20 = s00, s21 = s00, s30 = s00, s31 = s00;
+  for (; n + 2 * N * P <= n_end; n += 2 * N * P) {
+    V s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0,
+      s7 = s0;
+    // Row r's pair p in accumulators 2 (r P + p) and the next.
+    const auto acc = [&](auto i) -> V& {
+      return Slot<decltype(i)::value>(s0, s1, s2, s3, s4, s5, s6, s7);
+    };
     for (size_t k = 0; k < K; ++k) {
-      V b0, b1;
-      const float factor = LoadTwo(d, b, k, n, b0, b1);
-#define SIMDATTN_AXPY_ROW(r)                           \
-  if (R > r) {                                         \
-    const V ar = hn::Set(d, a.Row(m + r)[k] * factor); \
-    s##r##0 = hn::MulAdd(ar, b0, s##r##0);             \
-    s##r##1 = hn::MulAdd(ar, b1, s##r##1);             \
-  }
-      SIMDATTN_AXPY_ROW(0)
-      SIMDATTN_AXPY_ROW(1)
-      SIMDATTN_AXPY_ROW(2)
-      SIMDATTN_AXPY_ROW(3)
-#undef SIMDATTN_AXPY_ROW
+      ForIndex<P>([&](auto p) {
+        V b0, b1;
+        const float factor = LoadTwo(d, b, k, n + 2 * N * p, b0, b1);
+        ForIndex<R>([&](auto r) {
+          constexpr size_t i =
+              2 * (decltype(r)::value * P + decltype(p)::value);
+          const V ar = hn::Set(d, a.Row(m + r)[k] * factor);
+          V& lo = acc(std::integral_constant<size_t, i>());
+          V& hi = acc(std::integral_constant<size_t, i + 1>());
+          lo = hn::MulAdd(ar, b0, lo);
+          hi = hn::MulAdd(ar, b1, hi);
+        });
+      });
     }
-#define SIMDATTN_AXPY_FINISH(r) \
-  if (R > r) {                  \
-    finish(s##r##0, r, n);      \
-    finish(s##r##1, r, n + N);  \
+    ForIndex<R>([&](auto r) {
+      ForIndex<P>([&](auto p) {
+        constexpr size_t i = 2 * (decltype(r)::value * P + decltype(p)::value);
+        finish(acc(std::integral_constant<size_t, i>()), r, n + 2 * N * p);
+        finish(acc(std::integral_constant<size_t, i + 1>()), r,
+               n + 2 * N * p + N);
+      });
+    });
   }
-    SIMDATTN_AXPY_FINISH(0)
-    SIMDATTN_AXPY_FINISH(1)
-    SIMDATTN_AXPY_FINISH(2)
-    SIMDATTN_AXPY_FINISH(3)
-#undef SIMDATTN_AXPY_FINISH
+  return n;
+}
+
+// Whole vectors of columns [n_begin, n_end) of C = A B for rows [m, m + R)
+// of A together, R <= 4: each vector of B is widened once for all of them
+// (a group's heads in decode's P V convert each value once, not R times).
+// Every output is the sum DirectColumns forms one row at a time, in the same
+// order (block rows: for any R, R = 1 included), whatever the passes' width.
+// Returns where the whole vectors end; for block rows, at n_begin where two
+// vectors do not fit a block (wide SVE) or n_begin is not their multiple.
+template <size_t R, class B>
+HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
+                             const MatMulOptions& opt, size_t n_begin,
+                             size_t n_end) {
+  static_assert(R >= 1 && R <= 4, "one to four rows");
+  const size_t N = hn::Lanes(hn::ScalableTag<float>());
+  if constexpr ((internal::kBlockValues<ElementOf<B>>) > 1) {
+    if (internal::kQuantBlock % (2 * N) != 0 || n_begin % (2 * N) != 0) {
+      return n_begin;
+    }
+  }
+  // The widest passes first (four pairs for one row, two for two), then
+  // narrower ones for the rest.
+  constexpr size_t kPairs = R == 1 ? 4 : R == 2 ? 2 : 1;
+  size_t n = RowsTimesBPasses<R, kPairs>(a, m, b, c, opt, n_begin, n_end);
+  if constexpr (kPairs >= 4) {
+    n = RowsTimesBPasses<R, 2>(a, m, b, c, opt, n, n_end);
+  }
+  if constexpr (kPairs >= 2) {
+    n = RowsTimesBPasses<R, 1>(a, m, b, c, opt, n, n_end);
   }
   return n;
 }
