@@ -11,7 +11,6 @@
 #include "gtest/gtest.h"
 #include "simdattn/kernels.h"
 #include "simdattn/targets.h"
-#include "src/common/parallel.h"
 #include "src/ops/amx_tiles.h"
 #include "src/ops/matmul_bf16.h"
 #include "tbb/task_arena.h"
@@ -450,18 +449,6 @@ TEST_P(MatMulTest, BitIdenticalForAnyThreadCount) {
            Matrix(c.data(), m, n));
     return c;
   });
-}
-
-// Row blocks sized to the threads: 171 micro-tiles on 16 threads make 16
-// tasks of 11 (one round), where 5 per task left 3 rounds; one thread takes
-// the largest size, and the size stays within its bounds.
-TEST(MatMulTasks, BalancedOverTheThreads) {
-  EXPECT_EQ(internal::BalancedTaskSize(171, 1, 1, 16, 16), 11u);
-  EXPECT_EQ(internal::BalancedTaskSize(171, 1, 1, 16, 1), 16u);
-  EXPECT_EQ(internal::BalancedTaskSize(171, 36, 1, 16, 16), 11u);
-  EXPECT_EQ(internal::BalancedTaskSize(171, 1, 12, 16, 16), 12u);
-  EXPECT_EQ(internal::BalancedTaskSize(0, 1, 1, 16, 16), 16u);
-  EXPECT_EQ(internal::BalancedTaskSize(5, 1, 9, 4, 2), 4u);
 }
 
 // C as the columns after A's in rows of one buffer: no element shared, so

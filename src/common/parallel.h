@@ -57,40 +57,6 @@ void ParallelFor(size_t begin, size_t end, size_t grain, const Body& body) {
 #endif
 }
 
-// The number of threads a parallel loop here can use.
-inline size_t MaxThreads() {
-  return static_cast<size_t>(tbb::this_task_arena::max_concurrency());
-}
-
-// Items per task when `items` items (rows, tiles) are cut into tasks of
-// equal size, each repeated for `columns` independent columns: the largest
-// size in [min_size, max_size] whose busiest thread (whole rounds of tasks
-// over `threads`) gets within 1/32 of the least work any size gives. So 171
-// tiles on 16 threads make 16 tasks of 11, not 35 of 5 (3 rounds, the last
-// with 3 tasks); fewer tasks where that costs no balance.
-inline size_t BalancedTaskSize(size_t items, size_t columns, size_t min_size,
-                               size_t max_size, size_t threads) {
-  max_size = std::max<size_t>(max_size, 1);
-  min_size = std::min(std::max<size_t>(min_size, 1), max_size);
-  threads = std::max<size_t>(threads, 1);
-  const auto busiest = [&](size_t size) {
-    const size_t tasks = (items + size - 1) / size * columns;
-    return (tasks + threads - 1) / threads * size;
-  };
-  size_t least = busiest(min_size);
-  for (size_t size = min_size + 1; size <= max_size; ++size) {
-    least = std::min(least, busiest(size));
-  }
-  size_t best = min_size;
-  for (size_t size = max_size; size > min_size; --size) {
-    if (busiest(size) * 32 <= least * 33) {
-      best = size;
-      break;
-    }
-  }
-  return best;
-}
-
 // Runs every index of [begin, end) in index order as far as threads allow:
 // up to max_concurrency workers, each calling worker(next) once, where
 // next() returns the next index nobody has taken, then `end` (a dynamic
@@ -100,7 +66,9 @@ inline size_t BalancedTaskSize(size_t items, size_t columns, size_t min_size,
 template <typename Worker>
 void ParallelForDynamic(size_t begin, size_t end, const Worker& worker) {
   if (begin >= end) return;
-  const size_t workers = std::min(end - begin, MaxThreads());
+  const size_t workers =
+      std::min(end - begin,
+               static_cast<size_t>(tbb::this_task_arena::max_concurrency()));
   std::atomic<size_t> taken{begin};
   const auto next = [&] {
     return std::min(taken.fetch_add(1, std::memory_order_relaxed), end);

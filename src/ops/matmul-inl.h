@@ -56,8 +56,10 @@ constexpr size_t kVectors = 2;
 // Rows of A per task: enough micro-kernel calls to amortise packing the B
 // panel (1/kRowBlock of the FLOPs), few enough to leave tasks for 2+ threads.
 constexpr size_t kRowBlock = 16 * kRows;
-// Narrow C (few panels) gets shorter row blocks, to balance the threads, each
-// of at least this many multiply-adds (well above a task's scheduling cost).
+// Narrow C (few panels) gets shorter row blocks, so that there are this many
+// tasks to balance over the threads, each of at least this many
+// multiply-adds (well above a task's scheduling cost).
+constexpr size_t kMinTasks = 32;
 constexpr size_t kMinTaskWork = size_t{1} << 18;
 // K per packed panel: KC x NR floats stay in L2 (64 KiB for AVX-512).
 constexpr size_t kDepthBlock = 256;
@@ -507,14 +509,10 @@ inline void TiledMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
   const size_t nr = kVectors * hn::Lanes(d);
   const size_t M = c.rows, N = c.cols, K = a.cols;
   const size_t panels = hwy::DivCeil(N, nr);
-  // Micro-tiles of kRows rows per row block, balanced over the threads. Row
-  // blocks start at multiples of kRows whatever their size, so the rows a
-  // micro-kernel call computes together, and the results, do not depend on
-  // the thread count.
-  const size_t tiles =
-      internal::BalancedTaskSize(hwy::DivCeil(M, kRows), panels,
-                                 hwy::DivCeil(kMinTaskWork, kRows * nr * K),
-                                 kRowBlock / kRows, internal::MaxThreads());
+  // Micro-tiles of kRows rows per row block.
+  size_t tiles = hwy::DivCeil(M, kRows) / hwy::DivCeil(kMinTasks, panels);
+  tiles = std::max(tiles, hwy::DivCeil(kMinTaskWork, kRows * nr * K));
+  tiles = std::min(tiles, kRowBlock / kRows);
   const size_t row_block = tiles * kRows;
   const size_t row_blocks = hwy::DivCeil(M, row_block);
   const bool transposed = opt.transpose_b == Transpose::kYes;
