@@ -274,16 +274,18 @@ TEST_P(MatMulTest, BFloat16ArithmeticMatchesRoundedOperands) {
       });
 }
 
-// bf16 arithmetic with B stored in bf16 (kept weights): the same products
-// as with B's float values, on every kernel.
+// bf16 arithmetic with B stored in bf16 (kept weights) or fp16: the same
+// products as with B's float values, on every kernel (the native ones pack
+// 16-bit B where it lies; odd K leaves a pair's high half zero).
 TEST_P(MatMulTest, BFloat16ArithmeticWithBFloat16B) {
   using internal::BFloat16DotPolicy;
   test::ForEachBFloat16DotPolicy(
       {BFloat16DotPolicy::kAuto, BFloat16DotPolicy::kNative,
-       BFloat16DotPolicy::kFallback},
+       BFloat16DotPolicy::kDotProduct, BFloat16DotPolicy::kFallback},
       [&](BFloat16DotPolicy policy) {
         for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
-          for (const Case& c : {Case{5, 40, 70, t}, Case{97, 130, 129, t}}) {
+          for (const Case& c : {Case{5, 40, 70, t}, Case{97, 130, 129, t},
+                                Case{70, 33, 65, t}}) {
             const bool tb = t == Transpose::kYes;
             const size_t b_rows = tb ? c.n : c.k, b_cols = tb ? c.k : c.n;
             const std::vector<float> a = test::RandomVector(c.m * c.k, 7);
@@ -307,6 +309,21 @@ TEST_P(MatMulTest, BFloat16ArithmeticWithBFloat16B) {
             // identity).
             ASSERT_EQ(from16, from32) << c.m << "x" << c.k << "x" << c.n
                                       << " policy " << static_cast<int>(policy);
+            // fp16 B: rounded to bf16 as its float widening is.
+            std::vector<Float16> h(b.size());
+            for (size_t i = 0; i < b.size(); ++i) {
+              h[i] = ToFloat16(b[i] * 0.75f);
+              b[i] = ToFloat(h[i]);
+            }
+            MatMul(ConstMatrix(a.data(), c.m, c.k),
+                   MatrixView<const Float16>(h.data(), b_rows, b_cols),
+                   Matrix(from16.data(), c.m, c.n), options);
+            MatMul(ConstMatrix(a.data(), c.m, c.k),
+                   ConstMatrix(b.data(), b_rows, b_cols),
+                   Matrix(from32.data(), c.m, c.n), options);
+            ASSERT_EQ(from16, from32)
+                << c.m << "x" << c.k << "x" << c.n << " fp16, policy "
+                << static_cast<int>(policy);
           }
         }
       });

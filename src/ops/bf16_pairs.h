@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/base.h"
 #include "simdattn/kernels.h"
@@ -16,8 +17,25 @@
 namespace simdattn {
 namespace internal {
 
-inline uint32_t BFloat16Pair(float lo, float hi) {
-  return uint32_t{ToBFloat16(lo).bits} | (uint32_t{ToBFloat16(hi).bits} << 16);
+// An element of B as the bf16 bits the kernels multiply: float rounded to
+// nearest even, fp16 through its exact float likewise, bf16 as stored (so B
+// kept in bf16 is packed without a widened copy, to the same bits).
+inline uint32_t BFloat16Bits(float x) { return ToBFloat16(x).bits; }
+inline uint32_t BFloat16Bits(BFloat16 x) { return x.bits; }
+inline uint32_t BFloat16Bits(Float16 x) { return ToBFloat16(ToFloat(x)).bits; }
+
+template <typename T>
+uint32_t BFloat16Pair(T lo, T hi) {
+  return BFloat16Bits(lo) | (BFloat16Bits(hi) << 16);
+}
+
+// Row x's n elements as `pairs` pairs, zeros past n.
+template <typename T>
+void PairsOfElements(const T* x, size_t n, size_t pairs, uint32_t* out) {
+  for (size_t q = 0; q < pairs; ++q) {
+    out[q] = BFloat16Pair(2 * q < n ? x[2 * q] : T{},
+                          2 * q + 1 < n ? x[2 * q + 1] : T{});
+  }
 }
 
 // A and op(B) packed once, in parallel, into pooled scratch. A: `rows` rows
@@ -28,9 +46,12 @@ inline uint32_t BFloat16Pair(float lo, float hi) {
 template <size_t kPanel>
 class BFloat16Pairs {
  public:
-  template <typename PackRow>
-  BFloat16Pairs(ConstMatrix a, ConstMatrix b, size_t n, bool transposed,
-                size_t k2, size_t rows, const PackRow& pack_row)
+  // A's rows packed by pack_row (float rows: the target's conversion), B's
+  // float rows too, other element types' by PairsOfElements.
+  template <typename TB, typename PackRow>
+  BFloat16Pairs(ConstMatrix a, MatrixView<const TB> b, size_t n,
+                bool transposed, size_t k2, size_t rows,
+                const PackRow& pack_row)
       : k2(k2),
         panels(hwy::DivCeil(n, kPanel)),
         a_(rows * k2),
@@ -54,17 +75,21 @@ class BFloat16Pairs {
         std::fill(panel, panel + k2 * kPanel, 0u);
         if (transposed) {  // Column n0 + j of op(B) is row n0 + j of B.
           for (size_t j = 0; j < cols; ++j) {
-            pack_row(b.Row(n0 + j), k, k2, pairs);
+            if constexpr (std::is_same_v<TB, float>) {
+              pack_row(b.Row(n0 + j), k, k2, pairs);
+            } else {
+              PairsOfElements(b.Row(n0 + j), k, k2, pairs);
+            }
             for (size_t q = 0; q < k2; ++q) panel[q * kPanel + j] = pairs[q];
           }
           continue;
         }
         for (size_t q = 0; 2 * q < k; ++q) {  // Rows 2q and 2q + 1 of B.
-          const float* lo = b.Row(2 * q) + n0;
-          const float* hi = 2 * q + 1 < k ? b.Row(2 * q + 1) + n0 : nullptr;
+          const TB* lo = b.Row(2 * q) + n0;
+          const TB* hi = 2 * q + 1 < k ? b.Row(2 * q + 1) + n0 : nullptr;
           for (size_t j = 0; j < cols; ++j) {
             panel[q * kPanel + j] =
-                BFloat16Pair(lo[j], hi != nullptr ? hi[j] : 0.0f);
+                BFloat16Pair(lo[j], hi != nullptr ? hi[j] : TB{});
           }
         }
       }

@@ -268,6 +268,45 @@ bool FewRows(Matrix c) {
   return c.rows < kMinNativeRows && policy == BFloat16DotPolicy::kAuto;
 }
 
+// The native x86 kernels over B of any element type, packed from where it
+// lies.
+template <typename TB>
+void NativeProduct(BFloat16DotKernelKind kernel, ConstMatrix a,
+                   MatrixView<const TB> b, Matrix c,
+                   const MatMulOptions& options) {
+#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
+  // K2 rounded up to kPairBlock and A's rows to a tile: AMX reads whole
+  // tiles.
+  const PackedOperands packed(
+      a, b, c.cols, options.transpose_b == Transpose::kYes,
+      hwy::RoundUpTo(hwy::DivCeil(a.cols, 2), kPairBlock),
+      hwy::RoundUpTo(a.rows, kTileRows), PairsOfRow);
+  if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(packed, c, options);
+  DotProducts(packed, c, options);
+#else
+  (void)kernel, (void)a, (void)b, (void)c, (void)options;
+#endif
+}
+
+// 16-bit B: the x86 kernels pack it in place (bf16's bits as stored); BFDOT
+// and the fallback take it widened.
+template <typename TB>
+void MatMulBFloat16Of16Bits(ConstMatrix a, MatrixView<const TB> b, Matrix c,
+                            const MatMulOptions& options) {
+  const BFloat16DotKernelKind kernel = ChosenBFloat16DotKernel();
+  if constexpr (std::is_same_v<TB, BFloat16>) {
+    if (kernel == BFloat16DotKernelKind::kFallback || FewRows(c)) {
+      return RoundedA(a, b, c, options);  // B is rounded already.
+    }
+  }
+  if (kernel == BFloat16DotKernelKind::kAmx ||
+      kernel == BFloat16DotKernelKind::kDotProduct) {
+    if (!FewRows(c)) return NativeProduct(kernel, a, b, c, options);
+  }
+  const ScratchBuffer wide(b.rows * b.cols + 1);
+  MatMulBFloat16(a, Widen(b, wide.data()), c, options);
+}
+
 }  // namespace
 
 void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
@@ -279,32 +318,17 @@ void MatMulBFloat16(ConstMatrix a, ConstMatrix b, Matrix c,
   if (kernel == BFloat16DotKernelKind::kBfdot) {
     return MatMulBfdot(a, b, c, options);
   }
-#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
-  // K2 rounded up to kPairBlock and A's rows to a tile: AMX reads whole
-  // tiles.
-  const PackedOperands packed(
-      a, b, c.cols, options.transpose_b == Transpose::kYes,
-      hwy::RoundUpTo(hwy::DivCeil(a.cols, 2), kPairBlock),
-      hwy::RoundUpTo(a.rows, kTileRows), PairsOfRow);
-  if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(packed, c, options);
-  DotProducts(packed, c, options);
-#endif
+  NativeProduct(kernel, a, b, c, options);
 }
 
 void MatMulBFloat16(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
                     const MatMulOptions& options) {
-  if (ChosenBFloat16DotKernel() == BFloat16DotKernelKind::kFallback ||
-      FewRows(c)) {
-    return RoundedA(a, b, c, options);  // B is rounded already.
-  }
-  const ScratchBuffer wide(b.rows * b.cols + 1);  // Native kernels pack floats.
-  MatMulBFloat16(a, Widen(b, wide.data()), c, options);
+  MatMulBFloat16Of16Bits(a, b, c, options);
 }
 
 void MatMulBFloat16(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
                     const MatMulOptions& options) {
-  const ScratchBuffer wide(b.rows * b.cols + 1);
-  MatMulBFloat16(a, Widen(b, wide.data()), c, options);
+  MatMulBFloat16Of16Bits(a, b, c, options);
 }
 
 }  // namespace internal
