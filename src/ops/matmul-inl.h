@@ -644,26 +644,25 @@ HWY_INLINE float TailDot(const float* HWY_RESTRICT a, const TB* HWY_RESTRICT b,
   return hn::GetLane(sum);
 }
 
-// Row k's two vectors of columns [n, n + 2 Lanes(d)) as floats, in b0 and
-// b1, and the factor that joins A's element k instead: int8 rows' scale; a
-// q8_0 or q4_0 block's scale, its codes widened alone (once per two
-// vectors, not a multiply per vector); else 1.
-template <class D, class B>
-HWY_INLINE float LoadTwo(D d, const B& b, size_t k, size_t n, hn::Vec<D>& b0,
-                         hn::Vec<D>& b1) {
-  using TB = ElementOf<B>;
+// A row of B's two vectors of columns [n, n + 2 Lanes(d)) as floats, in b0
+// and b1, and the factor that joins A's element instead: a q8_0 or q4_0
+// block's scale, its codes widened alone (once per two vectors, not a
+// multiply per vector); else the row's scale (int8 rows; 1 for others).
+template <class D, typename TB>
+HWY_INLINE float LoadTwo(D d, const TB* HWY_RESTRICT row, float row_scale,
+                         size_t n, hn::Vec<D>& b0, hn::Vec<D>& b1) {
   const size_t N = hn::Lanes(d);
   if constexpr ((internal::kBlockValues<TB>) > 1) {
-    const TB& block = b.Row(k)[n / internal::kQuantBlock];
+    const TB& block = row[n / internal::kQuantBlock];
     const size_t j = n % internal::kQuantBlock;
     const hn::RebindToSigned<D> di;
     b0 = hn::ConvertTo(d, BlockCodes(di, block, j));
     b1 = hn::ConvertTo(d, BlockCodes(di, block, j + N));
     return BlockScale(block);
   } else {
-    b0 = LoadB(d, b.Row(k), n);
-    b1 = LoadB(d, b.Row(k), n + N);
-    return TimesRowScale(1.0f, b, k);
+    b0 = LoadB(d, row, n);
+    b1 = LoadB(d, row, n + N);
+    return row_scale;
   }
 }
 
@@ -720,9 +719,12 @@ HWY_INLINE size_t RowsTimesBPasses(ConstMatrix a, size_t m, const B& b,
       return Slot<decltype(i)::value>(s0, s1, s2, s3, s4, s5, s6, s7);
     };
     for (size_t k = 0; k < K; ++k) {
+      // Row k addressed (a page looked up) and its scale read once a pass.
+      const auto* HWY_RESTRICT row = b.Row(k);
+      const float row_scale = TimesRowScale(1.0f, b, k);
       ForIndex<P>([&](auto p) {
         V b0, b1;
-        const float factor = LoadTwo(d, b, k, n + 2 * N * p, b0, b1);
+        const float factor = LoadTwo(d, row, row_scale, n + 2 * N * p, b0, b1);
         ForIndex<R>([&](auto r) {
           constexpr size_t i =
               2 * (decltype(r)::value * P + decltype(p)::value);
