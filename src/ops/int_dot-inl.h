@@ -104,7 +104,8 @@ template <size_t R, size_t C, typename T>
 HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
                           float* HWY_RESTRICT out, size_t out_stride) {
   static_assert(R * C <= 4 && (R == 1 || C == 1), "one row or one key");
-  const hn::CappedTag<int16_t, 16> d16;
+  // A whole block per vector where it fits (AVX-512: 32 lanes).
+  const hn::CappedTag<int16_t, kQuantBlock> d16;
   const hn::RepartitionToWide<decltype(d16)> d32;
   const hn::Rebind<float, decltype(d32)> df;
   using VF = hn::Vec<decltype(df)>;

@@ -112,8 +112,8 @@ HWY_INLINE float BlockScale(const TB& block) {
 }
 
 // A block's codes [j, j + Lanes(di)) as integers of di's (signed) lanes:
-// q8_0's int8 values, q4_0's nibbles minus 8. Lanes(di) <= 16 divides 16
-// for q4_0, so the lanes lie in one half of the block.
+// q8_0's int8 values, q4_0's nibbles minus 8. For q4_0, Lanes(di) divides
+// 16, so the lanes lie in one half of the block, or is 32: the whole block.
 template <class DI>
 HWY_INLINE hn::Vec<DI> BlockCodes(DI di, const internal::BlockQ8_0& block,
                                   size_t j) {
@@ -122,8 +122,20 @@ HWY_INLINE hn::Vec<DI> BlockCodes(DI di, const internal::BlockQ8_0& block,
 template <class DI>
 HWY_INLINE hn::Vec<DI> BlockCodes(DI di, const internal::BlockQ4_0& block,
                                   size_t j) {
-  const hn::Rebind<uint8_t, DI> d8;
   constexpr size_t kHalf = internal::kQuantBlock / 2;
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (hn::MaxLanes(DI()) >= internal::kQuantBlock) {
+    if (hn::Lanes(di) == internal::kQuantBlock) {  // Low nibbles, then high.
+      const hn::Half<DI> dh;
+      const hn::Rebind<uint8_t, decltype(dh)> d8;
+      const auto packed = hn::LoadU(d8, block.qs);
+      const auto low = hn::PromoteTo(dh, hn::And(packed, hn::Set(d8, 15)));
+      const auto high = hn::PromoteTo(dh, hn::ShiftRight<4>(packed));
+      return hn::Sub(hn::Combine(di, high, low), hn::Set(di, 8));
+    }
+  }
+#endif
+  const hn::Rebind<uint8_t, DI> d8;
   const auto packed = hn::LoadU(d8, block.qs + j % kHalf);
   return hn::Sub(hn::PromoteTo(di, j < kHalf ? hn::And(packed, hn::Set(d8, 15))
                                              : hn::ShiftRight<4>(packed)),
