@@ -30,17 +30,19 @@ uint32_t BFloat16Pair(T lo, T hi) {
   return BFloat16Bits(lo) | (BFloat16Bits(hi) << 16);
 }
 
-// Row x's n elements as `pairs` pairs, zeros past n. bf16's pairs are its
-// bytes as they lie (element 2q in the low half: little-endian).
+// Row x's n elements as `pairs` pairs, zeros past n. On little-endian
+// machines bf16's pairs are its bytes as they lie (element 2q in the low
+// half).
 template <typename T>
 void PairsOfElements(const T* x, size_t n, size_t pairs, uint32_t* out) {
-  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "pairs as bytes");
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   if constexpr (std::is_same_v<T, BFloat16>) {
     std::memcpy(out, x, n * sizeof(T));
     std::memset(reinterpret_cast<char*>(out) + n * sizeof(T), 0,
                 pairs * sizeof(uint32_t) - n * sizeof(T));
     return;
   }
+#endif
   for (size_t q = 0; q < pairs; ++q) {
     out[q] = BFloat16Pair(2 * q < n ? x[2 * q] : T{},
                           2 * q + 1 < n ? x[2 * q + 1] : T{});

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "hwy/base.h"
 #include "simdattn/targets.h"
@@ -288,8 +289,9 @@ void NativeProduct(BFloat16DotKernelKind kernel, ConstMatrix a,
 #endif
 }
 
-// 16-bit B: the x86 kernels pack it in place (bf16's bits as stored); BFDOT
-// and the fallback take it widened.
+// 16-bit B: the x86 kernels pack it where it lies (bf16's bits as stored).
+// Otherwise bf16 B goes as stored to the fallback (A rounded; also with few
+// rows), and is widened for BFDOT; fp16 B is widened for every other path.
 template <typename TB>
 void MatMulBFloat16Of16Bits(ConstMatrix a, MatrixView<const TB> b, Matrix c,
                             const MatMulOptions& options) {
