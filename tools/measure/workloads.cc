@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "hwy/aligned_allocator.h"
 #include "simdattn/attention.h"
@@ -361,19 +362,25 @@ void SetOneDnnThreads([[maybe_unused]] int threads) {
 
 dnnl::memory::dim Dim(size_t v) { return static_cast<dnnl::memory::dim>(v); }
 
-// oneDNN's matmul primitive: f32, row-major A and C, B a k x n row-major
-// matrix or, for B^T, the same logical matrix through a column-major
-// descriptor.
+// oneDNN's matmul primitive: row-major A and C, B a k x n row-major matrix
+// or, for B^T, the same logical matrix through a column-major descriptor.
+// float32 throughout, or for `_bf16dot` shapes as oneDNN's bf16 users run
+// it: A and B in bf16 (converted before the timing), B reordered once into
+// the layout the primitive picks (pre-packed weights), C in float32.
 class OneDnnMatMul : public Workload {
  public:
   OneDnnMatMul(const MatMulShape& s, int threads) : ops_(s) {
     SetOneDnnThreads(threads);
     using dnnl::memory;
-    const memory::desc a_md({Dim(s.m), Dim(s.k)}, memory::data_type::f32,
-                            memory::format_tag::ab);
-    const memory::desc b_md(
-        {Dim(s.k), Dim(s.n)}, memory::data_type::f32,
+    const memory::data_type in =
+        s.bf16dot ? memory::data_type::bf16 : memory::data_type::f32;
+    const memory::desc a_md({Dim(s.m), Dim(s.k)}, in, memory::format_tag::ab);
+    const memory::desc b_plain(
+        {Dim(s.k), Dim(s.n)}, in,
         s.transpose_b ? memory::format_tag::ba : memory::format_tag::ab);
+    const memory::desc b_md = s.bf16dot ? memory::desc({Dim(s.k), Dim(s.n)}, in,
+                                                       memory::format_tag::any)
+                                        : b_plain;
     const memory::desc c_md({Dim(s.m), Dim(s.n)}, memory::data_type::f32,
                             memory::format_tag::ab);
 #if DNNL_VERSION_MAJOR >= 3
@@ -384,8 +391,23 @@ class OneDnnMatMul : public Workload {
 #endif
     impl_ = pd.impl_info_str();
     matmul_ = dnnl::matmul(pd);
-    args_ = {{DNNL_ARG_SRC, memory(a_md, engine_, ops_.a.data())},
-             {DNNL_ARG_WEIGHTS, memory(b_md, engine_, ops_.b.data())},
+    memory a(a_md, engine_, ops_.a.data());
+    memory b(b_plain, engine_, ops_.b.data());
+    if (s.bf16dot) {
+      a_bf16_.resize(ops_.a.size());
+      b_bf16_.resize(ops_.b.size());
+      for (size_t i = 0; i < ops_.a.size(); ++i)
+        a_bf16_[i] = ToBFloat16(ops_.a[i]);
+      for (size_t i = 0; i < ops_.b.size(); ++i)
+        b_bf16_[i] = ToBFloat16(ops_.b[i]);
+      a = memory(a_md, engine_, a_bf16_.data());
+      memory b_bf16(b_plain, engine_, b_bf16_.data());
+      b = memory(pd.weights_desc(), engine_);
+      dnnl::reorder(b_bf16, b).execute(stream_, b_bf16, b);
+      stream_.wait();
+    }
+    args_ = {{DNNL_ARG_SRC, a},
+             {DNNL_ARG_WEIGHTS, b},
              {DNNL_ARG_DST, memory(c_md, engine_, ops_.c.data())}};
   }
   void Run() override {
@@ -396,6 +418,7 @@ class OneDnnMatMul : public Workload {
 
  private:
   MatMulOperands ops_;
+  std::vector<BFloat16> a_bf16_, b_bf16_;
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
   dnnl::matmul matmul_;
@@ -551,10 +574,13 @@ void StoredB::Multiply(ConstMatrix a, Matrix c,
 
 std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape, Library library,
                                      [[maybe_unused]] int threads) {
-  // The other libraries are measured on float32 (arithmetic and storage),
-  // warm B only.
+  // The other libraries are measured warm, in float32 (arithmetic and
+  // storage); oneDNN also in bf16 arithmetic, from bf16 or float B alike
+  // (its B is converted and packed before the timing).
   if (library != Library::kSimdattn &&
-      (shape.b_storage != ElementType::kF32 || shape.cold || shape.bf16dot)) {
+      (shape.cold || (shape.bf16dot ? library != Library::kOneDnn ||
+                                          shape.b_storage == ElementType::kF16
+                                    : shape.b_storage != ElementType::kF32))) {
     return nullptr;
   }
   switch (library) {
@@ -562,7 +588,11 @@ std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape, Library library,
       return std::make_unique<SimdattnMatMul>(shape);
     case Library::kOneDnn:
 #ifdef SIMDATTN_HAVE_ONEDNN
-      return std::make_unique<OneDnnMatMul>(shape, threads);
+      try {
+        return std::make_unique<OneDnnMatMul>(shape, threads);
+      } catch (const dnnl::error&) {
+        return nullptr;  // No such primitive on this CPU (bf16 before AVX-512).
+      }
 #else
       return nullptr;
 #endif
