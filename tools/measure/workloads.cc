@@ -577,10 +577,11 @@ std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape, Library library,
   // The other libraries are measured warm, in float32 (arithmetic and
   // storage); oneDNN also in bf16 arithmetic, from bf16 or float B alike
   // (its B is converted and packed before the timing).
+  const bool float32 = !shape.bf16dot && shape.b_storage == ElementType::kF32;
+  const bool onednn_bf16 = library == Library::kOneDnn && shape.bf16dot &&
+                           shape.b_storage != ElementType::kF16;
   if (library != Library::kSimdattn &&
-      (shape.cold || (shape.bf16dot ? library != Library::kOneDnn ||
-                                          shape.b_storage == ElementType::kF16
-                                    : shape.b_storage != ElementType::kF32))) {
+      (shape.cold || !(float32 || onednn_bf16))) {
     return nullptr;
   }
   switch (library) {
