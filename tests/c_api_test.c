@@ -327,6 +327,59 @@ static void TestBFloat16Compute(void) {
               INVALID, "kInt8 is attention's");
 }
 
+/* A weight packed once (bf16, B^T) and multiplied twice, in float32 and bf16
+ * arithmetic: the products of its values; errors leave *packed alone. */
+static void TestPackedMatMul(void) {
+  float a[3 * 4], b[2 * 4], c[3 * 2];
+  uint16_t b16[2 * 4];
+  simdattn_matmul_options options = SIMDATTN_MATMUL_OPTIONS_INIT;
+  simdattn_const_typed_matrix typed = {NULL, 2, 4, 4, SIMDATTN_BF16, 0};
+  simdattn_packed_matrix* packed = NULL;
+  size_t r, col, k;
+  int compute;
+  Fill(a, 12, 21);
+  Fill(b, 8, 22);
+  for (k = 0; k < 8; ++k) {
+    float rounded = RoundBF16(b[k]);
+    uint32_t bits;
+    memcpy(&bits, &rounded, sizeof(bits));
+    b16[k] = (uint16_t)(bits >> 16);
+    b[k] = rounded;
+  }
+  typed.data = b16;
+  options.transpose_b = 1;
+  for (compute = 0; compute < 2; ++compute) {
+    options.compute = compute ? SIMDATTN_COMPUTE_BF16 : SIMDATTN_COMPUTE_FP32;
+    CHECK_OK(simdattn_matmul_pack(typed, &options, &packed));
+    CHECK_OK(simdattn_matmul_packed(ConstMatrix(a, 3, 4, 4), packed,
+                                    Matrix(c, 3, 2, 2), &options));
+    for (r = 0; r < 3; ++r) {
+      for (col = 0; col < 2; ++col) {
+        double sum = 0.0;
+        for (k = 0; k < 4; ++k) {
+          const float x = compute ? RoundBF16(a[r * 4 + k]) : a[r * 4 + k];
+          sum += (double)x * b[col * 4 + k];
+        }
+        CHECK_NEAR(c[r * 2 + col], sum, 1e-5);
+      }
+    }
+    options.compute = compute ? SIMDATTN_COMPUTE_FP32 : SIMDATTN_COMPUTE_BF16;
+    CHECK_ERROR(simdattn_matmul_packed(ConstMatrix(a, 3, 4, 4), packed,
+                                       Matrix(c, 3, 2, 2), &options),
+                INVALID, "differ from the packing's");
+    simdattn_packed_matrix_destroy(packed);
+  }
+  simdattn_packed_matrix_destroy(NULL);
+  packed = NULL;
+  typed.type = SIMDATTN_INT8;
+  CHECK_ERROR(simdattn_matmul_pack(typed, &options, &packed), INVALID,
+              "b.type (3) is not SIMDATTN_F32, SIMDATTN_BF16 or SIMDATTN_F16");
+  CHECK(packed == NULL);
+  CHECK_ERROR(simdattn_matmul_packed(ConstMatrix(a, 3, 4, 4), NULL,
+                                     Matrix(c, 3, 2, 2), &options),
+              INVALID, "b");
+}
+
 /* Two batch items, two query heads sharing one key head (grouped query). */
 static void TestBatchedMatMul(void) {
   float a[2 * 2 * 3 * 4], b[2 * 1 * 5 * 4], c[2 * 2 * 3 * 5];
@@ -2764,6 +2817,7 @@ int main(void) {
   TestMatMul();
   TestBFloat16Compute();
   TestBatchedMatMul();
+  TestPackedMatMul();
   TestSoftmax();
   TestDropout();
   TestAttention();

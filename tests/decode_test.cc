@@ -446,9 +446,20 @@ TEST_P(DecodeTest, SixteenBitWeightsGiveTheWidenedWeightsResults) {
     ExpectInvalid([&] { kept.LoadStateDict(missing, keep); },
                   "missing tensor 'out_proj.weight'");
     EXPECT_EQ(kept.weight_dtype(), dtype);
-    // Re-initialising returns to float.
+    kept.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
+                 Tensor3(y_kept.data(), batch, tokens, d_out));
+    EXPECT_EQ(y_wide, y_kept);
+    // Re-initialising returns to float, and products see the new weights
+    // (nothing packed from the old ones is kept).
     kept.InitializeWeights(3);
     EXPECT_EQ(kept.weight_dtype(), DType::kF32);
+    MultiHeadAttention fresh(config);
+    fresh.InitializeWeights(3);
+    kept.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
+                 Tensor3(y_kept.data(), batch, tokens, d_out));
+    fresh.Forward(ConstTensor3(x.data(), batch, tokens, d_in),
+                  Tensor3(y_wide.data(), batch, tokens, d_out));
+    EXPECT_EQ(y_wide, y_kept);
   }
 
   // SelfAttention_v1's (d_in, d_out) parameters, transposed on load.

@@ -56,8 +56,9 @@ MatMulOptions Options(const Case& t, const std::vector<float>& bias) {
 // Runs one case and checks every element against the float64 product within
 // the componentwise bound of reference::MatMulElement; bf16 arithmetic
 // against the product of the operands rounded to bf16.
+// With `packed`, op(B) goes through a PackedMatrix.
 void RunCase(const Case& t, uint64_t seed,
-             ComputeType compute = ComputeType::kFloat32) {
+             ComputeType compute = ComputeType::kFloat32, bool packed = false) {
   const bool tb = t.transpose_b == Transpose::kYes;
   Operand a(t.m, t.k, t.pad, t.offset, seed);
   Operand b(tb ? t.n : t.k, tb ? t.k : t.n, t.pad, t.offset, seed + 1);
@@ -81,7 +82,11 @@ void RunCase(const Case& t, uint64_t seed,
   }
   MatMulOptions opt = Options(t, bias);
   opt.compute = compute;
-  MatMul(a.view, b.view, c.view, opt);
+  if (packed) {
+    MatMul(a.view, PackedMatrix(b.view, opt), c.view, opt);
+  } else {
+    MatMul(a.view, b.view, c.view, opt);
+  }
   opt.compute = ComputeType::kFloat32;
 
   for (size_t r = 0; r < t.m; ++r) {
@@ -329,6 +334,58 @@ TEST_P(MatMulTest, BFloat16ArithmeticWithBFloat16B) {
       });
 }
 
+// op(B) packed beforehand, in float32 and on every bf16 kernel: products of
+// every size (one row, tails of K, N and the row tile, K past the depth
+// block, strides, alpha, beta, bias) meet MatMul's bound, and 70 rows (the
+// same kernel as MatMul's) give its bits, from B in float, bf16 and fp16.
+TEST_P(MatMulTest, PackedBMeetsTheBoundAndMatMulsBits) {
+  using internal::BFloat16DotPolicy;
+  uint64_t seed = 500;
+  const auto check = [&](ComputeType compute) {
+    for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
+      for (const Case& c :
+           {Case{1, 70, 33, t}, Case{3, 17, 45, t, 0.5f, 2.0f, true, 3, 1},
+            Case{20, 300, 65, t, 1.0f, 0.0f, true},
+            Case{70, 33, 130, t, -1.0f, 0.5f}}) {
+        RunCase(c, seed++, compute, true);
+      }
+      const size_t m = 70, k = 300, n = 65;
+      const bool tb = t == Transpose::kYes;
+      const size_t b_rows = tb ? n : k, b_cols = tb ? k : n;
+      const std::vector<float> a = test::RandomVector(m * k, seed++);
+      const std::vector<float> b = test::RandomVector(b_rows * b_cols, seed++);
+      std::vector<BFloat16> b16(b.size());
+      std::vector<Float16> h(b.size());
+      for (size_t i = 0; i < b.size(); ++i) {
+        b16[i] = ToBFloat16(b[i]);
+        h[i] = ToFloat16(b[i]);
+      }
+      MatMulOptions options;
+      options.transpose_b = t;
+      options.compute = compute;
+      const ConstMatrix av(a.data(), m, k);
+      const auto expect_same = [&](const auto& bv, const char* type) {
+        std::vector<float> packed(m * n), plain(m * n);
+        MatMul(av, PackedMatrix(bv, options), Matrix(packed.data(), m, n),
+               options);
+        MatMul(av, bv, Matrix(plain.data(), m, n), options);
+        ASSERT_EQ(packed, plain)
+            << type << " B, compute " << static_cast<int>(compute) << " B^T "
+            << tb << " kernel " << BFloat16DotKernel();
+      };
+      expect_same(ConstMatrix(b.data(), b_rows, b_cols), "float");
+      expect_same(MatrixView<const BFloat16>(b16.data(), b_rows, b_cols),
+                  "bf16");
+      expect_same(MatrixView<const Float16>(h.data(), b_rows, b_cols), "fp16");
+    }
+  };
+  check(ComputeType::kFloat32);
+  test::ForEachBFloat16DotPolicy(
+      {BFloat16DotPolicy::kAuto, BFloat16DotPolicy::kNative,
+       BFloat16DotPolicy::kDotProduct, BFloat16DotPolicy::kFallback},
+      [&](BFloat16DotPolicy) { check(ComputeType::kBFloat16); });
+}
+
 TEST_P(MatMulTest, EveryRowCountAroundTheTile) {
   for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
     for (size_t m = 0; m <= 17; ++m) RunCase({m, 19, 37, t}, m);
@@ -538,6 +595,95 @@ TEST(MatMulErrors, NamesTheArgumentAndValues) {
   p[0] = 5.0f;
   MatMul({nullptr, 2, 0}, ConstMatrix{nullptr, 0, 4}, {p, 2, 4});  // K = 0.
   EXPECT_EQ(p[0], 0.0f);
+}
+
+TEST(MatMulErrors, PackedB) {
+  std::vector<float> buf(64, 1.0f);
+  float* p = buf.data();
+  MatMulOptions transposed;
+  transposed.transpose_b = Transpose::kYes;
+  const PackedMatrix b(ConstMatrix(p + 8, 4, 3), transposed);  // op(B): 3 x 4.
+  EXPECT_EQ(b.rows(), 3u);
+  EXPECT_EQ(b.cols(), 4u);
+  EXPECT_GT(b.bytes(), 0u);
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 2}, b, {p + 30, 2, 4}, transposed);
+      },
+      {"MatMul", "inner dimensions", "2 x 2", "3 x 4"});
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 3}, b, {p + 30, 2, 5}, transposed);
+      },
+      {"C is 2 x 5"});
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 3}, b, {p + 30, 2, 4});
+      },
+      {"options.transpose_b (0)", "packing's (1, 0)"});
+  MatMulOptions bf16 = transposed;
+  bf16.compute = ComputeType::kBFloat16;
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 3}, b, {p + 30, 2, 4}, bf16);
+      },
+      {".compute (1)", "packing's (1, 0)"});
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 3}, b, {p + 2, 2, 4}, transposed);
+      },
+      {"C overlaps A"});
+  ExpectInvalid([&] { PackedMatrix(ConstMatrix(nullptr, 4, 3), bf16); },
+                {"PackedMatrix", "B is null"});
+  MatMulOptions int8;
+  int8.compute = ComputeType::kInt8;
+  ExpectInvalid([&] { PackedMatrix(ConstMatrix(p, 4, 3), int8); },
+                {"PackedMatrix", "options.compute (2)"});
+  // On an error C is as it was; then a valid product.
+  std::vector<float> c(8, 7.0f);
+  ExpectInvalid(
+      [&] {
+        MatMul({p, 2, 3}, b, Matrix(c.data(), 2, 4), MatMulOptions());
+      },
+      {"transpose_b"});
+  EXPECT_EQ(c, std::vector<float>(8, 7.0f));
+  MatMul({p, 2, 3}, b, Matrix(c.data(), 2, 4), transposed);
+  EXPECT_EQ(c, std::vector<float>(8, 3.0f));
+  // K = 0: C = beta C + bias; moved-from: 0 x 0.
+  const float bias[4] = {1, 2, 3, 4};
+  MatMulOptions affine;
+  affine.beta = 2.0f;
+  affine.bias = bias;
+  MatMul({nullptr, 2, 0}, PackedMatrix(ConstMatrix(nullptr, 0, 4), affine),
+         Matrix(c.data(), 2, 4), affine);
+  EXPECT_EQ(c, std::vector<float>({7, 8, 9, 10, 7, 8, 9, 10}));
+  PackedMatrix moved(ConstMatrix(p, 3, 4), MatMulOptions());
+  const PackedMatrix to(std::move(moved));
+  EXPECT_EQ(to.rows(), 3u);
+  EXPECT_EQ(moved.rows(), 0u);  // NOLINT(bugprone-use-after-move)
+}
+
+// A packed B is bound to the target (and bf16 kernel) it was packed on:
+// after a change, products are refused, never wrong.
+TEST(MatMulErrors, PackedBIsStaleOnAnotherTarget) {
+  const std::vector<std::string> targets = SupportedTargets();
+  if (targets.size() < 2) GTEST_SKIP() << "one target only";
+  const std::string before = ActiveTarget();
+  std::vector<float> buf(64, 1.0f);
+  const PackedMatrix b(ConstMatrix(buf.data(), 3, 4), MatMulOptions());
+  EXPECT_TRUE(b.current());
+  const std::string other = targets[0] == before ? targets[1] : targets[0];
+  UseTarget(other);
+  struct Restore {
+    ~Restore() { UseTarget(""); }
+  } restore;
+  if (ActiveTarget() == before) GTEST_SKIP() << other << " is " << before;
+  EXPECT_FALSE(b.current());
+  ExpectInvalid(
+      [&] {
+        MatMul({buf.data(), 2, 3}, b, {buf.data() + 30, 2, 4});
+      },
+      {"packed for another target", other, "pack it again"});
 }
 
 TEST(MatMulErrors, BatchedShapes) {

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "simdattn/attention.h"
+#include "simdattn/targets.h"
 #include "src/common/aligned_vector.h"
 #include "tests/test_util.h"
 #include "tools/io/module_spec.h"
@@ -287,6 +288,39 @@ TEST(ModulesConfig, ContextLengthZeroIsUnbounded) {
   positional.Forward(ConstMatrix(x.data(), tokens, d),
                      Matrix(y0.data(), tokens, d));
   EXPECT_EQ(y0, y1);
+}
+
+// A module packs its projections for the active target on first use: after
+// a change of target its forwards are those of a module that never ran on
+// the old one, in both arithmetics.
+TEST(ModulesConfig, PackedWeightsFollowTheActiveTarget) {
+  const std::vector<std::string> targets = SupportedTargets();
+  if (targets.size() < 2) GTEST_SKIP() << "one target only";
+  const size_t tokens = 20, d = 32;
+  const std::vector<float> x = test::RandomVector(tokens * d, 5);
+  std::vector<float> y0(tokens * d), y1(tokens * d);
+  MultiHeadAttention used(test::MhaConfig(d, d, tokens, 4, true, 9));
+  ForwardOptions bf16;
+  bf16.compute = ComputeType::kBFloat16;
+  for (const ForwardOptions& options : {ForwardOptions(), bf16}) {
+    used.Forward(ConstMatrix(x.data(), tokens, d), Matrix(y0.data(), tokens, d),
+                 options);
+  }
+  const std::string other =
+      targets[0] == ActiveTarget() ? targets[1] : targets[0];
+  UseTarget(other);
+  struct Restore {
+    ~Restore() { UseTarget(""); }
+  } restore;
+  const MultiHeadAttention fresh(test::MhaConfig(d, d, tokens, 4, true, 9));
+  for (const ForwardOptions& options : {ForwardOptions(), bf16}) {
+    used.Forward(ConstMatrix(x.data(), tokens, d), Matrix(y0.data(), tokens, d),
+                 options);
+    fresh.Forward(ConstMatrix(x.data(), tokens, d),
+                  Matrix(y1.data(), tokens, d), options);
+    EXPECT_EQ(y0, y1) << other << " compute "
+                      << static_cast<int>(options.compute);
+  }
 }
 
 // Module weights live in AlignedVector: every size, and after growing, starts

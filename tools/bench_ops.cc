@@ -64,7 +64,12 @@ double CheckMatMul(const measure::MatMulShape& s) {
   // _bf16dot, A and B rounded to bf16).
   const measure::StoredB stored(b.data(), b_rows, b_cols, s.b_storage);
   options.compute = s.bf16dot ? ComputeType::kBFloat16 : ComputeType::kFloat32;
-  stored.Multiply(a_view, Matrix(c.data(), s.m, s.n, ldc), options);
+  const Matrix c_view(c.data(), s.m, s.n, ldc);
+  if (s.packed) {
+    MatMul(a_view, stored.Pack(options), c_view, options);
+  } else {
+    stored.Multiply(a_view, c_view, options);
+  }
   options.compute = ComputeType::kFloat32;
   std::vector<float> a_rounded = a, b_rounded(b_rows * b_cols);
   ConstMatrix a_ref = a_view, b_ref = stored.widened();
@@ -562,14 +567,16 @@ const std::vector<OpSpec>& Ops() {
   static const std::vector<OpSpec> ops = {
       {"matmul",
        Metric::kGflops,
-       "MxKxN[_Bt][_bf16|_f16][_cold][_bf16dot]  C = A op(B), op(B) = B^T "
-       "with _Bt, B stored in bfloat16 or float16, a copy of B per call past "
-       "the L3 with _cold, bf16 arithmetic with _bf16dot",
+       "MxKxN[_Bt][_bf16|_f16][_cold][_bf16dot][_packed]  C = A op(B), "
+       "op(B) = B^T with _Bt, B stored in bfloat16 or float16, a copy of B "
+       "per call past the L3 with _cold, bf16 arithmetic with _bf16dot, B "
+       "packed before the timing with _packed",
        Names(measure::StandardMatMulShapes()),
        {"6x3x2", "67x45x33", "67x45x33_Bt", "1x64x300_Bt", "130x257x129",
         "3x45x70_bf16", "67x45x33_Bt_bf16", "130x257x129_f16",
         "2x64x300_Bt_f16", "67x45x33_bf16dot", "130x257x129_Bt_bf16dot",
-        "1x64x300_Bt_bf16dot"},
+        "1x64x300_Bt_bf16dot", "1x64x300_Bt_packed", "67x45x33_Bt_bf16_packed",
+        "130x257x129_f16_bf16dot_packed"},
        MatMulCase},
       {"softmax",
        Metric::kGbPerSec,

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -71,6 +72,62 @@ SIMDATTN_API void MatMul(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
                          const MatMulOptions& options = {});
 SIMDATTN_API void MatMul(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
                          const MatMulOptions& options = {});
+
+class PackedMatrix;
+
+// MatMul with op(B) packed beforehand (PackedMatrix): a product packs only
+// A. options.transpose_b and .compute must be those B was packed with, and
+// the active target and bf16 kernel those it was packed on
+// (PackedMatrix::current()); alpha, beta and bias are the call's. The bits
+// are MatMul's over the same B and options, except for kBFloat16 products
+// of fewer than 64 rows on a native kernel, which MatMul leaves to the
+// float32 fallback and a packed B does not (both within MatMulOptions'
+// bound). Deterministic for any thread count.
+SIMDATTN_API void MatMul(ConstMatrix a, const PackedMatrix& b, Matrix c,
+                         const MatMulOptions& options = {});
+
+// op(B) of MatMul prepared once for many products (weights: an engine's
+// linear layers), in the form its kernel on the active target reads:
+// - kBFloat16 on a native kernel (NativeBFloat16Dot): packed as that
+//   kernel's pairs of bf16, so that products pack only A (half the bytes of
+//   float32);
+// - kBFloat16 on the float32 fallback: B rounded to bf16 once (2 bytes per
+//   element), where MatMul rounds a float B at every call;
+// - kFloat32: a copy of B as stored (the float32 kernel packs B as it
+//   goes; holding its panels measured no faster, bench/RESULTS.md).
+// B is read only while packing. Movable, not copyable; its const methods,
+// and products over it, are safe from many threads at once.
+class SIMDATTN_API PackedMatrix {
+ public:
+  PackedMatrix();  // 0 x 0.
+  // op(B) prepared for MatMul(a, b, c, options): options.transpose_b and
+  // .compute apply (16-bit B widened exactly, then rounded to bf16 for
+  // kBFloat16, which leaves bf16 B as it is); the other fields do not.
+  PackedMatrix(ConstMatrix b, const MatMulOptions& options);
+  PackedMatrix(MatrixView<const BFloat16> b, const MatMulOptions& options);
+  PackedMatrix(MatrixView<const Float16> b, const MatMulOptions& options);
+  PackedMatrix(PackedMatrix&&) noexcept;
+  PackedMatrix& operator=(PackedMatrix&&) noexcept;
+  ~PackedMatrix();
+
+  // op(B)'s shape, K x N (0 x 0 when moved from).
+  size_t rows() const;
+  size_t cols() const;
+  Transpose transpose_b() const;
+  ComputeType compute() const;
+  // The bytes it holds (zero padding included).
+  size_t bytes() const;
+  // Whether the active target and bf16 kernel are still those it was packed
+  // on (UseTarget, or a change of bf16 kernel, makes it stale: pack again).
+  bool current() const;
+
+  struct Impl;  // Internal (src/ops/packed_matrix.h).
+
+ private:
+  friend void MatMul(ConstMatrix a, const PackedMatrix& b, Matrix c,
+                     const MatMulOptions& options);
+  std::unique_ptr<Impl> impl_;
+};
 
 // One value to or from the 16-bit formats: rounded to nearest, ties to even;
 // overflow gives infinity, NaN stays NaN.

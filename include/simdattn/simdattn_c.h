@@ -219,6 +219,39 @@ SIMDATTN_API simdattn_status
 simdattn_matmul(simdattn_const_matrix a, simdattn_const_matrix b,
                 simdattn_matrix c, const simdattn_matmul_options* options);
 
+/* 0.6: op(B) packed once for many products (kernels.h's PackedMatrix):
+ * weights, in the layout of the kernel that multiplies them on the active
+ * target. */
+typedef struct simdattn_packed_matrix simdattn_packed_matrix;
+
+/* A row-major matrix of float32, bf16 or fp16 (a simdattn_element_type):
+ * element (r, c) is element r * stride + c of data; stride >= cols. */
+typedef struct simdattn_const_typed_matrix {
+  const void* data;
+  size_t rows, cols, stride;
+  int32_t type;
+  int32_t reserved; /* 0 */
+} simdattn_const_typed_matrix;
+
+/* Packs op(B) for simdattn_matmul_packed with these options: transpose_b and
+ * compute apply (16-bit B widened exactly, then rounded to bf16 for
+ * SIMDATTN_COMPUTE_BF16), the other fields do not. B is read only here.
+ * *packed is set on success and left alone on failure. */
+SIMDATTN_API simdattn_status simdattn_matmul_pack(
+    simdattn_const_typed_matrix b, const simdattn_matmul_options* options,
+    simdattn_packed_matrix** packed);
+
+/* Releases a packed matrix; NULL does nothing. */
+SIMDATTN_API void simdattn_packed_matrix_destroy(simdattn_packed_matrix* b);
+
+/* simdattn_matmul over a packed op(B): options->transpose_b and ->compute
+ * must be those it was packed with, and the active target that of packing
+ * (else an error: pack again); alpha, beta and bias are this call's. The
+ * bits are simdattn_matmul's where it takes the same kernel (kernels.h). */
+SIMDATTN_API simdattn_status simdattn_matmul_packed(
+    simdattn_const_matrix a, const simdattn_packed_matrix* b, simdattn_matrix c,
+    const simdattn_matmul_options* options);
+
 /* MatMul on every (i0, i1) matrix: C[i0, i1] = A[i0, i1] * op(B[i0', j1]),
  * j1 = i1 / (A.dims[1] / B.dims[1]) (grouped-query heads), i0' = 0 when
  * B.dims[0] == 1 (broadcast). */

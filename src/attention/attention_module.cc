@@ -189,17 +189,19 @@ class AttentionEngine {
     projection.compute = ProductCompute(compute);
     projection.transpose_b = Transpose::kYes;
     projection.bias = c.qkv_bias ? weights_.b_qkv.data() : nullptr;
-    weights_.w_qkv.View(width, c.d_in, [&](auto w) {
-      if (x.batch == 1 || x.batch_stride == tokens * x.token_stride) {
-        MatMul(ConstMatrix(x.data, x.batch * tokens, c.d_in, x.token_stride), w,
-               Matrix(qkv, x.batch * tokens, width), projection);
-        return;
-      }
-      for (size_t b = 0; b < x.batch; ++b) {
-        MatMul(x.Sequence(b), w,
-               Matrix(qkv + b * tokens * width, tokens, width), projection);
-      }
-    });
+    weights_.w_qkv.Product(
+        width, c.d_in, projection.compute, [&](const auto& w) {
+          if (x.batch == 1 || x.batch_stride == tokens * x.token_stride) {
+            MatMul(
+                ConstMatrix(x.data, x.batch * tokens, c.d_in, x.token_stride),
+                w, Matrix(qkv, x.batch * tokens, width), projection);
+            return;
+          }
+          for (size_t b = 0; b < x.batch; ++b) {
+            MatMul(x.Sequence(b), w,
+                   Matrix(qkv + b * tokens * width, tokens, width), projection);
+          }
+        });
   }
 
   // The (batch, heads, tokens, head_dim) views of Q, K and V in Project's
@@ -223,7 +225,7 @@ class AttentionEngine {
     out.compute = ProductCompute(compute);
     out.transpose_b = Transpose::kYes;
     out.bias = weights_.b_out.empty() ? nullptr : weights_.b_out.data();
-    weights_.w_out.View(features, q_dim(), [&](auto w) {
+    weights_.w_out.Product(features, q_dim(), out.compute, [&](const auto& w) {
       if (y.batch == 1 || y.batch_stride == tokens * y.token_stride) {
         MatMul(ConstMatrix(context, y.batch * tokens, q_dim()), w,
                Matrix(y.data, y.batch * tokens, features, y.token_stride), out);

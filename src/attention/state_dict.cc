@@ -1,7 +1,10 @@
 #include "src/attention/state_dict.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -13,7 +16,49 @@
 namespace simdattn {
 namespace internal {
 
+void WeightMatrix::Changed() {
+  const std::lock_guard<std::mutex> lock(packs_->mutex);
+  packs_->list.clear();
+}
+
+std::shared_ptr<const PackedMatrix> WeightMatrix::Packed(
+    size_t rows, size_t cols, ComputeType compute) const {
+  const auto find = [&]() -> std::shared_ptr<const PackedMatrix> {
+    for (const auto& packed : packs_->list) {
+      if (packed->compute() == compute && packed->current()) return packed;
+    }
+    return nullptr;
+  };
+  {
+    const std::lock_guard<std::mutex> lock(packs_->mutex);
+    if (auto packed = find()) return packed;
+  }
+  // Packed outside the lock: packing runs parallel tasks, and a thread
+  // waiting in them may take another task that comes here.
+  MatMulOptions options;
+  options.transpose_b = Transpose::kYes;
+  options.compute = compute;
+  auto packed = std::visit(
+      [&](const auto& v) {
+        using T = std::remove_cv_t<std::remove_reference_t<decltype(v[0])>>;
+        return std::make_shared<const PackedMatrix>(
+            MatrixView<const T>(v.data(), rows, cols), options);
+      },
+      storage_);
+  const std::lock_guard<std::mutex> lock(packs_->mutex);
+  if (auto raced = find()) return raced;  // Another thread packed it first.
+  auto& list = packs_->list;
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [&](const auto& p) {
+                              return p->compute() == compute && !p->current();
+                            }),
+             list.end());
+  list.push_back(packed);
+  return packed;
+}
+
 void WeightMatrix::Widen() {
+  Changed();
   if (type() == ElementType::kF32) return;
   AlignedVector<float> widened;
   std::visit(
@@ -26,6 +71,7 @@ void WeightMatrix::Widen() {
 }
 
 void WeightMatrix::Narrow(ElementType type) {
+  Changed();
   const AlignedVector<float>& from = std::get<AlignedVector<float>>(storage_);
   const auto narrowed = [&](auto convert) {
     AlignedVector<decltype(convert(0.0f))> to(from.size());

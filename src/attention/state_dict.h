@@ -6,11 +6,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
 #include "simdattn/attention.h"
+#include "simdattn/kernels.h"
 #include "src/common/aligned_vector.h"
 
 namespace simdattn {
@@ -26,12 +30,15 @@ enum class StateDictLayout : int {
 };
 
 // A weight matrix, row-major, held in one element type: float, or bf16 or
-// f16 with LoadOptions::keep_dtype (MatMul widens it exactly as it reads).
-// Aligned to a cache line: MatMul reads it in place.
+// f16 with LoadOptions::keep_dtype (MatMul widens it exactly as it reads),
+// and packed for the products that use it (Packed).
 class WeightMatrix {
  public:
   // Zeroed float storage for n elements.
-  void Assign(size_t n) { storage_ = AlignedVector<float>(n, 0.0f); }
+  void Assign(size_t n) {
+    storage_ = AlignedVector<float>(n, 0.0f);
+    Changed();
+  }
   ElementType type() const {
     return std::visit([](const auto& v) { return TypeOf(v.data()); }, storage_);
   }
@@ -39,15 +46,28 @@ class WeightMatrix {
     return std::visit([](const auto& v) { return v.size() * sizeof(v[0]); },
                       storage_);
   }
-  // The float storage (type() kF32: Widen first).
-  float* floats() { return std::get<AlignedVector<float>>(storage_).data(); }
+  // The float storage (type() kF32: Widen first), to write the weights.
+  float* floats() {
+    Changed();
+    return std::get<AlignedVector<float>>(storage_).data();
+  }
   // Back to float (exact), or to `type` (kBF16, kF16: exact for weights that
   // came from that type).
   void Widen();
   void Narrow(ElementType type);
-  // f(MatrixView<const T>(rows, cols)) over the storage, whatever its T.
+  // f(op(B)) for MatMul's B operand with op(B) = W^T, W (rows, cols): for
+  // kBFloat16 arithmetic W packed for the active target (PackedMatrix: on
+  // first use, allocating 2 bytes per weight, kept until the weights
+  // change), else W where it lies (a MatrixView of its type): float32
+  // products gain nothing from a copy, nor does the bf16 fallback over bf16
+  // weights. Safe from many threads at once.
   template <typename F>
-  void View(size_t rows, size_t cols, const F& f) const {
+  void Product(size_t rows, size_t cols, ComputeType compute,
+               const F& f) const {
+    if (compute == ComputeType::kBFloat16 &&
+        (NativeBFloat16Dot() || type() != ElementType::kBF16)) {
+      return f(*Packed(rows, cols, compute));
+    }
     std::visit(
         [&](const auto& v) {
           using T = std::remove_cv_t<std::remove_reference_t<decltype(v[0])>>;
@@ -61,15 +81,28 @@ class WeightMatrix {
   static ElementType TypeOf(const BFloat16*) { return ElementType::kBF16; }
   static ElementType TypeOf(const Float16*) { return ElementType::kF16; }
 
+  // W packed for `compute` on the active target (see Product).
+  std::shared_ptr<const PackedMatrix> Packed(size_t rows, size_t cols,
+                                             ComputeType compute) const;
+  // Drops the packed forms: the weights are about to change.
+  void Changed();
+
   std::variant<AlignedVector<float>, AlignedVector<BFloat16>,
                AlignedVector<Float16>>
       storage_;
+  // Packed forms, at most one per compute type that is current() (a
+  // target change leaves stale ones, dropped as their replacements come).
+  struct Packs {
+    std::mutex mutex;
+    std::vector<std::shared_ptr<const PackedMatrix>> list;
+  };
+  mutable std::unique_ptr<Packs> packs_ = std::make_unique<Packs>();
 };
 
 // The engine's weights: Q, K and V rows stacked, (q_dim + 2 kv_dim, d_in);
-// the output projection (y_features, d_out); the sink logits (num_heads). Biases
-// and sinks are empty when absent and always float; the two matrices share
-// one element type.
+// the output projection (y_features, d_out); the sink logits (num_heads).
+// Biases and sinks are empty when absent and always float; the two matrices
+// share one element type.
 struct ModuleWeights {
   WeightMatrix w_qkv, w_out;
   std::vector<float> b_qkv, b_out, sinks;

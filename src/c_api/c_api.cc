@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,10 @@ struct simdattn_module {
 
 struct simdattn_kv_cache {
   simdattn::KVCache cache;
+};
+
+struct simdattn_packed_matrix {
+  simdattn::PackedMatrix matrix;
 };
 
 namespace simdattn {
@@ -547,6 +552,54 @@ simdattn_status simdattn_matmul(simdattn_const_matrix a,
   constexpr const char* kFn = "simdattn_matmul";
   return CallGuarded(kFn, [&] {
     simdattn::MatMul(simdattn::View(a), simdattn::View(b), simdattn::View(c),
+                     simdattn::ToOptions(options, kFn));
+  });
+}
+
+simdattn_status simdattn_matmul_pack(simdattn_const_typed_matrix b,
+                                     const simdattn_matmul_options* options,
+                                     simdattn_packed_matrix** packed) {
+  constexpr const char* kFn = "simdattn_matmul_pack";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(packed, kFn, "packed");
+    SIMDATTN_REQUIRE(b.reserved == 0, kFn, "b.reserved (", b.reserved,
+                     ") is not 0");
+    const simdattn::MatMulOptions opt = simdattn::ToOptions(options, kFn);
+    const auto pack = [&](auto element) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(element)>>;
+      return new simdattn_packed_matrix{simdattn::PackedMatrix(
+          simdattn::MatrixView<const T>(static_cast<const T*>(b.data), b.rows,
+                                        b.cols, b.stride),
+          opt)};
+    };
+    switch (b.type) {
+      case SIMDATTN_F32:
+        *packed = pack(static_cast<const float*>(nullptr));
+        return;
+      case SIMDATTN_BF16:
+        *packed = pack(static_cast<const simdattn::BFloat16*>(nullptr));
+        return;
+      case SIMDATTN_F16:
+        *packed = pack(static_cast<const simdattn::Float16*>(nullptr));
+        return;
+      default:
+        SIMDATTN_REQUIRE(false, kFn, "b.type (", b.type,
+                         ") is not SIMDATTN_F32, SIMDATTN_BF16 or "
+                         "SIMDATTN_F16");
+    }
+  });
+}
+
+void simdattn_packed_matrix_destroy(simdattn_packed_matrix* b) { delete b; }
+
+simdattn_status simdattn_matmul_packed(simdattn_const_matrix a,
+                                       const simdattn_packed_matrix* b,
+                                       simdattn_matrix c,
+                                       const simdattn_matmul_options* options) {
+  constexpr const char* kFn = "simdattn_matmul_packed";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(b, kFn, "b");
+    simdattn::MatMul(simdattn::View(a), b->matrix, simdattn::View(c),
                      simdattn::ToOptions(options, kFn));
   });
 }

@@ -49,74 +49,87 @@ void PairsOfElements(const T* x, size_t n, size_t pairs, uint32_t* out) {
   }
 }
 
-// A and op(B) packed once, in parallel, into pooled scratch. A: `rows` rows
-// of k2 pairs (rows past a.rows and pairs past K zero). op(B): panels of
-// kPanel columns, each holding for every pair p its columns' pairs (zero
-// past N and K). pack_row(row, K, k2, out) writes a row of K floats as k2
-// pairs, zero-padded: the kernel's vector conversion.
-template <size_t kPanel>
-class BFloat16Pairs {
- public:
-  // A's rows packed by pack_row (float rows: the target's conversion), B's
-  // float rows too, other element types' by PairsOfElements.
-  template <typename TB, typename PackRow>
-  BFloat16Pairs(ConstMatrix a, MatrixView<const TB> b, size_t n,
-                bool transposed, size_t k2, size_t rows,
-                const PackRow& pack_row)
-      : k2(k2),
-        panels(hwy::DivCeil(n, kPanel)),
-        a_(rows * k2),
-        b_(panels * k2 * kPanel) {
-    const size_t k = a.cols;
-    ParallelFor(0, rows, 16, [&](size_t first, size_t last) {
-      for (size_t m = first; m < last; ++m) {
-        if (m < a.rows) {
-          pack_row(a.Row(m), k, k2, Row(m));
-        } else {
-          std::fill(Row(m), Row(m) + k2, 0u);
-        }
+// A's rows [0, rows) as k2 pairs each, row m at out + m * k2 (rows past
+// a.rows zero), in parallel. pack_row(row, K, k2, out) writes a row of K
+// floats as k2 pairs, zero-padded: the kernel's vector conversion.
+template <typename PackRow>
+void PackPairRows(ConstMatrix a, size_t k2, size_t rows,
+                  const PackRow& pack_row, uint32_t* out) {
+  ParallelFor(0, rows, 16, [&](size_t first, size_t last) {
+    for (size_t m = first; m < last; ++m) {
+      if (m < a.rows) {
+        pack_row(a.Row(m), a.cols, k2, out + m * k2);
+      } else {
+        std::fill(out + m * k2, out + (m + 1) * k2, 0u);
       }
-    });
-    ParallelFor(0, panels, 1, [&](size_t first, size_t last) {
-      ScratchBuffer scratch(k2);
-      uint32_t* pairs = reinterpret_cast<uint32_t*>(scratch.data());
-      for (size_t p = first; p < last; ++p) {
-        const size_t n0 = p * kPanel, cols = std::min(kPanel, n - n0);
-        uint32_t* panel = Panel(p);
-        std::fill(panel, panel + k2 * kPanel, 0u);
-        if (transposed) {  // Column n0 + j of op(B) is row n0 + j of B.
-          for (size_t j = 0; j < cols; ++j) {
-            if constexpr (std::is_same_v<TB, float>) {
-              pack_row(b.Row(n0 + j), k, k2, pairs);
-            } else {
-              PairsOfElements(b.Row(n0 + j), k, k2, pairs);
-            }
-            for (size_t q = 0; q < k2; ++q) panel[q * kPanel + j] = pairs[q];
-          }
-          continue;
-        }
-        for (size_t q = 0; 2 * q < k; ++q) {  // Rows 2q and 2q + 1 of B.
-          const TB* lo = b.Row(2 * q) + n0;
-          const TB* hi = 2 * q + 1 < k ? b.Row(2 * q + 1) + n0 : nullptr;
-          for (size_t j = 0; j < cols; ++j) {
-            panel[q * kPanel + j] =
-                BFloat16Pair(lo[j], hi != nullptr ? hi[j] : TB{});
-          }
-        }
-      }
-    });
-  }
+    }
+  });
+}
 
-  const size_t k2, panels;
-  uint32_t* Row(size_t m) const {
-    return reinterpret_cast<uint32_t*>(a_.data()) + m * k2;
+// op(B) (k x n) as panels of kPanel columns, in parallel: panel p at out +
+// p * k2 * kPanel holds, for every pair q, its columns' pairs (zero past n
+// and k). Float rows of B^T go by pack_row, other element types' by
+// PairsOfElements.
+template <size_t kPanel, typename TB, typename PackRow>
+void PackPairPanels(MatrixView<const TB> b, size_t n, bool transposed,
+                    size_t k2, const PackRow& pack_row, uint32_t* out) {
+  const size_t k = transposed ? b.cols : b.rows;
+  ParallelFor(0, hwy::DivCeil(n, kPanel), 1, [&](size_t first, size_t last) {
+    ScratchBuffer scratch(k2);
+    uint32_t* pairs = reinterpret_cast<uint32_t*>(scratch.data());
+    for (size_t p = first; p < last; ++p) {
+      const size_t n0 = p * kPanel, cols = std::min(kPanel, n - n0);
+      uint32_t* panel = out + p * k2 * kPanel;
+      std::fill(panel, panel + k2 * kPanel, 0u);
+      if (transposed) {  // Column n0 + j of op(B) is row n0 + j of B.
+        for (size_t j = 0; j < cols; ++j) {
+          if constexpr (std::is_same_v<TB, float>) {
+            pack_row(b.Row(n0 + j), k, k2, pairs);
+          } else {
+            PairsOfElements(b.Row(n0 + j), k, k2, pairs);
+          }
+          for (size_t q = 0; q < k2; ++q) panel[q * kPanel + j] = pairs[q];
+        }
+        continue;
+      }
+      for (size_t q = 0; 2 * q < k; ++q) {  // Rows 2q and 2q + 1 of B.
+        const TB* lo = b.Row(2 * q) + n0;
+        const TB* hi = 2 * q + 1 < k ? b.Row(2 * q + 1) + n0 : nullptr;
+        for (size_t j = 0; j < cols; ++j) {
+          panel[q * kPanel + j] =
+              BFloat16Pair(lo[j], hi != nullptr ? hi[j] : TB{});
+        }
+      }
+    }
+  });
+}
+
+// The operands as the kernels read them: A's rows of k2 pairs, op(B)'s
+// panels (PackPairRows', PackPairPanels' layouts).
+template <size_t kPanel>
+struct PairOperands {
+  const uint32_t* a;
+  const uint32_t* b;
+  size_t k2, panels;
+  const uint32_t* Row(size_t m) const { return a + m * k2; }
+  const uint32_t* Panel(size_t p) const { return b + p * k2 * kPanel; }
+};
+
+// A's `rows` rows (padded with zeros) packed into pooled scratch, in the
+// layout of PackPairRows.
+class PairRows {
+ public:
+  template <typename PackRow>
+  PairRows(ConstMatrix a, size_t k2, size_t rows, const PackRow& pack_row)
+      : scratch_(rows * k2) {
+    PackPairRows(a, k2, rows, pack_row, data());
   }
-  uint32_t* Panel(size_t p) const {
-    return reinterpret_cast<uint32_t*>(b_.data()) + p * k2 * kPanel;
+  uint32_t* data() const {
+    return reinterpret_cast<uint32_t*>(scratch_.data());
   }
 
  private:
-  ScratchBuffer a_, b_;
+  ScratchBuffer scratch_;
 };
 
 }  // namespace internal

@@ -1,10 +1,16 @@
 // MatMul and BatchedMatMul: validation, then one dispatch per call.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <type_traits>
 
 #include "simdattn/kernels.h"
+#include "simdattn/targets.h"
 #include "src/common/check.h"
+#include "src/ops/kv_store.h"
 #include "src/ops/matmul_bf16.h"
+#include "src/ops/packed_matrix.h"
+#include "src/ops/target_family.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/ops/matmul.cc"
@@ -79,33 +85,173 @@ bool CheckMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
   return !c.empty();
 }
 
+// The float32 products, B of each storage type; validated.
+void Float32Product(ConstMatrix a, ConstMatrix b, Matrix c,
+                    const MatMulOptions& options) {
+  HWY_DYNAMIC_DISPATCH(MatMulImpl)(a, b, c, options);
+}
+void Float32Product(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
+                    const MatMulOptions& options) {
+  HWY_DYNAMIC_DISPATCH(MatMulBF16Impl)(a, b, c, options);
+}
+void Float32Product(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
+                    const MatMulOptions& options) {
+  HWY_DYNAMIC_DISPATCH(MatMulF16Impl)(a, b, c, options);
+}
+
+template <typename TB>
+void MatMulOf(ConstMatrix a, MatrixView<const TB> b, Matrix c,
+              const MatMulOptions& options) {
+  if (!CheckMatMul(a, b, c, options)) return;
+  if (options.compute == ComputeType::kBFloat16) {
+    return internal::MatMulBFloat16(a, b, c, options);
+  }
+  Float32Product(a, b, c, options);
+}
+
 }  // namespace
 
 void MatMul(ConstMatrix a, ConstMatrix b, Matrix c,
             const MatMulOptions& options) {
-  if (!CheckMatMul(a, b, c, options)) return;
-  if (options.compute == ComputeType::kBFloat16) {
-    return internal::MatMulBFloat16(a, b, c, options);
-  }
-  HWY_DYNAMIC_DISPATCH(MatMulImpl)(a, b, c, options);
+  MatMulOf(a, b, c, options);
 }
-
 void MatMul(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
             const MatMulOptions& options) {
-  if (!CheckMatMul(a, b, c, options)) return;
-  if (options.compute == ComputeType::kBFloat16) {
-    return internal::MatMulBFloat16(a, b, c, options);
-  }
-  HWY_DYNAMIC_DISPATCH(MatMulBF16Impl)(a, b, c, options);
+  MatMulOf(a, b, c, options);
 }
-
 void MatMul(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
             const MatMulOptions& options) {
-  if (!CheckMatMul(a, b, c, options)) return;
-  if (options.compute == ComputeType::kBFloat16) {
-    return internal::MatMulBFloat16(a, b, c, options);
+  MatMulOf(a, b, c, options);
+}
+
+namespace {
+
+// B dense as the float32 kernel will read it: as stored for kFloat32, else
+// rounded to bf16 as kBFloat16 products round it (bf16 B as it is).
+template <typename TB>
+void StoreB(MatrixView<const TB> b, PackedMatrix::Impl* out) {
+  if (out->compute == ComputeType::kFloat32 || std::is_same_v<TB, BFloat16>) {
+    internal::AlignedVector<TB> copy(b.rows * b.cols);
+    for (size_t r = 0; r < b.rows; ++r) {
+      std::copy(b.Row(r), b.Row(r) + b.cols, copy.data() + r * b.cols);
+    }
+    out->stored = std::move(copy);
+    return;
   }
-  HWY_DYNAMIC_DISPATCH(MatMulF16Impl)(a, b, c, options);
+  internal::AlignedVector<BFloat16> rounded(b.rows * b.cols);
+  if constexpr (std::is_same_v<TB, float>) {
+    internal::RoundToBFloat16(ConstTensor4(b), rounded.data(), nullptr);
+  } else {
+    for (size_t r = 0; r < b.rows; ++r) {
+      for (size_t j = 0; j < b.cols; ++j) {
+        rounded[r * b.cols + j] = ToBFloat16(ToFloat(b(r, j)));
+      }
+    }
+  }
+  out->stored = std::move(rounded);
+}
+
+template <typename TB>
+std::unique_ptr<PackedMatrix::Impl> Pack(MatrixView<const TB> b,
+                                         const MatMulOptions& options) {
+  constexpr const char* kFn = "PackedMatrix";
+  internal::CheckMatrix(kFn, "B", b);
+  CheckCompute(kFn, options);
+  SIMDATTN_REQUIRE(options.transpose_b == Transpose::kNo ||
+                       options.transpose_b == Transpose::kYes,
+                   kFn, "options.transpose_b (",
+                   static_cast<int>(options.transpose_b),
+                   ") is neither kNo nor kYes");
+  auto impl = std::make_unique<PackedMatrix::Impl>();
+  impl->rows = OpRows(b, options.transpose_b);
+  impl->cols = OpCols(b, options.transpose_b);
+  impl->transpose_b = options.transpose_b;
+  impl->compute = options.compute;
+  impl->target = internal::ActiveTargetBit();
+  if (options.compute == ComputeType::kBFloat16) {
+    impl->kernel = internal::ChosenBFloat16DotKernel();
+  }
+  if (impl->rows == 0 || impl->cols == 0) return impl;
+  if (impl->native()) {
+    internal::PackBFloat16Pairs(b, impl.get());
+  } else {
+    StoreB(b, impl.get());
+  }
+  return impl;
+}
+
+}  // namespace
+
+PackedMatrix::PackedMatrix() : impl_(std::make_unique<Impl>()) {}
+PackedMatrix::PackedMatrix(ConstMatrix b, const MatMulOptions& options)
+    : impl_(Pack(b, options)) {}
+PackedMatrix::PackedMatrix(MatrixView<const BFloat16> b,
+                           const MatMulOptions& options)
+    : impl_(Pack(b, options)) {}
+PackedMatrix::PackedMatrix(MatrixView<const Float16> b,
+                           const MatMulOptions& options)
+    : impl_(Pack(b, options)) {}
+PackedMatrix::PackedMatrix(PackedMatrix&&) noexcept = default;
+PackedMatrix& PackedMatrix::operator=(PackedMatrix&&) noexcept = default;
+PackedMatrix::~PackedMatrix() = default;
+
+// A moved-from PackedMatrix reads as 0 x 0.
+size_t PackedMatrix::rows() const { return impl_ ? impl_->rows : 0; }
+size_t PackedMatrix::cols() const { return impl_ ? impl_->cols : 0; }
+Transpose PackedMatrix::transpose_b() const {
+  return impl_ ? impl_->transpose_b : Transpose::kNo;
+}
+ComputeType PackedMatrix::compute() const {
+  return impl_ ? impl_->compute : ComputeType::kFloat32;
+}
+size_t PackedMatrix::bytes() const {
+  if (!impl_) return 0;
+  return impl_->pairs.size() * sizeof(uint32_t) +
+         std::visit([](const auto& v) { return v.size() * sizeof(v[0]); },
+                    impl_->stored);
+}
+bool PackedMatrix::current() const {
+  if (!impl_) return true;
+  return impl_->target == internal::ActiveTargetBit() &&
+         (impl_->compute != ComputeType::kBFloat16 ||
+          impl_->kernel == internal::ChosenBFloat16DotKernel());
+}
+
+void MatMul(ConstMatrix a, const PackedMatrix& b, Matrix c,
+            const MatMulOptions& options) {
+  constexpr const char* kFn = "MatMul";
+  SIMDATTN_REQUIRE(a.cols == b.rows(), kFn, "inner dimensions differ: A is ",
+                   a.rows, " x ", a.cols, " but the packed op(B) is ", b.rows(),
+                   " x ", b.cols());
+  SIMDATTN_REQUIRE(c.rows == a.rows && c.cols == b.cols(), kFn, "C is ", c.rows,
+                   " x ", c.cols, " but A * op(B) is ", a.rows, " x ",
+                   b.cols());
+  SIMDATTN_REQUIRE(
+      options.transpose_b == b.transpose_b() && options.compute == b.compute(),
+      kFn, "options.transpose_b (", static_cast<int>(options.transpose_b),
+      ") and .compute (", static_cast<int>(options.compute),
+      ") differ from the packing's (", static_cast<int>(b.transpose_b()), ", ",
+      static_cast<int>(b.compute()), ")");
+  SIMDATTN_REQUIRE(b.current(), kFn,
+                   "B was packed for another target or bf16 kernel than the "
+                   "active one (",
+                   ActiveTarget(), ", ", BFloat16DotKernel(),
+                   "): pack it again");
+  const Footprint ra = internal::CheckMatrix(kFn, "A", a);
+  const Footprint rc = internal::CheckMatrix(kFn, "C", c);
+  SIMDATTN_REQUIRE(!rc.Overlaps(ra), kFn, "C overlaps A");
+  CheckBias(kFn, options.bias, c.cols, rc);
+  if (c.empty()) return;
+  if (a.cols == 0) {  // No product: C = beta C + bias.
+    MatMulOptions affine = options;
+    affine.transpose_b = Transpose::kNo;
+    return Float32Product(a, ConstMatrix(nullptr, 0, c.cols), c, affine);
+  }
+  if (options.compute == ComputeType::kBFloat16) {
+    return internal::MatMulBFloat16(a, *b.impl_, c, options);
+  }
+  b.impl_->VisitStored(
+      [&](auto stored) { Float32Product(a, stored, c, options); });
 }
 
 void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,

@@ -33,6 +33,7 @@
 #include "src/ops/amx_tiles.h"
 #include "src/ops/bf16_pairs.h"
 #include "src/ops/kv_store.h"
+#include "src/ops/packed_matrix.h"
 #include "src/ops/target_family.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -49,7 +50,8 @@ std::atomic<BFloat16DotPolicy> policy{BFloat16DotPolicy::kAuto};
 // A rounded (widened back to float) times B already in bf16 through the
 // float32 kernel, which widens B exactly while packing. Scratch from the
 // pool: no allocation in steady state.
-void RoundedA(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
+template <typename TB>
+void RoundedA(ConstMatrix a, MatrixView<const TB> b, Matrix c,
               const MatMulOptions& options) {
   const size_t a_size = a.rows * a.cols;
   ScratchBuffer a_rounded(a_size), a16(a_size / 2 + 1);
@@ -87,7 +89,7 @@ constexpr size_t kPanel = 64;  // Columns per panel of packed B.
 constexpr size_t kPairBlock = kAmxTilePairs;
 constexpr size_t kTileRows = kAmxTileRows;
 
-using PackedOperands = BFloat16Pairs<kPanel>;
+using Operands = PairOperands<kPanel>;
 
 // Row of C = alpha acc + beta C + bias over `cols` columns, 16 per vector
 // of acc.
@@ -149,7 +151,7 @@ SIMDATTN_BF16_TARGET void MicroKernel(const uint32_t* a, size_t a_stride,
 
 // Tasks of kRowBlock rows x one panel. K is not blocked: a panel holds
 // K / 2 x 64 pairs (96 KiB at K = 768).
-SIMDATTN_BF16_TARGET void DotProducts(const PackedOperands& packed, Matrix c,
+SIMDATTN_BF16_TARGET void DotProducts(const Operands& packed, Matrix c,
                                       const MatMulOptions& opt) {
   const size_t M = c.rows, N = c.cols, k2 = packed.k2;
   const size_t row_blocks = hwy::DivCeil(M, kRowBlock);
@@ -186,7 +188,7 @@ SIMDATTN_BF16_TARGET void DotProducts(const PackedOperands& packed, Matrix c,
 // blocked, as in DotProducts.
 constexpr size_t kAmxRowBlock = 6 * kTileRows;
 
-SIMDATTN_BF16_TARGET void TileTasks(const PackedOperands& packed, Matrix c,
+SIMDATTN_BF16_TARGET void TileTasks(const Operands& packed, Matrix c,
                                     const MatMulOptions& opt, size_t first,
                                     size_t last) {
   const size_t M = c.rows, N = c.cols, k2 = packed.k2;
@@ -213,7 +215,7 @@ SIMDATTN_BF16_TARGET void TileTasks(const PackedOperands& packed, Matrix c,
   }
 }
 
-void Tiles(const PackedOperands& packed, Matrix c, const MatMulOptions& opt) {
+void Tiles(const Operands& packed, Matrix c, const MatMulOptions& opt) {
   const size_t row_blocks = hwy::DivCeil(c.rows, kAmxRowBlock);
   ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
     TileTasks(packed, c, opt, first, last);
@@ -269,6 +271,32 @@ bool FewRows(Matrix c) {
   return c.rows < kMinNativeRows && policy == BFloat16DotPolicy::kAuto;
 }
 
+// Pairs along K on x86: rounded up to kPairBlock (AMX reads whole tiles).
+size_t X86Pairs(size_t k) {
+#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
+  return hwy::RoundUpTo(hwy::DivCeil(k, 2), kPairBlock);
+#else
+  return hwy::DivCeil(k, 2);
+#endif
+}
+
+// The native x86 kernels over A packed here and op(B) packed in `b_pairs`
+// (panels of kPanel columns, k2 pairs).
+void NativeProduct(BFloat16DotKernelKind kernel, ConstMatrix a,
+                   const uint32_t* b_pairs, size_t k2, Matrix c,
+                   const MatMulOptions& options) {
+#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
+  // A's rows rounded up to a tile: AMX reads whole tiles.
+  const PairRows a_pairs(a, k2, hwy::RoundUpTo(a.rows, kTileRows), PairsOfRow);
+  const Operands operands{a_pairs.data(), b_pairs, k2,
+                          hwy::DivCeil(c.cols, kPanel)};
+  if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(operands, c, options);
+  DotProducts(operands, c, options);
+#else
+  (void)kernel, (void)a, (void)b_pairs, (void)k2, (void)c, (void)options;
+#endif
+}
+
 // The native x86 kernels over B of any element type, packed from where it
 // lies.
 template <typename TB>
@@ -276,14 +304,12 @@ void NativeProduct(BFloat16DotKernelKind kernel, ConstMatrix a,
                    MatrixView<const TB> b, Matrix c,
                    const MatMulOptions& options) {
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
-  // K2 rounded up to kPairBlock and A's rows to a tile: AMX reads whole
-  // tiles.
-  const PackedOperands packed(
-      a, b, c.cols, options.transpose_b == Transpose::kYes,
-      hwy::RoundUpTo(hwy::DivCeil(a.cols, 2), kPairBlock),
-      hwy::RoundUpTo(a.rows, kTileRows), PairsOfRow);
-  if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(packed, c, options);
-  DotProducts(packed, c, options);
+  const size_t k2 = X86Pairs(a.cols);
+  const ScratchBuffer b_pairs(hwy::DivCeil(c.cols, kPanel) * k2 * kPanel);
+  uint32_t* panels = reinterpret_cast<uint32_t*>(b_pairs.data());
+  PackPairPanels<kPanel>(b, c.cols, options.transpose_b == Transpose::kYes, k2,
+                         PairsOfRow, panels);
+  NativeProduct(kernel, a, panels, k2, c, options);
 #else
   (void)kernel, (void)a, (void)b, (void)c, (void)options;
 #endif
@@ -331,6 +357,41 @@ void MatMulBFloat16(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
 void MatMulBFloat16(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
                     const MatMulOptions& options) {
   MatMulBFloat16Of16Bits(a, b, c, options);
+}
+
+template <typename TB>
+void PackBFloat16Pairs(MatrixView<const TB> b, PackedMatrix::Impl* out) {
+  const bool transposed = out->transpose_b == Transpose::kYes;
+  // The generic rounding: packing is done once.
+  const auto pack_row = [](const float* row, size_t k, size_t k2,
+                           uint32_t* pairs) {
+    PairsOfElements(row, k, k2, pairs);
+  };
+#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
+  constexpr size_t kColumns = kPanel;
+  out->k2 = X86Pairs(out->rows);
+#else
+  constexpr size_t kColumns = kBfdotPanel;
+  out->k2 = BfdotPairs(out->rows);
+#endif
+  out->pairs.resize(hwy::DivCeil(out->cols, kColumns) * out->k2 * kColumns);
+  PackPairPanels<kColumns>(b, out->cols, transposed, out->k2, pack_row,
+                           out->pairs.data());
+}
+template void PackBFloat16Pairs(ConstMatrix, PackedMatrix::Impl*);
+template void PackBFloat16Pairs(MatrixView<const BFloat16>,
+                                PackedMatrix::Impl*);
+template void PackBFloat16Pairs(MatrixView<const Float16>, PackedMatrix::Impl*);
+
+void MatMulBFloat16(ConstMatrix a, const PackedMatrix::Impl& b, Matrix c,
+                    const MatMulOptions& options) {
+  if (!b.native()) {  // B is stored rounded.
+    return b.VisitStored([&](auto stored) { RoundedA(a, stored, c, options); });
+  }
+  if (b.kernel == BFloat16DotKernelKind::kBfdot) {
+    return BfdotProduct(a, b.pairs.data(), b.k2, c, options);
+  }
+  NativeProduct(b.kernel, a, b.pairs.data(), b.k2, c, options);
 }
 
 }  // namespace internal

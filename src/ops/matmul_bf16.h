@@ -3,6 +3,9 @@
 #ifndef SIMDATTN_SRC_OPS_MATMUL_BF16_H_
 #define SIMDATTN_SRC_OPS_MATMUL_BF16_H_
 
+#include <cstddef>
+#include <cstdint>
+
 #include "simdattn/kernels.h"
 
 namespace simdattn {
@@ -33,10 +36,16 @@ enum class BFloat16DotKernelKind { kAmx, kDotProduct, kBfdot, kFallback };
 BFloat16DotKernelKind ChosenBFloat16DotKernel();
 
 // matmul_bf16_arm.cc: whether the CPU has FEAT_BF16 (false off aarch64
-// Linux), and MatMulBFloat16 on its BFDOT, arguments validated.
+// Linux), and MatMulBFloat16 on its BFDOT, arguments validated: over B
+// where it lies, or over op(B) packed as bf16_pairs.h's panels of
+// kBfdotPanel columns and BfdotPairs(K) pairs.
 bool BfdotUsable();
 void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
                  const MatMulOptions& options);
+inline constexpr size_t kBfdotPanel = 16;
+size_t BfdotPairs(size_t k);
+void BfdotProduct(ConstMatrix a, const uint32_t* b_pairs, size_t k2, Matrix c,
+                  const MatMulOptions& options);
 
 }  // namespace internal
 }  // namespace simdattn

@@ -26,8 +26,8 @@ namespace {
 #define SIMDATTN_BFDOT_TARGET __attribute__((target("arch=armv8.2-a+bf16")))
 
 // Operands as bf16_pairs.h's pairs, B in panels of kPanel columns.
-constexpr size_t kPanel = 16;  // Four vectors of four columns.
-constexpr size_t kRows = 4;    // 16 accumulators, 4 of B, 1 of A.
+constexpr size_t kPanel = kBfdotPanel;  // Four vectors of four columns.
+constexpr size_t kRows = 4;             // 16 accumulators, 4 of B, 1 of A.
 constexpr size_t kRowBlock = 16 * kRows;
 
 // A row of K floats as k2 = ceil(K / 2) pairs (BFCVTN rounds to nearest
@@ -45,13 +45,13 @@ SIMDATTN_BFDOT_TARGET void PackRow(const float* row, size_t k, size_t /* k2 */,
   }
 }
 
-using Packed = BFloat16Pairs<kPanel>;
+using Operands = PairOperands<kPanel>;
 
 // C[0..R, 0..cols) = alpha A B + beta C + bias for R rows of A and a panel.
 template <size_t R>
-SIMDATTN_BFDOT_TARGET void MicroKernel(const Packed& packed, size_t m, size_t p,
-                                       float* c, size_t ldc, size_t cols,
-                                       const MatMulOptions& opt,
+SIMDATTN_BFDOT_TARGET void MicroKernel(const Operands& packed, size_t m,
+                                       size_t p, float* c, size_t ldc,
+                                       size_t cols, const MatMulOptions& opt,
                                        const float* bias) {
   float32x4_t acc[R][4];
   for (size_t r = 0; r < R; ++r) {
@@ -93,10 +93,13 @@ bool BfdotUsable() {
   return (getauxval(AT_HWCAP2) & kHwcap2Bf16) != 0;
 }
 
-void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
-                 const MatMulOptions& opt) {
-  const Packed packed(a, b, c.cols, opt.transpose_b == Transpose::kYes,
-                      hwy::DivCeil(a.cols, 2), a.rows, PackRow);
+size_t BfdotPairs(size_t k) { return hwy::DivCeil(k, 2); }
+
+void BfdotProduct(ConstMatrix a, const uint32_t* b_pairs, size_t k2, Matrix c,
+                  const MatMulOptions& opt) {
+  const PairRows a_pairs(a, k2, a.rows, PackRow);
+  const Operands packed{a_pairs.data(), b_pairs, k2,
+                        hwy::DivCeil(c.cols, kPanel)};
   const size_t row_blocks = hwy::DivCeil(c.rows, kRowBlock);
   ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
     for (size_t task = first; task < last; ++task) {
@@ -125,6 +128,16 @@ void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
   });
 }
 
+void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
+                 const MatMulOptions& opt) {
+  const size_t k2 = BfdotPairs(a.cols);
+  const ScratchBuffer b_pairs(hwy::DivCeil(c.cols, kPanel) * k2 * kPanel);
+  uint32_t* panels = reinterpret_cast<uint32_t*>(b_pairs.data());
+  PackPairPanels<kPanel>(b, c.cols, opt.transpose_b == Transpose::kYes, k2,
+                         PackRow, panels);
+  BfdotProduct(a, panels, k2, c, opt);
+}
+
 }  // namespace internal
 }  // namespace simdattn
 
@@ -133,6 +146,9 @@ void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
 namespace simdattn {
 namespace internal {
 bool BfdotUsable() { return false; }
+size_t BfdotPairs(size_t k) { return (k + 1) / 2; }
+void BfdotProduct(ConstMatrix, const uint32_t*, size_t, Matrix,
+                  const MatMulOptions&) {}
 void MatMulBfdot(ConstMatrix, ConstMatrix, Matrix, const MatMulOptions&) {}
 }  // namespace internal
 }  // namespace simdattn

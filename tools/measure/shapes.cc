@@ -160,7 +160,7 @@ bool ParseType(const std::string& flag, const char* prefix,
 std::string MatMulShape::Name() const {
   return Dims({m, k, n}) + (transpose_b ? "_Bt" : "") +
          TypeSuffix("_", b_storage) + (cold ? "_cold" : "") +
-         (bf16dot ? "_bf16dot" : "");
+         (bf16dot ? "_bf16dot" : "") + (packed ? "_packed" : "");
 }
 
 double MatMulShape::Flops() const {
@@ -339,8 +339,8 @@ const std::vector<AttentionShape>& StandardDecodeShapes() {
 
 MatMulShape ParseMatMulShape(const std::string& text) {
   constexpr const char* kForm =
-      "MxKxN with optional _Bt, _bf16 or _f16, _cold, _bf16dot (e.g. "
-      "1024x64x1024_Bt)";
+      "MxKxN with optional _Bt, _bf16 or _f16, _cold, _bf16dot, _packed "
+      "(e.g. 1024x64x1024_Bt)";
   const Parsed p = Parse(text, kForm);
   if (p.dims.size() != 3) Fail(text, kForm);
   MatMulShape s{p.dims[0], p.dims[1], p.dims[2]};
@@ -354,6 +354,8 @@ MatMulShape ParseMatMulShape(const std::string& text) {
       s.cold = true;
     } else if (flag == "bf16dot" && !s.bf16dot) {
       s.bf16dot = true;
+    } else if (flag == "packed" && !s.packed) {
+      s.packed = true;
     } else {
       Fail(text, kForm);
     }

@@ -31,8 +31,11 @@ struct MatMulShape {
   static constexpr size_t kColdBytes = size_t{256} << 20;
   // Flag "_bf16dot": bf16 arithmetic (MatMulOptions::compute).
   bool bf16dot = false;
+  // Flag "_packed": B packed beforehand (PackedMatrix), outside the timing,
+  // as an engine holds its weights; simdattn only.
+  bool packed = false;
 
-  // "MxKxN", then "_Bt", "_bf16" or "_f16", "_cold", "_bf16dot".
+  // "MxKxN", then "_Bt", "_bf16" or "_f16", "_cold", "_bf16dot", "_packed".
   std::string Name() const;
   double Flops() const;  // 2 m n k.
 };

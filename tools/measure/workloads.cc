@@ -92,10 +92,18 @@ class SimdattnMatMul : public Workload {
     for (size_t i = 0; i < copies; ++i) {
       b_.push_back(
           std::make_unique<StoredB>(ops_.b.data(), rows, cols, s.b_storage));
+      if (s.packed) {
+        packed_.push_back(b_.back()->Pack(options_));
+        b_.back().reset();  // Only the packed copy stays.
+      }
     }
   }
   void Run() override {
-    b_[next_]->Multiply(a_, c_, options_);
+    if (packed_.empty()) {
+      b_[next_]->Multiply(a_, c_, options_);
+    } else {
+      MatMul(a_, packed_[next_], c_, options_);
+    }
     next_ = (next_ + 1) % b_.size();
   }
   std::string Impl() const override { return ActiveTarget(); }
@@ -104,6 +112,7 @@ class SimdattnMatMul : public Workload {
   MatMulOperands ops_;
   ConstMatrix a_;
   std::vector<std::unique_ptr<StoredB>> b_;  // One, or the cold copies.
+  std::vector<PackedMatrix> packed_;         // Or those packed (_packed).
   size_t next_ = 0;
   Matrix c_;
   MatMulOptions options_;
@@ -570,6 +579,18 @@ void StoredB::Multiply(ConstMatrix a, Matrix c,
                   options);
   }
   MatMul(a, widened(), c, options);
+}
+
+PackedMatrix StoredB::Pack(const MatMulOptions& options) const {
+  if (storage_ == ElementType::kBF16) {
+    return PackedMatrix(MatrixView<const BFloat16>(bf16_.data(), rows_, cols_),
+                        options);
+  }
+  if (storage_ == ElementType::kF16) {
+    return PackedMatrix(MatrixView<const Float16>(f16_.data(), rows_, cols_),
+                        options);
+  }
+  return PackedMatrix(widened(), options);
 }
 
 std::unique_ptr<Workload> MakeMatMul(const MatMulShape& shape, Library library,

@@ -52,6 +52,8 @@ class StoredB {
   ConstMatrix widened() const { return {widened_.data(), rows_, cols_}; }
   // MatMul(a, B, c, options) with the overload of B's storage.
   void Multiply(ConstMatrix a, Matrix c, const MatMulOptions& options) const;
+  // B packed for such products, from its storage.
+  PackedMatrix Pack(const MatMulOptions& options) const;
 
  private:
   size_t rows_, cols_;
