@@ -335,6 +335,9 @@ static void TestPackedMatMul(void) {
   simdattn_matmul_options options = SIMDATTN_MATMUL_OPTIONS_INIT;
   simdattn_const_typed_matrix typed = {NULL, 2, 4, 4, SIMDATTN_BF16, 0};
   simdattn_packed_matrix* packed = NULL;
+  uint16_t a16[3 * 4], c16[3 * 2];
+  simdattn_const_typed_matrix a_typed = {NULL, 3, 4, 4, SIMDATTN_F32, 0};
+  simdattn_typed_matrix c_typed = {NULL, 3, 2, 2, SIMDATTN_F32, 0};
   size_t r, col, k;
   int compute;
   Fill(a, 12, 21);
@@ -347,12 +350,13 @@ static void TestPackedMatMul(void) {
     b[k] = rounded;
   }
   typed.data = b16;
+  a_typed.data = a;
+  c_typed.data = c;
   options.transpose_b = 1;
   for (compute = 0; compute < 2; ++compute) {
     options.compute = compute ? SIMDATTN_COMPUTE_BF16 : SIMDATTN_COMPUTE_FP32;
     CHECK_OK(simdattn_matmul_pack(typed, &options, &packed));
-    CHECK_OK(simdattn_matmul_packed(ConstMatrix(a, 3, 4, 4), packed,
-                                    Matrix(c, 3, 2, 2), &options));
+    CHECK_OK(simdattn_matmul_packed(a_typed, packed, c_typed, &options));
     for (r = 0; r < 3; ++r) {
       for (col = 0; col < 2; ++col) {
         double sum = 0.0;
@@ -364,8 +368,7 @@ static void TestPackedMatMul(void) {
       }
     }
     options.compute = compute ? SIMDATTN_COMPUTE_FP32 : SIMDATTN_COMPUTE_BF16;
-    CHECK_ERROR(simdattn_matmul_packed(ConstMatrix(a, 3, 4, 4), packed,
-                                       Matrix(c, 3, 2, 2), &options),
+    CHECK_ERROR(simdattn_matmul_packed(a_typed, packed, c_typed, &options),
                 INVALID, "differ from the packing's");
     simdattn_packed_matrix_destroy(packed);
   }
@@ -375,9 +378,38 @@ static void TestPackedMatMul(void) {
   CHECK_ERROR(simdattn_matmul_pack(typed, &options, &packed), INVALID,
               "b.type (3) is not SIMDATTN_F32, SIMDATTN_BF16 or SIMDATTN_F16");
   CHECK(packed == NULL);
-  CHECK_ERROR(simdattn_matmul_packed(ConstMatrix(a, 3, 4, 4), NULL,
-                                     Matrix(c, 3, 2, 2), &options),
-              INVALID, "b");
+  CHECK_ERROR(simdattn_matmul_packed(a_typed, NULL, c_typed, &options), INVALID,
+              "b");
+  /* bf16 A and C: A's bf16 values, C rounded once. */
+  for (k = 0; k < 12; ++k) {
+    float rounded = RoundBF16(a[k]);
+    uint32_t bits;
+    memcpy(&bits, &rounded, sizeof(bits));
+    a16[k] = (uint16_t)(bits >> 16);
+    a[k] = rounded;
+  }
+  a_typed.data = a16;
+  a_typed.type = SIMDATTN_BF16;
+  c_typed.data = c16;
+  c_typed.type = SIMDATTN_BF16;
+  typed.type = SIMDATTN_BF16;
+  options.compute = SIMDATTN_COMPUTE_FP32;
+  CHECK_OK(simdattn_matmul_pack(typed, &options, &packed));
+  CHECK_OK(simdattn_matmul_packed(a_typed, packed, c_typed, &options));
+  for (r = 0; r < 3; ++r) {
+    for (col = 0; col < 2; ++col) {
+      double sum = 0.0;
+      float got;
+      uint32_t bits = (uint32_t)c16[r * 2 + col] << 16;
+      memcpy(&got, &bits, sizeof(got));
+      for (k = 0; k < 4; ++k) sum += (double)a[r * 4 + k] * b[col * 4 + k];
+      CHECK_NEAR(got, sum, fabs(sum) / 256 + 1e-6);
+    }
+  }
+  c_typed.type = SIMDATTN_F16;
+  CHECK_ERROR(simdattn_matmul_packed(a_typed, packed, c_typed, &options),
+              INVALID, "c.type (2) is neither SIMDATTN_F32 nor SIMDATTN_BF16");
+  simdattn_packed_matrix_destroy(packed);
 }
 
 /* Two batch items, two query heads sharing one key head (grouped query). */

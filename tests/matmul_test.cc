@@ -386,6 +386,74 @@ TEST_P(MatMulTest, PackedBMeetsTheBoundAndMatMulsBits) {
       [&](BFloat16DotPolicy) { check(ComputeType::kBFloat16); });
 }
 
+// bf16 activations over a packed B: A in bf16 gives the bits of its widened
+// values; C in bf16 those of the float32 result (beta reading C's bf16
+// values) rounded once; both arithmetics, strided, alpha, beta, bias.
+TEST_P(MatMulTest, PackedBWithBFloat16Activations) {
+  const size_t m = 19, k = 70, n = 45, lda = k + 3, ldc = n + 2;
+  const std::vector<float> a = test::RandomVector(m * lda, 71);
+  const std::vector<float> b = test::RandomVector(n * k, 72);
+  const std::vector<float> bias = test::RandomVector(n, 73);
+  std::vector<BFloat16> a16(a.size()), c16(m * ldc);
+  std::vector<float> a_wide(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a16[i] = ToBFloat16(a[i]);
+    a_wide[i] = ToFloat(a16[i]);
+  }
+  for (const ComputeType compute :
+       {ComputeType::kFloat32, ComputeType::kBFloat16}) {
+    MatMulOptions options;
+    options.transpose_b = Transpose::kYes;
+    options.compute = compute;
+    options.alpha = 0.5f;
+    options.beta = 2.0f;
+    options.bias = bias.data();
+    const PackedMatrix packed(ConstMatrix(b.data(), n, k), options);
+    const std::vector<float> c0 = test::RandomVector(m * ldc, 74);
+    for (size_t i = 0; i < c16.size(); ++i) c16[i] = ToBFloat16(c0[i]);
+    std::vector<float> want(m * ldc), got = c0;
+    for (size_t i = 0; i < want.size(); ++i) want[i] = ToFloat(c16[i]);
+    // Float C from bf16 A.
+    std::vector<float> float_c = c0;
+    MatMul(ConstMatrix(a_wide.data(), m, k, lda), packed,
+           Matrix(float_c.data(), m, n, ldc), options);
+    MatMul(MatrixView<const BFloat16>(a16.data(), m, k, lda), packed,
+           Matrix(got.data(), m, n, ldc), options);
+    ASSERT_EQ(got, float_c) << static_cast<int>(compute);
+    // bf16 C from bf16 A, and from float A.
+    MatMul(ConstMatrix(a_wide.data(), m, k, lda), packed,
+           Matrix(want.data(), m, n, ldc), options);
+    for (const bool bf16_a : {true, false}) {
+      std::vector<BFloat16> c = c16;
+      if (bf16_a) {
+        MatMul(MatrixView<const BFloat16>(a16.data(), m, k, lda), packed,
+               MatrixView<BFloat16>(c.data(), m, n, ldc), options);
+      } else {
+        MatMul(ConstMatrix(a_wide.data(), m, k, lda), packed,
+               MatrixView<BFloat16>(c.data(), m, n, ldc), options);
+      }
+      for (size_t i = 0; i < m; ++i) {
+        for (size_t j = 0; j < ldc; ++j) {
+          const uint16_t expected = j < n ? ToBFloat16(want[i * ldc + j]).bits
+                                          : c16[i * ldc + j].bits;
+          ASSERT_EQ(c[i * ldc + j].bits, expected)
+              << i << " " << j << " compute " << static_cast<int>(compute)
+              << " bf16 A " << bf16_a;
+        }
+      }
+    }
+  }
+  // C may not overlap A, whatever their types.
+  MatMulOptions options;
+  const PackedMatrix packed(ConstMatrix(b.data(), k, 1), options);
+  ExpectInvalid(
+      [&] {
+        MatMul(MatrixView<const BFloat16>(a16.data(), 2, k), packed,
+               MatrixView<BFloat16>(a16.data() + 1, 2, 1), options);
+      },
+      {"MatMul", "C overlaps A"});
+}
+
 TEST_P(MatMulTest, EveryRowCountAroundTheTile) {
   for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
     for (size_t m = 0; m <= 17; ++m) RunCase({m, 19, 37, t}, m);
@@ -654,7 +722,8 @@ TEST(MatMulErrors, PackedB) {
   MatMulOptions affine;
   affine.beta = 2.0f;
   affine.bias = bias;
-  MatMul({nullptr, 2, 0}, PackedMatrix(ConstMatrix(nullptr, 0, 4), affine),
+  MatMul(ConstMatrix(nullptr, 2, 0),
+         PackedMatrix(ConstMatrix(nullptr, 0, 4), affine),
          Matrix(c.data(), 2, 4), affine);
   EXPECT_EQ(c, std::vector<float>({7, 8, 9, 10, 7, 8, 9, 10}));
   PackedMatrix moved(ConstMatrix(p, 3, 4), MatMulOptions());

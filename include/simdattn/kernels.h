@@ -85,6 +85,19 @@ class PackedMatrix;
 // bound). Deterministic for any thread count.
 SIMDATTN_API void MatMul(ConstMatrix a, const PackedMatrix& b, Matrix c,
                          const MatMulOptions& options = {});
+// The same with bf16 activations (an engine's bf16 residual stream): A in
+// bf16, widened exactly (one pass over A into scratch), and/or C in bf16:
+// the float32 result, beta C read from C's bf16, rounded to nearest even
+// once. The bits are those of the float A and C overload over A widened,
+// then rounded.
+SIMDATTN_API void MatMul(MatrixView<const BFloat16> a, const PackedMatrix& b,
+                         Matrix c, const MatMulOptions& options = {});
+SIMDATTN_API void MatMul(ConstMatrix a, const PackedMatrix& b,
+                         MatrixView<BFloat16> c,
+                         const MatMulOptions& options = {});
+SIMDATTN_API void MatMul(MatrixView<const BFloat16> a, const PackedMatrix& b,
+                         MatrixView<BFloat16> c,
+                         const MatMulOptions& options = {});
 
 // op(B) of MatMul prepared once for many products (weights: an engine's
 // linear layers), in the form its kernel on the active target reads:

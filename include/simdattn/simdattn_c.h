@@ -244,13 +244,24 @@ SIMDATTN_API simdattn_status simdattn_matmul_pack(
 /* Releases a packed matrix; NULL does nothing. */
 SIMDATTN_API void simdattn_packed_matrix_destroy(simdattn_packed_matrix* b);
 
-/* simdattn_matmul over a packed op(B): options->transpose_b and ->compute
- * must be those it was packed with, and the active target that of packing
- * (else an error: pack again); alpha, beta and bias are this call's. The
- * bits are simdattn_matmul's where it takes the same kernel (kernels.h). */
+/* The same, writable. */
+typedef struct simdattn_typed_matrix {
+  void* data;
+  size_t rows, cols, stride;
+  int32_t type;
+  int32_t reserved; /* 0 */
+} simdattn_typed_matrix;
+
+/* simdattn_matmul over a packed op(B), A and C each in float32 or bf16
+ * (SIMDATTN_F32, the zero value, or SIMDATTN_BF16: bf16 A widened exactly,
+ * bf16 C rounded once from the float32 result): options->transpose_b and
+ * ->compute must be those B was packed with, and the active target that of
+ * packing (else an error: pack again); alpha, beta and bias are this
+ * call's. The bits are simdattn_matmul's where it takes the same kernel
+ * (kernels.h). */
 SIMDATTN_API simdattn_status simdattn_matmul_packed(
-    simdattn_const_matrix a, const simdattn_packed_matrix* b, simdattn_matrix c,
-    const simdattn_matmul_options* options);
+    simdattn_const_typed_matrix a, const simdattn_packed_matrix* b,
+    simdattn_typed_matrix c, const simdattn_matmul_options* options);
 
 /* MatMul on every (i0, i1) matrix: C[i0, i1] = A[i0, i1] * op(B[i0', j1]),
  * j1 = i1 / (A.dims[1] / B.dims[1]) (grouped-query heads), i0' = 0 when

@@ -592,15 +592,43 @@ simdattn_status simdattn_matmul_pack(simdattn_const_typed_matrix b,
 
 void simdattn_packed_matrix_destroy(simdattn_packed_matrix* b) { delete b; }
 
-simdattn_status simdattn_matmul_packed(simdattn_const_matrix a,
+simdattn_status simdattn_matmul_packed(simdattn_const_typed_matrix a,
                                        const simdattn_packed_matrix* b,
-                                       simdattn_matrix c,
+                                       simdattn_typed_matrix c,
                                        const simdattn_matmul_options* options) {
   constexpr const char* kFn = "simdattn_matmul_packed";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(b, kFn, "b");
-    simdattn::MatMul(simdattn::View(a), b->matrix, simdattn::View(c),
-                     simdattn::ToOptions(options, kFn));
+    SIMDATTN_REQUIRE(a.reserved == 0 && c.reserved == 0, kFn, "a.reserved (",
+                     a.reserved, ") and c.reserved (", c.reserved,
+                     ") must be 0");
+    for (const auto& [name, type] :
+         {std::pair{"a.type", a.type}, std::pair{"c.type", c.type}}) {
+      SIMDATTN_REQUIRE(type == SIMDATTN_F32 || type == SIMDATTN_BF16, kFn, name,
+                       " (", type,
+                       ") is neither SIMDATTN_F32 nor SIMDATTN_BF16");
+    }
+    const simdattn::MatMulOptions opt = simdattn::ToOptions(options, kFn);
+    const auto product = [&](auto a_view) {
+      if (c.type == SIMDATTN_BF16) {
+        return simdattn::MatMul(a_view, b->matrix,
+                                simdattn::MatrixView<simdattn::BFloat16>(
+                                    static_cast<simdattn::BFloat16*>(c.data),
+                                    c.rows, c.cols, c.stride),
+                                opt);
+      }
+      simdattn::MatMul(a_view, b->matrix,
+                       simdattn::Matrix(static_cast<float*>(c.data), c.rows,
+                                        c.cols, c.stride),
+                       opt);
+    };
+    if (a.type == SIMDATTN_BF16) {
+      return product(simdattn::MatrixView<const simdattn::BFloat16>(
+          static_cast<const simdattn::BFloat16*>(a.data), a.rows, a.cols,
+          a.stride));
+    }
+    product(simdattn::ConstMatrix(static_cast<const float*>(a.data), a.rows,
+                                  a.cols, a.stride));
   });
 }
 

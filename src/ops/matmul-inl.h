@@ -1193,6 +1193,24 @@ inline void MatMulF16Impl(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
   MatMulOf(a, b, c, opt);
 }
 
+// a's rows widened exactly into `out`, dense (bf16 activations).
+inline void WidenRowsImpl(MatrixView<const BFloat16> a, float* out) {
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 1> d1;
+  const size_t N = hn::Lanes(d), K = a.cols;
+  internal::ParallelFor(0, a.rows, 16, [&](size_t first, size_t last) {
+    for (size_t r = first; r < last; ++r) {
+      const BFloat16* row = a.Row(r);
+      float* dst = out + r * K;
+      size_t k = 0;
+      for (; k + N <= K; k += N) {
+        hn::StoreU(matmul_detail::LoadB(d, row, k), d, dst + k);
+      }
+      for (; k < K; ++k) dst[k] = hn::GetLane(matmul_detail::LoadB(d1, row, k));
+    }
+  });
+}
+
 // Same-target batched product over (i0, i1); B may have fewer heads.
 inline void BatchedMatMulImpl(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
                               const MatMulOptions& opt) {

@@ -7,6 +7,7 @@
 #include "simdattn/kernels.h"
 #include "simdattn/targets.h"
 #include "src/common/check.h"
+#include "src/common/scratch.h"
 #include "src/ops/kv_store.h"
 #include "src/ops/matmul_bf16.h"
 #include "src/ops/packed_matrix.h"
@@ -24,6 +25,7 @@ HWY_EXPORT(MatMulImpl);
 HWY_EXPORT(MatMulBF16Impl);
 HWY_EXPORT(MatMulF16Impl);
 HWY_EXPORT(BatchedMatMulImpl);
+HWY_EXPORT(WidenRowsImpl);
 
 namespace {
 
@@ -217,8 +219,12 @@ bool PackedMatrix::current() const {
           impl_->kernel == internal::ChosenBFloat16DotKernel());
 }
 
-void MatMul(ConstMatrix a, const PackedMatrix& b, Matrix c,
-            const MatMulOptions& options) {
+namespace {
+
+// Validates a product over a packed B; false: nothing to compute.
+template <typename TA, typename TC>
+bool CheckPackedMatMul(MatrixView<const TA> a, const PackedMatrix& b,
+                       MatrixView<TC> c, const MatMulOptions& options) {
   constexpr const char* kFn = "MatMul";
   SIMDATTN_REQUIRE(a.cols == b.rows(), kFn, "inner dimensions differ: A is ",
                    a.rows, " x ", a.cols, " but the packed op(B) is ", b.rows(),
@@ -241,7 +247,46 @@ void MatMul(ConstMatrix a, const PackedMatrix& b, Matrix c,
   const Footprint rc = internal::CheckMatrix(kFn, "C", c);
   SIMDATTN_REQUIRE(!rc.Overlaps(ra), kFn, "C overlaps A");
   CheckBias(kFn, options.bias, c.cols, rc);
-  if (c.empty()) return;
+  return !c.empty();
+}
+
+// bf16 rows widened exactly into `out`, dense.
+ConstMatrix Widened(MatrixView<const BFloat16> m, float* out) {
+  HWY_DYNAMIC_DISPATCH(WidenRowsImpl)(m, out);
+  return ConstMatrix(out, m.rows, m.cols);
+}
+
+// A or C in bf16 (validated): A widened into scratch, C computed in float
+// scratch (from its old values where beta reads them), then rounded.
+template <typename TA, typename TC>
+void ActivationsProduct(MatrixView<const TA> a, const PackedMatrix& b,
+                        MatrixView<TC> c, const MatMulOptions& options) {
+  if (!CheckPackedMatMul(a, b, c, options)) return;
+  internal::ScratchBuffer a32(std::is_same_v<TA, float> ? 0 : a.rows * a.cols);
+  ConstMatrix a_wide;
+  if constexpr (std::is_same_v<TA, float>) {
+    a_wide = a;
+  } else {
+    a_wide = Widened(a, a32.data());
+  }
+  if constexpr (std::is_same_v<TC, float>) {
+    return MatMul(a_wide, b, c, options);
+  } else {
+    internal::ScratchBuffer c32(c.rows * c.cols);
+    const Matrix c_wide(c32.data(), c.rows, c.cols);
+    if (options.beta != 0.0f)
+      Widened(MatrixView<const BFloat16>(c), c32.data());
+    MatMul(a_wide, b, c_wide, options);
+    internal::StoreKVRows(KVType::kBF16, c_wide, c.data, c.stride, nullptr,
+                          1.0f, nullptr, 0);
+  }
+}
+
+}  // namespace
+
+void MatMul(ConstMatrix a, const PackedMatrix& b, Matrix c,
+            const MatMulOptions& options) {
+  if (!CheckPackedMatMul(a, b, c, options)) return;
   if (a.cols == 0) {  // No product: C = beta C + bias.
     MatMulOptions affine = options;
     affine.transpose_b = Transpose::kNo;
@@ -252,6 +297,19 @@ void MatMul(ConstMatrix a, const PackedMatrix& b, Matrix c,
   }
   b.impl_->VisitStored(
       [&](auto stored) { Float32Product(a, stored, c, options); });
+}
+
+void MatMul(MatrixView<const BFloat16> a, const PackedMatrix& b, Matrix c,
+            const MatMulOptions& options) {
+  ActivationsProduct(a, b, c, options);
+}
+void MatMul(ConstMatrix a, const PackedMatrix& b, MatrixView<BFloat16> c,
+            const MatMulOptions& options) {
+  ActivationsProduct(a, b, c, options);
+}
+void MatMul(MatrixView<const BFloat16> a, const PackedMatrix& b,
+            MatrixView<BFloat16> c, const MatMulOptions& options) {
+  ActivationsProduct(a, b, c, options);
 }
 
 void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,
