@@ -296,6 +296,17 @@ static float RoundBF16(float x) {
   return x;
 }
 
+/* x[0, n) rounded to bf16 in place, their bits in out. */
+static void ToBF16Bits(float* x, uint16_t* out, size_t n) {
+  size_t i;
+  for (i = 0; i < n; ++i) {
+    uint32_t bits;
+    x[i] = RoundBF16(x[i]);
+    memcpy(&bits, &x[i], sizeof(bits));
+    out[i] = (uint16_t)(bits >> 16);
+  }
+}
+
 /* bf16 arithmetic: the float32 sum of the rounded operands' products. */
 static void TestBFloat16Compute(void) {
   float a[3 * 4], b[4 * 2], c[3 * 2];
@@ -342,13 +353,7 @@ static void TestPackedMatMul(void) {
   int compute;
   Fill(a, 12, 21);
   Fill(b, 8, 22);
-  for (k = 0; k < 8; ++k) {
-    float rounded = RoundBF16(b[k]);
-    uint32_t bits;
-    memcpy(&bits, &rounded, sizeof(bits));
-    b16[k] = (uint16_t)(bits >> 16);
-    b[k] = rounded;
-  }
+  ToBF16Bits(b, b16, 8);
   typed.data = b16;
   a_typed.data = a;
   c_typed.data = c;
@@ -381,13 +386,7 @@ static void TestPackedMatMul(void) {
   CHECK_ERROR(simdattn_matmul_packed(a_typed, NULL, c_typed, &options), INVALID,
               "b");
   /* bf16 A and C: A's bf16 values, C rounded once. */
-  for (k = 0; k < 12; ++k) {
-    float rounded = RoundBF16(a[k]);
-    uint32_t bits;
-    memcpy(&bits, &rounded, sizeof(bits));
-    a16[k] = (uint16_t)(bits >> 16);
-    a[k] = rounded;
-  }
+  ToBF16Bits(a, a16, 12);
   a_typed.data = a16;
   a_typed.type = SIMDATTN_BF16;
   c_typed.data = c16;

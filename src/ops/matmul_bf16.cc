@@ -271,14 +271,12 @@ bool FewRows(Matrix c) {
   return c.rows < kMinNativeRows && policy == BFloat16DotPolicy::kAuto;
 }
 
+#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
 // Pairs along K on x86: rounded up to kPairBlock (AMX reads whole tiles).
 size_t X86Pairs(size_t k) {
-#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
   return hwy::RoundUpTo(hwy::DivCeil(k, 2), kPairBlock);
-#else
-  return hwy::DivCeil(k, 2);
-#endif
 }
+#endif
 
 // The native x86 kernels over A packed here and op(B) packed in `b_pairs`
 // (panels of kPanel columns, k2 pairs).
@@ -362,17 +360,20 @@ void MatMulBFloat16(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
 template <typename TB>
 void PackBFloat16Pairs(MatrixView<const TB> b, PackedMatrix::Impl* out) {
   const bool transposed = out->transpose_b == Transpose::kYes;
-  // The generic rounding: packing is done once.
+#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
+  // Float rows of B^T by the per-call path's conversion (vcvtne2ps2bf16,
+  // which also flushes subnormal floats): the same pairs, the same bits.
+  constexpr size_t kColumns = kPanel;
+  out->k2 = X86Pairs(out->rows);
+  const auto& pack_row = PairsOfRow;
+#else
+  // BFCVTN rounds as the scalar conversion does.
+  constexpr size_t kColumns = kBfdotPanel;
+  out->k2 = BfdotPairs(out->rows);
   const auto pack_row = [](const float* row, size_t k, size_t k2,
                            uint32_t* pairs) {
     PairsOfElements(row, k, k2, pairs);
   };
-#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
-  constexpr size_t kColumns = kPanel;
-  out->k2 = X86Pairs(out->rows);
-#else
-  constexpr size_t kColumns = kBfdotPanel;
-  out->k2 = BfdotPairs(out->rows);
 #endif
   out->pairs.resize(hwy::DivCeil(out->cols, kColumns) * out->k2 * kColumns);
   PackPairPanels<kColumns>(b, out->cols, transposed, out->k2, pack_row,
