@@ -51,7 +51,9 @@ struct ForwardOptions {
   Tensor4 attention_weights;
   // kBFloat16: the projections and attention in bf16 arithmetic (MatMul's
   // and ScaledDotProductAttention's kBFloat16); ForwardStep then needs a
-  // bf16 cache. kInt8 (ForwardStep over a q8_0 or q4_0 cache): float32
+  // bf16 cache. The first such call on a target packs the projections for
+  // it (a PackedMatrix per matrix, 2 bytes per weight, kept until the
+  // weights change). kInt8 (ForwardStep over a q8_0 or q4_0 cache): float32
   // projections, attention's kInt8 scores.
   ComputeType compute = ComputeType::kFloat32;
 };
@@ -304,7 +306,7 @@ class SIMDATTN_API AttentionModule {
   void LoadStateDict(const StateDict& state_dict,
                      const LoadOptions& options = {});
   // The type the projection matrices are held in, and the bytes of every
-  // weight (biases and sinks are always float).
+  // weight (biases and sinks are always float; packed forms not counted).
   DType weight_dtype() const;
   size_t weight_bytes() const;
   // The names and shapes LoadStateDict expects (buffers included).
