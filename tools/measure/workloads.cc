@@ -90,29 +90,32 @@ class SimdattnMatMul : public Workload {
     const size_t copies =
         s.cold ? std::max<size_t>(2, MatMulShape::kColdBytes / (bytes + 1)) : 1;
     for (size_t i = 0; i < copies; ++i) {
-      b_.push_back(
-          std::make_unique<StoredB>(ops_.b.data(), rows, cols, s.b_storage));
+      auto stored =
+          std::make_unique<StoredB>(ops_.b.data(), rows, cols, s.b_storage);
       if (s.packed) {
-        packed_.push_back(b_.back()->Pack(options_));
-        b_.back().reset();  // Only the packed copy stays.
+        packed_.push_back(stored->Pack(options_));
+      } else {
+        b_.push_back(std::move(stored));
       }
     }
   }
   void Run() override {
     if (packed_.empty()) {
       b_[next_]->Multiply(a_, c_, options_);
+      next_ = (next_ + 1) % b_.size();
     } else {
       MatMul(a_, packed_[next_], c_, options_);
+      next_ = (next_ + 1) % packed_.size();
     }
-    next_ = (next_ + 1) % b_.size();
   }
   std::string Impl() const override { return ActiveTarget(); }
 
  private:
   MatMulOperands ops_;
   ConstMatrix a_;
-  std::vector<std::unique_ptr<StoredB>> b_;  // One, or the cold copies.
-  std::vector<PackedMatrix> packed_;         // Or those packed (_packed).
+  // One B, or the cold copies; with _packed, packed instead.
+  std::vector<std::unique_ptr<StoredB>> b_;
+  std::vector<PackedMatrix> packed_;
   size_t next_ = 0;
   Matrix c_;
   MatMulOptions options_;
