@@ -388,62 +388,83 @@ TEST_P(MatMulTest, PackedBMeetsTheBoundAndMatMulsBits) {
 
 // bf16 activations over a packed B: A in bf16 gives the bits of its widened
 // values; C in bf16 those of the float32 result (beta reading C's bf16
-// values) rounded once; both arithmetics, strided, alpha, beta, bias.
+// values) rounded once; both arithmetics, strided, alpha, beta, bias; on
+// every bf16 kernel, with A's pairs read where they lie (even K and stride,
+// 4-byte aligned) and copied (odd K, odd stride, 2-byte aligned).
 TEST_P(MatMulTest, PackedBWithBFloat16Activations) {
-  const size_t m = 19, k = 70, n = 45, lda = k + 3, ldc = n + 2;
-  const std::vector<float> a = test::RandomVector(m * lda, 71);
-  const std::vector<float> b = test::RandomVector(n * k, 72);
+  using internal::BFloat16DotPolicy;
+  const size_t m = 19, n = 45, ldc = n + 2;
+  const std::vector<float> b = test::RandomVector(n * 70, 72);
   const std::vector<float> bias = test::RandomVector(n, 73);
-  std::vector<BFloat16> a16(a.size()), c16(m * ldc);
-  std::vector<float> a_wide(a.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    a16[i] = ToBFloat16(a[i]);
-    a_wide[i] = ToFloat(a16[i]);
-  }
-  for (const ComputeType compute :
-       {ComputeType::kFloat32, ComputeType::kBFloat16}) {
-    MatMulOptions options;
-    options.transpose_b = Transpose::kYes;
-    options.compute = compute;
-    options.alpha = 0.5f;
-    options.beta = 2.0f;
-    options.bias = bias.data();
-    const PackedMatrix packed(ConstMatrix(b.data(), n, k), options);
-    const std::vector<float> c0 = test::RandomVector(m * ldc, 74);
-    for (size_t i = 0; i < c16.size(); ++i) c16[i] = ToBFloat16(c0[i]);
-    std::vector<float> want(m * ldc), got = c0;
-    for (size_t i = 0; i < want.size(); ++i) want[i] = ToFloat(c16[i]);
-    // Float C from bf16 A.
-    std::vector<float> float_c = c0;
-    MatMul(ConstMatrix(a_wide.data(), m, k, lda), packed,
-           Matrix(float_c.data(), m, n, ldc), options);
-    MatMul(MatrixView<const BFloat16>(a16.data(), m, k, lda), packed,
-           Matrix(got.data(), m, n, ldc), options);
-    ASSERT_EQ(got, float_c) << static_cast<int>(compute);
-    // bf16 C from bf16 A, and from float A.
-    MatMul(ConstMatrix(a_wide.data(), m, k, lda), packed,
-           Matrix(want.data(), m, n, ldc), options);
-    for (const bool bf16_a : {true, false}) {
-      std::vector<BFloat16> c = c16;
-      if (bf16_a) {
-        MatMul(MatrixView<const BFloat16>(a16.data(), m, k, lda), packed,
-               MatrixView<BFloat16>(c.data(), m, n, ldc), options);
-      } else {
-        MatMul(ConstMatrix(a_wide.data(), m, k, lda), packed,
-               MatrixView<BFloat16>(c.data(), m, n, ldc), options);
-      }
-      for (size_t i = 0; i < m; ++i) {
-        for (size_t j = 0; j < ldc; ++j) {
-          const uint16_t expected = j < n ? ToBFloat16(want[i * ldc + j]).bits
-                                          : c16[i * ldc + j].bits;
-          ASSERT_EQ(c[i * ldc + j].bits, expected)
-              << i << " " << j << " compute " << static_cast<int>(compute)
-              << " bf16 A " << bf16_a;
+  struct ACase {
+    size_t k, lda, offset;
+  };
+  for (const ACase& ac : {ACase{70, 73, 0}, ACase{70, 72, 0}, ACase{70, 72, 1},
+                          ACase{69, 70, 0}}) {
+    const size_t k = ac.k, lda = ac.lda;
+    const std::vector<float> a = test::RandomVector(m * lda + 1, 71);
+    std::vector<BFloat16> a16_data(a.size()), c16(m * ldc);
+    std::vector<float> a_wide(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      a16_data[i] = ToBFloat16(a[i]);
+      a_wide[i] = ToFloat(a16_data[i]);
+    }
+    const BFloat16* a16 = a16_data.data() + ac.offset;
+    const float* a32 = a_wide.data() + ac.offset;
+    const auto check = [&](ComputeType compute) {
+      SCOPED_TRACE(testing::Message()
+                   << "K " << k << " lda " << lda << " offset " << ac.offset
+                   << " compute " << static_cast<int>(compute) << " kernel "
+                   << BFloat16DotKernel());
+      MatMulOptions options;
+      options.transpose_b = Transpose::kYes;
+      options.compute = compute;
+      options.alpha = 0.5f;
+      options.beta = 2.0f;
+      options.bias = bias.data();
+      const PackedMatrix packed(ConstMatrix(b.data(), n, k, 70), options);
+      const std::vector<float> c0 = test::RandomVector(m * ldc, 74);
+      for (size_t i = 0; i < c16.size(); ++i) c16[i] = ToBFloat16(c0[i]);
+      std::vector<float> want(m * ldc), got = c0;
+      for (size_t i = 0; i < want.size(); ++i) want[i] = ToFloat(c16[i]);
+      // Float C from bf16 A.
+      std::vector<float> float_c = c0;
+      MatMul(ConstMatrix(a32, m, k, lda), packed,
+             Matrix(float_c.data(), m, n, ldc), options);
+      MatMul(MatrixView<const BFloat16>(a16, m, k, lda), packed,
+             Matrix(got.data(), m, n, ldc), options);
+      ASSERT_EQ(got, float_c);
+      // bf16 C from bf16 A, and from float A.
+      MatMul(ConstMatrix(a32, m, k, lda), packed,
+             Matrix(want.data(), m, n, ldc), options);
+      for (const bool bf16_a : {true, false}) {
+        std::vector<BFloat16> c = c16;
+        if (bf16_a) {
+          MatMul(MatrixView<const BFloat16>(a16, m, k, lda), packed,
+                 MatrixView<BFloat16>(c.data(), m, n, ldc), options);
+        } else {
+          MatMul(ConstMatrix(a32, m, k, lda), packed,
+                 MatrixView<BFloat16>(c.data(), m, n, ldc), options);
+        }
+        for (size_t i = 0; i < m; ++i) {
+          for (size_t j = 0; j < ldc; ++j) {
+            const uint16_t expected = j < n ? ToBFloat16(want[i * ldc + j]).bits
+                                            : c16[i * ldc + j].bits;
+            ASSERT_EQ(c[i * ldc + j].bits, expected)
+                << i << " " << j << " bf16 A " << bf16_a;
+          }
         }
       }
-    }
+    };
+    check(ComputeType::kFloat32);
+    test::ForEachBFloat16DotPolicy(
+        {BFloat16DotPolicy::kAuto, BFloat16DotPolicy::kDotProduct,
+         BFloat16DotPolicy::kFallback},
+        [&](BFloat16DotPolicy) { check(ComputeType::kBFloat16); });
   }
   // C may not overlap A, whatever their types.
+  const size_t k = 70;
+  std::vector<BFloat16> a16(2 * k);
   MatMulOptions options;
   const PackedMatrix packed(ConstMatrix(b.data(), k, 1), options);
   ExpectInvalid(

@@ -51,9 +51,10 @@ void PairsOfElements(const T* x, size_t n, size_t pairs, uint32_t* out) {
 
 // A's rows [0, rows) as k2 pairs each, row m at out + m * k2 (rows past
 // a.rows zero), in parallel. pack_row(row, K, k2, out) writes a row of K
-// floats as k2 pairs, zero-padded: the kernel's vector conversion.
-template <typename PackRow>
-void PackPairRows(ConstMatrix a, size_t k2, size_t rows,
+// elements as k2 pairs, zero-padded: for float rows, the kernel's vector
+// conversion.
+template <typename T, typename PackRow>
+void PackPairRows(MatrixView<const T> a, size_t k2, size_t rows,
                   const PackRow& pack_row, uint32_t* out) {
   ParallelFor(0, rows, 16, [&](size_t first, size_t last) {
     for (size_t m = first; m < last; ++m) {
@@ -104,32 +105,69 @@ void PackPairPanels(MatrixView<const TB> b, size_t n, bool transposed,
   });
 }
 
-// The operands as the kernels read them: A's rows of k2 pairs, op(B)'s
-// panels (PackPairRows', PackPairPanels' layouts).
+// The operands as the kernels read them: A's rows of pairs, a_stride
+// apart (PairRows), op(B)'s panels of k2 pairs (PackPairPanels' layout).
+// The dot-product kernels sum `pairs` = ceil(K / 2) of them; B's pairs past
+// those are zero.
 template <size_t kPanel>
 struct PairOperands {
   const uint32_t* a;
+  size_t a_stride;
   const uint32_t* b;
-  size_t k2, panels;
-  const uint32_t* Row(size_t m) const { return a + m * k2; }
+  size_t k2, pairs, panels;
+  const uint32_t* Row(size_t m) const { return a + m * a_stride; }
   const uint32_t* Panel(size_t p) const { return b + p * k2 * kPanel; }
 };
 
-// A's `rows` rows (padded with zeros) packed into pooled scratch, in the
-// layout of PackPairRows.
+// Pair p of a row of A's pairs, by memcpy: the row may be bf16 objects
+// read in place (PairRows).
+inline uint32_t PairAt(const uint32_t* row, size_t p) {
+  uint32_t pair;
+  std::memcpy(&pair, row + p, sizeof(pair));
+  return pair;
+}
+
+// A's rows as pairs: `pairs` per row and `rows` rows (zeros past A's).
+// Float rows are packed by pack_row into pooled scratch. bf16 rows are read
+// in place where their bytes are the pairs (even K and stride, 4-byte
+// aligned) and no padding is asked for; otherwise copied likewise.
 class PairRows {
  public:
   template <typename PackRow>
-  PairRows(ConstMatrix a, size_t k2, size_t rows, const PackRow& pack_row)
-      : scratch_(rows * k2) {
-    PackPairRows(a, k2, rows, pack_row, data());
+  PairRows(ConstMatrix a, size_t pairs, size_t rows, const PackRow& pack_row)
+      : scratch_(rows * pairs), rows_(Packed()), stride_(pairs) {
+    PackPairRows(a, pairs, rows, pack_row, Packed());
   }
-  uint32_t* data() const {
+  PairRows(MatrixView<const BFloat16> a, size_t pairs, size_t rows)
+      : scratch_(InPlace(a, pairs, rows) ? 0 : rows * pairs) {
+    if (InPlace(a, pairs, rows)) {
+      rows_ = reinterpret_cast<const uint32_t*>(a.data);
+      stride_ = a.stride / 2;
+      return;
+    }
+    rows_ = Packed();
+    stride_ = pairs;
+    PackPairRows(a, pairs, rows, PairsOfElements<BFloat16>, Packed());
+  }
+  const uint32_t* data() const { return rows_; }
+  size_t stride() const { return stride_; }  // In pairs.
+
+ private:
+  static bool InPlace(MatrixView<const BFloat16> a, size_t pairs, size_t rows) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return rows == a.rows && 2 * pairs == a.cols && a.stride % 2 == 0 &&
+           reinterpret_cast<uintptr_t>(a.data) % sizeof(uint32_t) == 0;
+#else
+    return false;
+#endif
+  }
+  uint32_t* Packed() const {
     return reinterpret_cast<uint32_t*>(scratch_.data());
   }
 
- private:
   ScratchBuffer scratch_;
+  const uint32_t* rows_;
+  size_t stride_;
 };
 
 }  // namespace internal

@@ -256,30 +256,18 @@ ConstMatrix Widened(MatrixView<const BFloat16> m, float* out) {
   return ConstMatrix(out, m.rows, m.cols);
 }
 
-// A or C in bf16 (validated): A widened into scratch, C computed in float
-// scratch (from its old values where beta reads them), then rounded.
-template <typename TA, typename TC>
-void ActivationsProduct(MatrixView<const TA> a, const PackedMatrix& b,
-                        MatrixView<TC> c, const MatMulOptions& options) {
+// C in bf16: computed in float scratch (from its old values where beta
+// reads them) by the float-C overload for A, then rounded.
+template <typename TA>
+void BFloat16CProduct(MatrixView<const TA> a, const PackedMatrix& b,
+                      MatrixView<BFloat16> c, const MatMulOptions& options) {
   if (!CheckPackedMatMul(a, b, c, options)) return;
-  internal::ScratchBuffer a32(std::is_same_v<TA, float> ? 0 : a.rows * a.cols);
-  ConstMatrix a_wide;
-  if constexpr (std::is_same_v<TA, float>) {
-    a_wide = a;
-  } else {
-    a_wide = Widened(a, a32.data());
-  }
-  if constexpr (std::is_same_v<TC, float>) {
-    return MatMul(a_wide, b, c, options);
-  } else {
-    internal::ScratchBuffer c32(c.rows * c.cols);
-    const Matrix c_wide(c32.data(), c.rows, c.cols);
-    if (options.beta != 0.0f)
-      Widened(MatrixView<const BFloat16>(c), c32.data());
-    MatMul(a_wide, b, c_wide, options);
-    internal::StoreKVRows(KVType::kBF16, c_wide, c.data, c.stride, nullptr,
-                          1.0f, nullptr, 0);
-  }
+  internal::ScratchBuffer c32(c.rows * c.cols);
+  const Matrix c_wide(c32.data(), c.rows, c.cols);
+  if (options.beta != 0.0f) Widened(MatrixView<const BFloat16>(c), c32.data());
+  MatMul(a, b, c_wide, options);
+  internal::StoreKVRows(KVType::kBF16, c_wide, c.data, c.stride, nullptr, 1.0f,
+                        nullptr, 0);
 }
 
 }  // namespace
@@ -299,17 +287,26 @@ void MatMul(ConstMatrix a, const PackedMatrix& b, Matrix c,
       [&](auto stored) { Float32Product(a, stored, c, options); });
 }
 
+// bf16 A: the native kernels read its pairs (in place where they can);
+// otherwise it is widened into scratch. Either way the bits of MatMul over
+// A's widened values.
 void MatMul(MatrixView<const BFloat16> a, const PackedMatrix& b, Matrix c,
             const MatMulOptions& options) {
-  ActivationsProduct(a, b, c, options);
+  if (!CheckPackedMatMul(a, b, c, options)) return;
+  if (a.cols != 0 && options.compute == ComputeType::kBFloat16 &&
+      internal::MatMulBFloat16(a, *b.impl_, c, options)) {
+    return;
+  }
+  internal::ScratchBuffer a32(a.rows * a.cols);
+  MatMul(Widened(a, a32.data()), b, c, options);
 }
 void MatMul(ConstMatrix a, const PackedMatrix& b, MatrixView<BFloat16> c,
             const MatMulOptions& options) {
-  ActivationsProduct(a, b, c, options);
+  BFloat16CProduct(a, b, c, options);
 }
 void MatMul(MatrixView<const BFloat16> a, const PackedMatrix& b,
             MatrixView<BFloat16> c, const MatMulOptions& options) {
-  ActivationsProduct(a, b, c, options);
+  BFloat16CProduct(a, b, c, options);
 }
 
 void BatchedMatMul(ConstTensor4 a, ConstTensor4 b, Tensor4 c,

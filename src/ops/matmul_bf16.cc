@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -124,22 +125,22 @@ constexpr size_t kRowBlock = 16 * kRows;
 
 template <size_t R>
 SIMDATTN_BF16_TARGET void MicroKernel(const uint32_t* a, size_t a_stride,
-                                      const uint32_t* panel, size_t k2,
+                                      const uint32_t* panel, size_t pairs,
                                       float* c, size_t ldc, size_t cols,
                                       const Epilogue& epilogue) {
   __m512 acc[R][4];
   for (size_t r = 0; r < R; ++r) {
     for (size_t v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
   }
-  for (size_t p = 0; p < k2; ++p) {
+  for (size_t p = 0; p < pairs; ++p) {
     const float* bp = reinterpret_cast<const float*>(panel + p * kPanel);
     const __m512bh b0 = (__m512bh)_mm512_loadu_ps(bp);
     const __m512bh b1 = (__m512bh)_mm512_loadu_ps(bp + 16);
     const __m512bh b2 = (__m512bh)_mm512_loadu_ps(bp + 32);
     const __m512bh b3 = (__m512bh)_mm512_loadu_ps(bp + 48);
     for (size_t r = 0; r < R; ++r) {
-      const __m512bh ar =
-          (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * a_stride + p]));
+      const __m512bh ar = (__m512bh)_mm512_set1_epi32(
+          static_cast<int>(PairAt(a + r * a_stride, p)));
       acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
       acc[r][2] = _mm512_dpbf16_ps(acc[r][2], ar, b2);
@@ -153,7 +154,7 @@ SIMDATTN_BF16_TARGET void MicroKernel(const uint32_t* a, size_t a_stride,
 // K / 2 x 64 pairs (96 KiB at K = 768).
 SIMDATTN_BF16_TARGET void DotProducts(const Operands& packed, Matrix c,
                                       const MatMulOptions& opt) {
-  const size_t M = c.rows, N = c.cols, k2 = packed.k2;
+  const size_t M = c.rows, N = c.cols;
   const size_t row_blocks = hwy::DivCeil(M, kRowBlock);
   ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
     for (size_t task = first; task < last; ++task) {
@@ -165,10 +166,10 @@ SIMDATTN_BF16_TARGET void DotProducts(const Operands& packed, Matrix c,
       for (size_t m = m0; m < m_end; m += kRows) {
         float* out = c.Row(m) + n0;
         switch (std::min(kRows, m_end - m)) {
-#define SIMDATTN_BF16_ROWS(R)                                             \
-  case R:                                                                 \
-    MicroKernel<R>(packed.Row(m), k2, packed.Panel(p), k2, out, c.stride, \
-                   cols, epilogue);                                       \
+#define SIMDATTN_BF16_ROWS(R)                                       \
+  case R:                                                           \
+    MicroKernel<R>(packed.Row(m), packed.a_stride, packed.Panel(p), \
+                   packed.pairs, out, c.stride, cols, epilogue);    \
     break;
           SIMDATTN_BF16_ROWS(1)
           SIMDATTN_BF16_ROWS(2)
@@ -203,8 +204,8 @@ SIMDATTN_BF16_TARGET void TileTasks(const Operands& packed, Matrix c,
     const Epilogue epilogue{opt,
                             opt.bias != nullptr ? opt.bias + col : nullptr};
     for (size_t m0 = m_begin; m0 < m_end; m0 += kTileRows) {
-      AmxProduct(packed.Row(m0), k2, packed.Panel(p), kPanel, kTileRows, kPanel,
-                 k2, &block[0][0], kPanel);
+      AmxProduct(packed.Row(m0), packed.a_stride, packed.Panel(p), kPanel,
+                 kTileRows, kPanel, k2, &block[0][0], kPanel);
       for (size_t r = 0; r < kTileRows && m0 + r < m_end; ++r) {
         const __m512 acc[4] = {
             _mm512_load_ps(block[r]), _mm512_load_ps(block[r] + 16),
@@ -278,17 +279,28 @@ size_t X86Pairs(size_t k) {
 }
 #endif
 
-// The native x86 kernels over A packed here and op(B) packed in `b_pairs`
-// (panels of kPanel columns, k2 pairs).
-void NativeProduct(BFloat16DotKernelKind kernel, ConstMatrix a,
+// The native x86 kernels over A (float or bf16) and op(B) packed in
+// `b_pairs` (panels of kPanel columns, k2 pairs). AMX reads A in whole
+// tiles (rows rounded up to 16, k2 pairs); vdpbf16ps its ceil(K / 2) pairs.
+template <typename TA>
+void NativeProduct(BFloat16DotKernelKind kernel, MatrixView<const TA> a,
                    const uint32_t* b_pairs, size_t k2, Matrix c,
                    const MatMulOptions& options) {
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
-  // A's rows rounded up to a tile: AMX reads whole tiles.
-  const PairRows a_pairs(a, k2, hwy::RoundUpTo(a.rows, kTileRows), PairsOfRow);
-  const Operands operands{a_pairs.data(), b_pairs, k2,
-                          hwy::DivCeil(c.cols, kPanel)};
-  if (kernel == BFloat16DotKernelKind::kAmx) return Tiles(operands, c, options);
+  const bool amx = kernel == BFloat16DotKernelKind::kAmx;
+  const size_t pairs = hwy::DivCeil(a.cols, 2);
+  const size_t a_pairs = amx ? k2 : pairs;
+  const size_t a_rows = amx ? hwy::RoundUpTo(a.rows, kTileRows) : a.rows;
+  std::optional<PairRows> rows;
+  if constexpr (std::is_same_v<TA, float>) {
+    rows.emplace(a, a_pairs, a_rows, PairsOfRow);
+  } else {
+    rows.emplace(a, a_pairs, a_rows);
+  }
+  const Operands operands{rows->data(), rows->stride(),
+                          b_pairs,      k2,
+                          pairs,        hwy::DivCeil(c.cols, kPanel)};
+  if (amx) return Tiles(operands, c, options);
   DotProducts(operands, c, options);
 #else
   (void)kernel, (void)a, (void)b_pairs, (void)k2, (void)c, (void)options;
@@ -393,6 +405,17 @@ void MatMulBFloat16(ConstMatrix a, const PackedMatrix::Impl& b, Matrix c,
     return BfdotProduct(a, b.pairs.data(), b.k2, c, options);
   }
   NativeProduct(b.kernel, a, b.pairs.data(), b.k2, c, options);
+}
+
+bool MatMulBFloat16(MatrixView<const BFloat16> a, const PackedMatrix::Impl& b,
+                    Matrix c, const MatMulOptions& options) {
+  if (!b.native()) return false;
+  if (b.kernel == BFloat16DotKernelKind::kBfdot) {
+    BfdotProduct(a, b.pairs.data(), b.k2, c, options);
+  } else {
+    NativeProduct(b.kernel, a, b.pairs.data(), b.k2, c, options);
+  }
+  return true;
 }
 
 }  // namespace internal

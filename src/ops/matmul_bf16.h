@@ -38,7 +38,7 @@ BFloat16DotKernelKind ChosenBFloat16DotKernel();
 // matmul_bf16_arm.cc: whether the CPU has FEAT_BF16 (false off aarch64
 // Linux), and MatMulBFloat16 on its BFDOT, arguments validated: over B
 // where it lies, or over op(B) packed as bf16_pairs.h's panels of
-// kBfdotPanel columns and BfdotPairs(K) pairs.
+// kBfdotPanel columns and BfdotPairs(K) pairs, A in float or bf16.
 bool BfdotUsable();
 void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
                  const MatMulOptions& options);
@@ -46,6 +46,8 @@ inline constexpr size_t kBfdotPanel = 16;
 size_t BfdotPairs(size_t k);
 void BfdotProduct(ConstMatrix a, const uint32_t* b_pairs, size_t k2, Matrix c,
                   const MatMulOptions& options);
+void BfdotProduct(MatrixView<const BFloat16> a, const uint32_t* b_pairs,
+                  size_t k2, Matrix c, const MatMulOptions& options);
 
 }  // namespace internal
 }  // namespace simdattn

@@ -66,7 +66,7 @@ SIMDATTN_BFDOT_TARGET void MicroKernel(const Operands& packed, size_t m,
     const bfloat16x8_t b3 = vreinterpretq_bf16_u32(vld1q_u32(bq + 12));
     for (size_t r = 0; r < R; ++r) {
       const bfloat16x8_t a =
-          vreinterpretq_bf16_u32(vdupq_n_u32(packed.Row(m + r)[q]));
+          vreinterpretq_bf16_u32(vdupq_n_u32(PairAt(packed.Row(m + r), q)));
       acc[r][0] = vbfdotq_f32(acc[r][0], a, b0);
       acc[r][1] = vbfdotq_f32(acc[r][1], a, b1);
       acc[r][2] = vbfdotq_f32(acc[r][2], a, b2);
@@ -95,11 +95,14 @@ bool BfdotUsable() {
 
 size_t BfdotPairs(size_t k) { return hwy::DivCeil(k, 2); }
 
-void BfdotProduct(ConstMatrix a, const uint32_t* b_pairs, size_t k2, Matrix c,
-                  const MatMulOptions& opt) {
-  const PairRows a_pairs(a, k2, a.rows, PackRow);
-  const Operands packed{a_pairs.data(), b_pairs, k2,
-                        hwy::DivCeil(c.cols, kPanel)};
+namespace {
+
+// C = alpha A op(B) + beta C + bias over A's pairs and op(B)'s panels (k2
+// pairs each).
+void BfdotTasks(const PairRows& a, const uint32_t* b_pairs, size_t k2, Matrix c,
+                const MatMulOptions& opt) {
+  const Operands packed{a.data(), a.stride(), b_pairs,
+                        k2,       k2,         hwy::DivCeil(c.cols, kPanel)};
   const size_t row_blocks = hwy::DivCeil(c.rows, kRowBlock);
   ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
     for (size_t task = first; task < last; ++task) {
@@ -128,6 +131,18 @@ void BfdotProduct(ConstMatrix a, const uint32_t* b_pairs, size_t k2, Matrix c,
   });
 }
 
+}  // namespace
+
+void BfdotProduct(ConstMatrix a, const uint32_t* b_pairs, size_t k2, Matrix c,
+                  const MatMulOptions& opt) {
+  BfdotTasks(PairRows(a, k2, a.rows, PackRow), b_pairs, k2, c, opt);
+}
+
+void BfdotProduct(MatrixView<const BFloat16> a, const uint32_t* b_pairs,
+                  size_t k2, Matrix c, const MatMulOptions& opt) {
+  BfdotTasks(PairRows(a, k2, a.rows), b_pairs, k2, c, opt);
+}
+
 void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
                  const MatMulOptions& opt) {
   const size_t k2 = BfdotPairs(a.cols);
@@ -148,6 +163,8 @@ namespace internal {
 bool BfdotUsable() { return false; }
 size_t BfdotPairs(size_t k) { return (k + 1) / 2; }
 void BfdotProduct(ConstMatrix, const uint32_t*, size_t, Matrix,
+                  const MatMulOptions&) {}
+void BfdotProduct(MatrixView<const BFloat16>, const uint32_t*, size_t, Matrix,
                   const MatMulOptions&) {}
 void MatMulBfdot(ConstMatrix, ConstMatrix, Matrix, const MatMulOptions&) {}
 }  // namespace internal

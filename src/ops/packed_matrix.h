@@ -60,6 +60,11 @@ template <typename TB>
 void PackBFloat16Pairs(MatrixView<const TB> b, PackedMatrix::Impl* out);
 void MatMulBFloat16(ConstMatrix a, const PackedMatrix::Impl& b, Matrix c,
                     const MatMulOptions& options);
+// bf16 A over a packed B on a native kernel (A's pairs read where they
+// lie when K and its stride are even); false, computing nothing, for the
+// fallback, whose caller widens A.
+bool MatMulBFloat16(MatrixView<const BFloat16> a, const PackedMatrix::Impl& b,
+                    Matrix c, const MatMulOptions& options);
 
 }  // namespace internal
 }  // namespace simdattn

@@ -160,7 +160,8 @@ bool ParseType(const std::string& flag, const char* prefix,
 std::string MatMulShape::Name() const {
   return Dims({m, k, n}) + (transpose_b ? "_Bt" : "") +
          TypeSuffix("_", b_storage) + (cold ? "_cold" : "") +
-         (bf16dot ? "_bf16dot" : "") + (packed ? "_packed" : "");
+         (bf16dot ? "_bf16dot" : "") + (packed ? "_packed" : "") +
+         (a_bf16 ? "_abf16" : "");
 }
 
 double MatMulShape::Flops() const {
@@ -339,8 +340,8 @@ const std::vector<AttentionShape>& StandardDecodeShapes() {
 
 MatMulShape ParseMatMulShape(const std::string& text) {
   constexpr const char* kForm =
-      "MxKxN with optional _Bt, _bf16 or _f16, _cold, _bf16dot, _packed "
-      "(e.g. 1024x64x1024_Bt)";
+      "MxKxN with optional _Bt, _bf16 or _f16, _cold, _bf16dot, _packed, "
+      "_abf16 (with _packed) (e.g. 1024x64x1024_Bt)";
   const Parsed p = Parse(text, kForm);
   if (p.dims.size() != 3) Fail(text, kForm);
   MatMulShape s{p.dims[0], p.dims[1], p.dims[2]};
@@ -356,10 +357,13 @@ MatMulShape ParseMatMulShape(const std::string& text) {
       s.bf16dot = true;
     } else if (flag == "packed" && !s.packed) {
       s.packed = true;
+    } else if (flag == "abf16" && !s.a_bf16) {
+      s.a_bf16 = true;
     } else {
       Fail(text, kForm);
     }
   }
+  if (s.a_bf16 && !s.packed) Fail(text, kForm);
   return s;
 }
 

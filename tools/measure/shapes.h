@@ -34,8 +34,12 @@ struct MatMulShape {
   // Flag "_packed": B packed beforehand (PackedMatrix), outside the timing,
   // as an engine holds its weights; simdattn only.
   bool packed = false;
+  // Flag "_abf16" (with "_packed"): A in bf16, converted outside the timing,
+  // as an engine's bf16 activations (oneDNN's A is bf16 with "_bf16dot").
+  bool a_bf16 = false;
 
-  // "MxKxN", then "_Bt", "_bf16" or "_f16", "_cold", "_bf16dot", "_packed".
+  // "MxKxN", then "_Bt", "_bf16" or "_f16", "_cold", "_bf16dot", "_packed",
+  // "_abf16".
   std::string Name() const;
   double Flops() const;  // 2 m n k.
 };

@@ -98,13 +98,22 @@ class SimdattnMatMul : public Workload {
         b_.push_back(std::move(stored));
       }
     }
+    if (s.a_bf16) {
+      a16_.resize(ops_.a.size());
+      for (size_t i = 0; i < a16_.size(); ++i) a16_[i] = ToBFloat16(ops_.a[i]);
+    }
   }
   void Run() override {
     if (packed_.empty()) {
       b_[next_]->Multiply(a_, c_, options_);
       next_ = (next_ + 1) % b_.size();
     } else {
-      MatMul(a_, packed_[next_], c_, options_);
+      if (a16_.empty()) {
+        MatMul(a_, packed_[next_], c_, options_);
+      } else {
+        MatMul(MatrixView<const BFloat16>(a16_.data(), a_.rows, a_.cols),
+               packed_[next_], c_, options_);
+      }
       next_ = (next_ + 1) % packed_.size();
     }
   }
@@ -116,6 +125,7 @@ class SimdattnMatMul : public Workload {
   // One B, or the cold copies; with _packed, packed instead.
   std::vector<std::unique_ptr<StoredB>> b_;
   std::vector<PackedMatrix> packed_;
+  std::vector<BFloat16> a16_;  // With _abf16: A rounded.
   size_t next_ = 0;
   Matrix c_;
   MatMulOptions options_;
