@@ -167,12 +167,14 @@ std::vector<double> OneTileBFloat16Reference(const Operands& r, double scale) {
 // result is that of OneTileBFloat16Reference up to float32 scores and exp
 // (a weight near a rounding boundary may round the other way: 2^-9 of it);
 // over any shape and mask, within P's rounding (2^-8 of sum w |v|,
-// |v| <= 1) of float64 attention over the rounded Q, K and V. Both on AMX
-// tiles where the CPU has them (the default) and on the float32 kernels.
+// |v| <= 1) of float64 attention over the rounded Q, K and V. On the
+// default kernel (AMX tiles where the CPU has them), on vdpbf16ps where it
+// has AVX512_BF16, and on the float32 kernels.
 TEST_P(AttentionTest, BFloat16ArithmeticRoundsOperandsAndWeights) {
   using internal::BFloat16DotPolicy;
   test::ForEachBFloat16DotPolicy(
-      {BFloat16DotPolicy::kAuto, BFloat16DotPolicy::kFallback},
+      {BFloat16DotPolicy::kAuto, BFloat16DotPolicy::kDotProduct,
+       BFloat16DotPolicy::kFallback},
       [&](BFloat16DotPolicy policy) {
         uint64_t seed = 300;
         for (const Shape& s : kShapes) {

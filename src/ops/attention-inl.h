@@ -88,11 +88,12 @@ static_assert(kKeyBlock % kDropoutGroup == 0, "tiles must align to groups");
 // extra partials cost nothing measurable (bench/RESULTS.md).
 constexpr size_t kMinTasks = 64;
 constexpr size_t kMinSplitKeys = kKeyBlock;
-// AMX tiles (bf16 arithmetic) serve the AVX-512 targets: the query blocks
-// are whole tiles of rows there.
-constexpr bool kAmxTarget = HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL;
-static_assert(!kAmxTarget || kQueryBlock % internal::kAmxTileRows == 0,
-              "AMX products cover whole query blocks");
+// bf16 pairs (AMX tiles or vdpbf16ps: bf16 arithmetic) serve the AVX-512
+// targets: the query blocks are whole tiles of rows there.
+constexpr bool kPairTarget =
+    HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL;
+static_assert(!kPairTarget || kQueryBlock % internal::kAmxTileRows == 0,
+              "pair products cover whole query blocks");
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Everything constant over one call but the keys and values, whose element
@@ -110,9 +111,14 @@ struct Problem {
   dropout_detail::Params dropout_params;
   size_t group;                // Query heads per key/value head.
   bool round_weights = false;  // P rounded to bf16 before P V.
-  // Q K^T and P V of the dense path on AMX tiles, whose packing rounds Q, K
+  // Q K^T and P V of the dense path on bf16 pairs with this kernel (AMX or
+  // vdpbf16ps; kFallback: float panels), whose packing rounds Q, K
   // and V to bf16 (round_weights too).
-  bool amx = false;
+  internal::BFloat16DotKernelKind pair_kernel =
+      internal::BFloat16DotKernelKind::kFallback;
+  bool pairs() const {
+    return pair_kernel != internal::BFloat16DotKernelKind::kFallback;
+  }
   // bf16 with Q, K and V as given (not yet rounded): every task takes the
   // dense path, which rounds them while packing (the few-rows path would
   // read them unrounded).
@@ -246,12 +252,13 @@ struct Workspace {
   }
 };
 
-// One task's bf16 pairs for AMX (amx_tiles.h's layouts), carved from a
+// One task's bf16 pairs (amx_tiles.h's layouts), carved from a
 // float buffer of Floats(...) floats: Q's rows as A, the tile's K^T and V
 // as B, P as A, and P V's product.
-struct AmxWorkspace {
+struct PairWorkspace {
   static constexpr size_t kTile = internal::kAmxTileRows;
   static constexpr size_t kKeyPairs = kKeyBlock / 2;
+  internal::BFloat16DotKernelKind kernel;  // AMX or vdpbf16ps.
   size_t head_pairs, value_cols;
   uint32_t* q;  // kTaskRows x head_pairs.
   uint32_t* k;  // head_pairs x kKeyBlock.
@@ -268,8 +275,10 @@ struct AmxWorkspace {
     return kTaskRows * hp + hp * kKeyBlock + kKeyPairs * vc +
            kQueryBlock * kKeyPairs + kQueryBlock * vc;
   }
-  AmxWorkspace(float* base, size_t head_dim, size_t value_dim)
-      : head_pairs(HeadPairs(head_dim)),
+  PairWorkspace(internal::BFloat16DotKernelKind pair_kernel, float* base,
+                size_t head_dim, size_t value_dim)
+      : kernel(pair_kernel),
+        head_pairs(HeadPairs(head_dim)),
         value_cols(hwy::RoundUpTo(value_dim, kTile)) {
     q = reinterpret_cast<uint32_t*>(base);
     k = q + kTaskRows * head_pairs;
@@ -656,22 +665,36 @@ HWY_INLINE void RoundRows(D d, ConstMatrix m, float* HWY_RESTRICT out) {
   }
 }
 
-// AMX: the task's query rows as A's pairs, rows past them up to a whole
+// C = A B over bf16 pairs (amx_tiles.h's layouts and AmxProduct's
+// contract) on the task's pair kernel.
+inline void PairProduct(const PairWorkspace& aw, const uint32_t* a,
+                        size_t a_stride, const uint32_t* b, size_t b_stride,
+                        size_t rows, size_t cols, size_t pairs, float* c,
+                        size_t ldc) {
+  if (aw.kernel == internal::BFloat16DotKernelKind::kAmx) {
+    internal::AmxProduct(a, a_stride, b, b_stride, rows, cols, pairs, c, ldc);
+  } else {
+    internal::DotProductPairs(a, a_stride, b, b_stride, rows, cols, pairs, c,
+                              ldc);
+  }
+}
+
+// Pairs: the task's query rows as A's pairs, rows past them up to a whole
 // tile zero.
-inline void AmxQueryPairs(ConstMatrix queries, const AmxWorkspace& aw) {
+inline void QueryPairs(ConstMatrix queries, const PairWorkspace& aw) {
   const size_t rows = queries.rows, hp = aw.head_pairs;
   for (size_t r = 0; r < rows; ++r) {
     internal::PairsOfRow(queries.Row(r), queries.cols, hp, aw.q + r * hp);
   }
-  const size_t padded = hwy::RoundUpTo(rows, AmxWorkspace::kTile);
+  const size_t padded = hwy::RoundUpTo(rows, PairWorkspace::kTile);
   std::fill(aw.q + rows * hp, aw.q + padded * hp, 0u);
 }
 
-// AMX: the tile's K^T and V, from the float panels (tile_cols keys), as B's
+// Pairs: the tile's K^T and V, from the float panels (tile_cols keys), as B's
 // pairs; zero past the keys (to a multiple of 32), head_dim and value_dim.
-inline void AmxKeyValuePairs(const Workspace& ws, size_t nr, size_t head_dim,
-                             size_t value_dim, size_t tile_cols,
-                             const AmxWorkspace& aw) {
+inline void KeyValuePairs(const Workspace& ws, size_t nr, size_t head_dim,
+                          size_t value_dim, size_t tile_cols,
+                          const PairWorkspace& aw) {
   const size_t keys = hwy::RoundUpTo(tile_cols, 2 * 16);
   for (size_t p = 0; p < aw.head_pairs; ++p) {
     std::fill_n(aw.k + p * kKeyBlock, keys, 0u);
@@ -695,16 +718,16 @@ inline void AmxKeyValuePairs(const Workspace& ws, size_t nr, size_t head_dim,
   }
 }
 
-// AMX: S = scale Q K^T for the block's rows (from `row`, the block's first
+// Pairs: S = scale Q K^T for the block's rows (from `row`, the block's first
 // row within the task) over key columns [0, cols) (and up to a multiple of
 // 32, which SoftmaxTile ignores).
-inline void AmxScores(const Problem& pr, size_t row, size_t rows, size_t cols,
-                      const AmxWorkspace& aw, float* scores) {
+inline void PairScores(const Problem& pr, size_t row, size_t rows, size_t cols,
+                       const PairWorkspace& aw, float* scores) {
   const hn::ScalableTag<float> d;
-  const size_t tile_rows = hwy::RoundUpTo(rows, AmxWorkspace::kTile);
-  internal::AmxProduct(aw.q + row * aw.head_pairs, aw.head_pairs, aw.k,
-                       kKeyBlock, tile_rows, hwy::RoundUpTo(cols, 32),
-                       aw.head_pairs, scores, kKeyBlock);
+  const size_t tile_rows = hwy::RoundUpTo(rows, PairWorkspace::kTile);
+  PairProduct(aw, aw.q + row * aw.head_pairs, aw.head_pairs, aw.k, kKeyBlock,
+              tile_rows, hwy::RoundUpTo(cols, 32), aw.head_pairs, scores,
+              kKeyBlock);
   const auto scale = hn::Set(d, pr.scale);
   for (size_t r = 0; r < rows; ++r) {
     float* srow = scores + r * kKeyBlock;
@@ -714,15 +737,15 @@ inline void AmxScores(const Problem& pr, size_t row, size_t rows, size_t cols,
   }
 }
 
-// AMX: acc = P V (first) or acc + P V over the block's rows, P (bf16-exact,
+// Pairs: acc = P V (first) or acc + P V over the block's rows, P (bf16-exact,
 // SoftmaxTile's) in columns [0, cols) of `weights`, which become A's pairs.
-inline void AmxWeightsTimesValues(const float* weights, size_t rows,
-                                  size_t cols, size_t value_dim, bool first,
-                                  const AmxWorkspace& aw, float* acc,
-                                  size_t acc_stride) {
+inline void PairWeightsTimesValues(const float* weights, size_t rows,
+                                   size_t cols, size_t value_dim, bool first,
+                                   const PairWorkspace& aw, float* acc,
+                                   size_t acc_stride) {
   const size_t keys = hwy::RoundUpTo(cols, 32);
-  const size_t tile_rows = hwy::RoundUpTo(rows, AmxWorkspace::kTile);
-  constexpr size_t kPairs = AmxWorkspace::kKeyPairs;
+  const size_t tile_rows = hwy::RoundUpTo(rows, PairWorkspace::kTile);
+  constexpr size_t kPairs = PairWorkspace::kKeyPairs;
   for (size_t r = 0; r < tile_rows; ++r) {
     if (r < rows) {
       internal::PairsOfRow(weights + r * kKeyBlock, cols, keys / 2,
@@ -731,8 +754,8 @@ inline void AmxWeightsTimesValues(const float* weights, size_t rows,
       std::fill_n(aw.p + r * kPairs, keys / 2, 0u);
     }
   }
-  internal::AmxProduct(aw.p, kPairs, aw.v, aw.value_cols, tile_rows,
-                       aw.value_cols, keys / 2, aw.pv, aw.value_cols);
+  PairProduct(aw, aw.p, kPairs, aw.v, aw.value_cols, tile_rows, aw.value_cols,
+              keys / 2, aw.pv, aw.value_cols);
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   for (size_t r = 0; r < rows; ++r) {
@@ -781,7 +804,7 @@ template <typename T>
 inline void AttendBlock(const Problem& pr, const QueryRows& t,
                         ConstMatrix queries, size_t j_begin, size_t j_end,
                         float* acc, size_t acc_stride, const RowStates& st,
-                        Workspace& ws, const AmxWorkspace* aw) {
+                        Workspace& ws, const PairWorkspace* aw) {
   using namespace matmul_detail;
   const size_t b = t.b, rows = t.rows;
   const size_t value_dim = pr.value_dim;
@@ -810,7 +833,7 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
     const internal::KVRows<T> v = pr.Values<T>(b, t.h0);
     const Epilogue scores_epilogue{pr.scale, 0.0f, true, nullptr};
     const size_t task_stop = stop(rows - 1);
-    if (aw != nullptr) AmxQueryPairs(queries, *aw);
+    if (aw != nullptr) QueryPairs(queries, *aw);
     for (size_t j0 = FirstKey(pr, b, t.Token(0), j_begin); j0 < task_stop;
          j0 += kKeyBlock) {
       // Pack K^T and V for the keys the task's last row sees.
@@ -837,7 +860,7 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
         }
       }
       if (aw != nullptr) {
-        AmxKeyValuePairs(ws, nr, head_dim, value_dim, tile_cols, *aw);
+        KeyValuePairs(ws, nr, head_dim, value_dim, tile_cols, *aw);
       } else if (pr.round_inputs) {  // Padding and stale rows round too.
         RoundInPlace(d, ws.k_panels,
                      hwy::DivCeil(tile_cols, nr) * nr * head_dim);
@@ -866,7 +889,7 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
         };
         // 1. S = scale * Q K^T.
         if (aw != nullptr) {
-          AmxScores(pr, qb, qb_rows, cols, *aw, ws.scores);
+          PairScores(pr, qb, qb_rows, cols, *aw, ws.scores);
         }
         for (size_t m = 0; m < qb_rows && aw == nullptr; m += kRows) {
           const size_t m_cols = micro_cols(m);
@@ -889,8 +912,8 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
           RescaleRows(ws.corr, qb_rows, qb_acc, acc_stride, value_dim);
         const Epilogue accumulate{1.0f, 0.0f, first, nullptr};
         if (aw != nullptr) {
-          AmxWeightsTimesValues(ws.scores, qb_rows, cols, value_dim, first, *aw,
-                                qb_acc, acc_stride);
+          PairWeightsTimesValues(ws.scores, qb_rows, cols, value_dim, first,
+                                 *aw, qb_acc, acc_stride);
         }
         for (size_t m = 0; m < qb_rows && aw == nullptr; m += kRows) {
           const size_t m_cols = micro_cols(m);
@@ -983,8 +1006,10 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   if (pr.dropout)
     pr.dropout_params = dropout_detail::MakeParams(dropout, dropout_key);
   pr.round_weights = arith.round_weights;
-  HWY_DASSERT(kAmxTarget || !arith.amx);  // The caller checks the target.
-  pr.amx = arith.amx && kAmxTarget;
+  // The caller checks the target.
+  HWY_DASSERT(kPairTarget ||
+              arith.pair_kernel == internal::BFloat16DotKernelKind::kFallback);
+  if (kPairTarget) pr.pair_kernel = arith.pair_kernel;
   pr.round_inputs = arith.round_weights && !arith.inputs_rounded;
   pr.integer_scores = arith.integer_scores;
 
@@ -1073,33 +1098,34 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   const auto out_row = [&](const QueryRows& t, size_t r) {
     return out_rows(t.b, t.Head(r)).Row(t.Token(r));
   };
-  // A task's scratch past its workspace and row states: AMX's pairs; the
+  // A task's scratch past its workspace and row states: bf16 pairs; the
   // query rows, gathered when they come from several heads or must be
   // rounded for the float32 kernel; the accumulator of several heads.
-  const bool round_q = pr.round_inputs && !pr.amx;
-  const size_t amx_floats =
-      pr.amx ? AmxWorkspace::Floats(head_dim, value_dim) : 0;
+  const bool round_q = pr.round_inputs && !pr.pairs();
+  const size_t pair_floats =
+      pr.pairs() ? PairWorkspace::Floats(head_dim, value_dim) : 0;
   const size_t gather_floats =
       task_heads > 1 || round_q ? kTaskRows * head_dim : 0;
   const size_t acc_floats =
       task_heads > 1 && splits == 1 ? kTaskRows * value_dim : 0;
   internal::ParallelForDynamic(0, tasks * splits, [&](const auto& next) {
     internal::ScratchBuffer scratch(workspace_floats + 3 * kTaskRows +
-                                    amx_floats + gather_floats + acc_floats);
+                                    pair_floats + gather_floats + acc_floats);
     Workspace ws(scratch.data(), nr, head_dim, value_dim);
     float* own = scratch.data() + workspace_floats;
     const RowStates own_states{own, own + kTaskRows, own + 2 * kTaskRows};
-    float* amx_part = own + 3 * kTaskRows;
-    float* gathered = gather_floats != 0 ? amx_part + amx_floats : nullptr;
-    float* own_acc = amx_part + amx_floats + gather_floats;
-    std::optional<AmxWorkspace> amx_ws;
-    // Per worker: tiles are per thread.
+    float* pair_part = own + 3 * kTaskRows;
+    float* gathered = gather_floats != 0 ? pair_part + pair_floats : nullptr;
+    float* own_acc = pair_part + pair_floats + gather_floats;
+    std::optional<PairWorkspace> pair_ws;
+    // Per worker: AMX's tiles are per thread.
     std::optional<internal::AmxScope> tiles;
-    if (pr.amx) {
-      amx_ws.emplace(amx_part, head_dim, value_dim);
+    if (pr.pairs())
+      pair_ws.emplace(pr.pair_kernel, pair_part, head_dim, value_dim);
+    if (pr.pair_kernel == internal::BFloat16DotKernelKind::kAmx) {
       tiles.emplace();
     }
-    const AmxWorkspace* aw = amx_ws ? &*amx_ws : nullptr;
+    const PairWorkspace* aw = pair_ws ? &*pair_ws : nullptr;
     for (size_t index; (index = next()) != tasks * splits;) {
       size_t split;
       const QueryRows t = locate(index, &split);

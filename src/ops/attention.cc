@@ -122,8 +122,12 @@ void Attend(const char* kFn, ConstTensor4 q,
   // rounded here, and float K and V (tensors) into bf16 copies, which the
   // kernel widens exactly; so is a varlen step's Q, whose decodes read the
   // cache in place. Sizes are those of validated tensors.
-  const bool amx = bf16 && internal::ChosenBFloat16DotKernel() ==
-                               internal::BFloat16DotKernelKind::kAmx;
+  // The dense path's bf16 pairs on AMX or vdpbf16ps.
+  const internal::BFloat16DotKernelKind kernel =
+      internal::ChosenBFloat16DotKernel();
+  const bool pairs =
+      bf16 && (kernel == internal::BFloat16DotKernelKind::kAmx ||
+               kernel == internal::BFloat16DotKernelKind::kDotProduct);
   const bool round_inputs =
       bf16 && (q.dims[2] == 1 || layout.starts != nullptr);
   const size_t q_size =
@@ -148,7 +152,7 @@ void Attend(const char* kFn, ConstTensor4 q,
   }
   internal::AttentionArithmetic arith;
   arith.round_weights = bf16;
-  arith.amx = amx;
+  if (pairs) arith.pair_kernel = kernel;
   arith.inputs_rounded = round_inputs || !bf16;
   arith.integer_scores = int8;
   HWY_DYNAMIC_DISPATCH(AttentionImpl)

@@ -10,6 +10,7 @@
 #include "simdattn/kernels.h"
 #include "simdattn/tensor.h"
 #include "src/common/element.h"
+#include "src/ops/matmul_bf16.h"
 
 namespace simdattn {
 namespace internal {
@@ -117,7 +118,9 @@ struct KVSource {
 // How one call computes, chosen once from its options (attention.cc).
 struct AttentionArithmetic {
   bool round_weights = false;  // kBFloat16: P rounded before P V.
-  bool amx = false;            // kBFloat16's dense path on AMX tiles.
+  // kBFloat16's dense path on bf16 pairs (amx_tiles.h's layouts) with this
+  // kernel, AMX or vdpbf16ps; kFallback: on float panels.
+  BFloat16DotKernelKind pair_kernel = BFloat16DotKernelKind::kFallback;
   // kBFloat16 with Q, K and V already rounded (else the dense path rounds
   // them while packing).
   bool inputs_rounded = true;

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -117,41 +118,61 @@ struct Epilogue {
   }
 };
 
-// vdpbf16ps kernel. Register tile: kRows x 4 vectors of 16 columns (24
-// accumulators, 4 loads of B and a broadcast of A in 32 registers).
+// vdpbf16ps kernel. Register tile: up to kRows x 4 vectors of 16 columns
+// (24 accumulators, 4 loads of B and a broadcast of A in 32 registers).
 constexpr size_t kRows = 6;
-static_assert(kRows == 6, "DotProducts' dispatch lists 1..6 rows");
 constexpr size_t kRowBlock = 16 * kRows;
 
-template <size_t R>
+// C[0..R, 0..cols) = epilogue(A B) for R rows of A's pairs and V vectors of
+// B's columns (pair q of column n at b + q * b_stride + n).
+template <size_t R, size_t V>
 SIMDATTN_BF16_TARGET void MicroKernel(const uint32_t* a, size_t a_stride,
-                                      const uint32_t* panel, size_t pairs,
-                                      float* c, size_t ldc, size_t cols,
-                                      const Epilogue& epilogue) {
+                                      const uint32_t* b, size_t b_stride,
+                                      size_t pairs, float* c, size_t ldc,
+                                      size_t cols, const Epilogue& epilogue) {
   __m512 acc[R][4];
   for (size_t r = 0; r < R; ++r) {
-    for (size_t v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (size_t v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
   }
   for (size_t p = 0; p < pairs; ++p) {
-    const float* bp = reinterpret_cast<const float*>(panel + p * kPanel);
-    const __m512bh b0 = (__m512bh)_mm512_loadu_ps(bp);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_ps(bp + 16);
-    const __m512bh b2 = (__m512bh)_mm512_loadu_ps(bp + 32);
-    const __m512bh b3 = (__m512bh)_mm512_loadu_ps(bp + 48);
+    const float* bp = reinterpret_cast<const float*>(b + p * b_stride);
+    __m512bh bv[V];
+    for (size_t v = 0; v < V; ++v) {
+      bv[v] = (__m512bh)_mm512_loadu_ps(bp + 16 * v);
+    }
     for (size_t r = 0; r < R; ++r) {
       const __m512bh ar = (__m512bh)_mm512_set1_epi32(
           static_cast<int>(PairAt(a + r * a_stride, p)));
-      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
-      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
-      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], ar, b2);
-      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], ar, b3);
+      for (size_t v = 0; v < V; ++v) {
+        acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, bv[v]);
+      }
     }
   }
   for (size_t r = 0; r < R; ++r) epilogue.Row(acc[r], cols, c + r * ldc);
 }
 
+// MicroKernel<rows, V> for 1 <= rows <= kRows.
+template <size_t V, typename... Args>
+SIMDATTN_BF16_TARGET void RowsOfTile(size_t rows, Args... args) {
+  switch (rows) {
+    case 1:
+      return MicroKernel<1, V>(args...);
+    case 2:
+      return MicroKernel<2, V>(args...);
+    case 3:
+      return MicroKernel<3, V>(args...);
+    case 4:
+      return MicroKernel<4, V>(args...);
+    case 5:
+      return MicroKernel<5, V>(args...);
+    default:
+      return MicroKernel<kRows, V>(args...);
+  }
+}
+
 // Tasks of kRowBlock rows x one panel. K is not blocked: a panel holds
-// K / 2 x 64 pairs (96 KiB at K = 768).
+// K / 2 x 64 pairs (96 KiB at K = 768), which L2 serves at the kernel's
+// pace (blocking K for L1 measured slower: bench/RESULTS.md).
 SIMDATTN_BF16_TARGET void DotProducts(const Operands& packed, Matrix c,
                                       const MatMulOptions& opt) {
   const size_t M = c.rows, N = c.cols;
@@ -164,21 +185,9 @@ SIMDATTN_BF16_TARGET void DotProducts(const Operands& packed, Matrix c,
       const Epilogue epilogue{opt,
                               opt.bias != nullptr ? opt.bias + n0 : nullptr};
       for (size_t m = m0; m < m_end; m += kRows) {
-        float* out = c.Row(m) + n0;
-        switch (std::min(kRows, m_end - m)) {
-#define SIMDATTN_BF16_ROWS(R)                                       \
-  case R:                                                           \
-    MicroKernel<R>(packed.Row(m), packed.a_stride, packed.Panel(p), \
-                   packed.pairs, out, c.stride, cols, epilogue);    \
-    break;
-          SIMDATTN_BF16_ROWS(1)
-          SIMDATTN_BF16_ROWS(2)
-          SIMDATTN_BF16_ROWS(3)
-          SIMDATTN_BF16_ROWS(4)
-          SIMDATTN_BF16_ROWS(5)
-          SIMDATTN_BF16_ROWS(6)
-#undef SIMDATTN_BF16_ROWS
-        }
+        RowsOfTile<4>(std::min(kRows, m_end - m), packed.Row(m),
+                      packed.a_stride, packed.Panel(p), kPanel, packed.pairs,
+                      c.Row(m) + n0, c.stride, cols, epilogue);
       }
     }
   });
@@ -225,6 +234,44 @@ void Tiles(const Operands& packed, Matrix c, const MatMulOptions& opt) {
 #endif  // SIMDATTN_HAVE_AVX512_BF16_KERNEL
 
 }  // namespace
+
+#ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
+void DotProductPairs(const uint32_t* a, size_t a_stride, const uint32_t* b,
+                     size_t b_stride, size_t rows, size_t cols, size_t pairs,
+                     float* c, size_t ldc) {
+  const MatMulOptions plain;
+  const Epilogue epilogue{plain, nullptr};
+  for (size_t n = 0; n < cols; n += kPanel) {
+    const size_t width = std::min(kPanel, cols - n);  // A multiple of 16.
+    for (size_t m = 0; m < rows; m += kRows) {
+      const auto tile = [&](auto vectors) {
+        RowsOfTile<decltype(vectors)::value>(
+            std::min(kRows, rows - m), a + m * a_stride, a_stride, b + n,
+            b_stride, pairs, c + m * ldc + n, ldc, width, epilogue);
+      };
+      switch (width / 16) {
+        case 1:
+          tile(std::integral_constant<size_t, 1>());
+          break;
+        case 2:
+          tile(std::integral_constant<size_t, 2>());
+          break;
+        case 3:
+          tile(std::integral_constant<size_t, 3>());
+          break;
+        default:
+          tile(std::integral_constant<size_t, 4>());
+          break;
+      }
+    }
+  }
+}
+#else
+void DotProductPairs(const uint32_t*, size_t, const uint32_t*, size_t, size_t,
+                     size_t, size_t, float*, size_t) {
+  std::abort();
+}
+#endif
 
 void SetBFloat16DotPolicy(BFloat16DotPolicy p) { policy = p; }
 

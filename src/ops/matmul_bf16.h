@@ -35,6 +35,14 @@ void SetBFloat16DotPolicy(BFloat16DotPolicy policy);
 enum class BFloat16DotKernelKind { kAmx, kDotProduct, kBfdot, kFallback };
 BFloat16DotKernelKind ChosenBFloat16DotKernel();
 
+// C (rows x cols floats, ldc apart) = A B on vdpbf16ps, in amx_tiles.h's
+// layouts and AmxProduct's contract (rows and cols multiples of 16), for
+// fused attention's bf16 pairs where AMX is absent. Only where
+// ChosenBFloat16DotKernel() is kDotProduct.
+void DotProductPairs(const uint32_t* a, size_t a_stride, const uint32_t* b,
+                     size_t b_stride, size_t rows, size_t cols, size_t pairs,
+                     float* c, size_t ldc);
+
 // matmul_bf16_arm.cc: whether the CPU has FEAT_BF16 (false off aarch64
 // Linux), and MatMulBFloat16 on its BFDOT, arguments validated: over B
 // where it lies, or over op(B) packed as bf16_pairs.h's panels of
