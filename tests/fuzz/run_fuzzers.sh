@@ -18,7 +18,11 @@ flags+=" -fno-omit-frame-pointer"
 flags+=" -DHWY_DISABLED_TARGETS=6144"
 
 echo "=== Configure + build: $build (clang-14)"
+# -O1 -g1, as in the sanitizer presets: half the compile time of -O2 -g, and
+# line numbers in every report.
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
