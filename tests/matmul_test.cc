@@ -390,18 +390,20 @@ TEST_P(MatMulTest, PackedBMeetsTheBoundAndMatMulsBits) {
 // values; C in bf16 those of the float32 result (beta reading C's bf16
 // values) rounded once; both arithmetics, strided, alpha, beta, bias; on
 // every bf16 kernel, with A's pairs read where they lie (even K and stride,
-// 4-byte aligned) and copied (odd K, odd stride, 2-byte aligned).
+// 4-byte aligned; for AMX also whole tiles: rows a multiple of 16, K of 32)
+// and copied (odd K, odd stride, 2-byte aligned).
 TEST_P(MatMulTest, PackedBWithBFloat16Activations) {
   using internal::BFloat16DotPolicy;
-  const size_t m = 19, n = 45, ldc = n + 2;
+  const size_t n = 45, ldc = n + 2;
   const std::vector<float> b = test::RandomVector(n * 70, 72);
   const std::vector<float> bias = test::RandomVector(n, 73);
   struct ACase {
-    size_t k, lda, offset;
+    size_t m, k, lda, offset;
   };
-  for (const ACase& ac : {ACase{70, 73, 0}, ACase{70, 72, 0}, ACase{70, 72, 1},
-                          ACase{69, 70, 0}}) {
-    const size_t k = ac.k, lda = ac.lda;
+  for (const ACase& ac :
+       {ACase{19, 70, 73, 0}, ACase{19, 70, 72, 0}, ACase{19, 70, 72, 1},
+        ACase{19, 69, 70, 0}, ACase{32, 64, 66, 0}}) {
+    const size_t m = ac.m, k = ac.k, lda = ac.lda;
     const std::vector<float> a = test::RandomVector(m * lda + 1, 71);
     std::vector<BFloat16> a16_data(a.size()), c16(m * ldc);
     std::vector<float> a_wide(a.size());
@@ -413,9 +415,9 @@ TEST_P(MatMulTest, PackedBWithBFloat16Activations) {
     const float* a32 = a_wide.data() + ac.offset;
     const auto check = [&](ComputeType compute) {
       SCOPED_TRACE(testing::Message()
-                   << "K " << k << " lda " << lda << " offset " << ac.offset
-                   << " compute " << static_cast<int>(compute) << " kernel "
-                   << BFloat16DotKernel());
+                   << "M " << m << " K " << k << " lda " << lda << " offset "
+                   << ac.offset << " compute " << static_cast<int>(compute)
+                   << " kernel " << BFloat16DotKernel());
       MatMulOptions options;
       options.transpose_b = Transpose::kYes;
       options.compute = compute;

@@ -58,6 +58,7 @@
 #include "src/ops/mask-inl.h"
 #include "src/ops/mask.h"
 #include "src/ops/matmul-inl.h"
+#include "src/ops/target_family.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace simdattn {
@@ -90,8 +91,7 @@ constexpr size_t kMinTasks = 64;
 constexpr size_t kMinSplitKeys = kKeyBlock;
 // bf16 pairs (AMX tiles or vdpbf16ps: bf16 arithmetic) serve the AVX-512
 // targets: the query blocks are whole tiles of rows there.
-constexpr bool kPairTarget =
-    HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL;
+constexpr bool kPairTarget = (HWY_TARGET & internal::kAvx512Targets) != 0;
 static_assert(!kPairTarget || kQueryBlock % internal::kAmxTileRows == 0,
               "pair products cover whole query blocks");
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -511,7 +511,11 @@ HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
   // Float rows fill a block's run with 16 x head_dim x 4 bytes: long enough
   // for the hardware prefetchers (RESULTS.md, "KV caches": prefetch).
   if (std::is_same_v<T, float> || rows.table == internal::kSingleBlock) return;
-  if (rows.block_stride != (rows.offset_mask + 1) * rows.stride) {
+  // One head's dense rows per block: a block is one run in memory.
+  const bool one_run =
+      rows.stride * internal::kBlockValues<T> == rows.cols &&
+      rows.block_stride == (rows.offset_mask + 1) * rows.stride;
+  if (!one_run) {
     for (size_t j = j_begin; j < j_end; ++j) PrefetchPagedRow(rows, j);
     return;
   }

@@ -6,8 +6,20 @@
 
 #include <cstdint>
 
+#include "hwy/detect_targets.h"
+
 namespace simdattn {
 namespace internal {
+
+// Highway's AVX-512 targets: AVX3 and the newer variants this Highway has.
+inline constexpr int64_t kAvx512Targets = HWY_AVX3 | HWY_AVX3_DL
+#ifdef HWY_AVX3_ZEN4
+                                          | HWY_AVX3_ZEN4
+#endif
+#ifdef HWY_AVX3_SPR
+                                          | HWY_AVX3_SPR
+#endif
+    ;
 
 // HWY_AVX2, HWY_AVX3, HWY_NEON, ...: the target dispatch picks now.
 int64_t ActiveTargetBit();

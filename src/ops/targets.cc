@@ -52,16 +52,7 @@ namespace internal {
 
 int64_t ActiveTargetBit() { return HWY_DYNAMIC_DISPATCH(CurrentTarget)(); }
 
-bool IsAvx512Target(int64_t target) {
-  int64_t avx512 = HWY_AVX3 | HWY_AVX3_DL;
-#ifdef HWY_AVX3_ZEN4
-  avx512 |= HWY_AVX3_ZEN4;
-#endif
-#ifdef HWY_AVX3_SPR
-  avx512 |= HWY_AVX3_SPR;
-#endif
-  return (target & avx512) != 0;
-}
+bool IsAvx512Target(int64_t target) { return (target & kAvx512Targets) != 0; }
 
 bool IsArmSimdTarget(int64_t target) {
   int64_t arm = HWY_NEON | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128;
