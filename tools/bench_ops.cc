@@ -44,12 +44,18 @@ double Ratio(double error, double bound) {
 
 // C = 0.5 A op(B) + 0.25 C + bias with padded row strides, so that alpha,
 // beta, bias and strides are all exercised; reference::MatMulElement's
-// componentwise bound.
+// componentwise bound. With _abf16, A in bf16 (an even stride: its pairs
+// read in place where K is even too).
 double CheckMatMul(const measure::MatMulShape& s) {
-  const size_t lda = s.k + 3, ldc = s.n + 5;
+  const size_t lda = s.k + (s.a_bf16 ? 4 : 3), ldc = s.n + 5;
   const size_t b_rows = s.transpose_b ? s.n : s.k;
   const size_t b_cols = s.transpose_b ? s.k : s.n;
-  const std::vector<float> a = Random(s.m * lda, 1, -1.0f, 1.0f);
+  std::vector<float> a = Random(s.m * lda, 1, -1.0f, 1.0f);
+  std::vector<BFloat16> a16(s.a_bf16 ? a.size() : 0);
+  for (size_t i = 0; i < a16.size(); ++i) {
+    a16[i] = ToBFloat16(a[i]);
+    a[i] = ToFloat(a16[i]);  // The values the product reads.
+  }
   const std::vector<float> b = Random(b_rows * b_cols, 2, -1.0f, 1.0f);
   const std::vector<float> bias = Random(s.n, 3, -1.0f, 1.0f);
   const std::vector<float> c0 = Random(s.m * ldc, 4, -1.0f, 1.0f);
@@ -65,7 +71,10 @@ double CheckMatMul(const measure::MatMulShape& s) {
   const measure::StoredB stored(b.data(), b_rows, b_cols, s.b_storage);
   options.compute = s.bf16dot ? ComputeType::kBFloat16 : ComputeType::kFloat32;
   const Matrix c_view(c.data(), s.m, s.n, ldc);
-  if (s.packed) {
+  if (s.a_bf16) {
+    MatMul(MatrixView<const BFloat16>(a16.data(), s.m, s.k, lda),
+           stored.Pack(options), c_view, options);
+  } else if (s.packed) {
     MatMul(a_view, stored.Pack(options), c_view, options);
   } else {
     stored.Multiply(a_view, c_view, options);
@@ -567,16 +576,17 @@ const std::vector<OpSpec>& Ops() {
   static const std::vector<OpSpec> ops = {
       {"matmul",
        Metric::kGflops,
-       "MxKxN[_Bt][_bf16|_f16][_cold][_bf16dot][_packed]  C = A op(B), "
-       "op(B) = B^T with _Bt, B stored in bfloat16 or float16, a copy of B "
-       "per call past the L3 with _cold, bf16 arithmetic with _bf16dot, B "
-       "packed before the timing with _packed",
+       "MxKxN[_Bt][_bf16|_f16][_cold][_bf16dot][_packed[_abf16]]  C = A "
+       "op(B), op(B) = B^T with _Bt, B stored in bfloat16 or float16, a copy "
+       "of B per call past the L3 with _cold, bf16 arithmetic with _bf16dot, "
+       "B packed before the timing with _packed, A in bf16 with _abf16",
        Names(measure::StandardMatMulShapes()),
        {"6x3x2", "67x45x33", "67x45x33_Bt", "1x64x300_Bt", "130x257x129",
         "3x45x70_bf16", "67x45x33_Bt_bf16", "130x257x129_f16",
         "2x64x300_Bt_f16", "67x45x33_bf16dot", "130x257x129_Bt_bf16dot",
         "1x64x300_Bt_bf16dot", "1x64x300_Bt_packed", "67x45x33_Bt_bf16_packed",
-        "130x257x129_f16_bf16dot_packed"},
+        "130x257x129_f16_bf16dot_packed", "130x258x129_bf16dot_packed_abf16",
+        "67x45x33_Bt_packed_abf16"},
        MatMulCase},
       {"softmax",
        Metric::kGbPerSec,

@@ -88,8 +88,9 @@ SIMDATTN_API void MatMul(ConstMatrix a, const PackedMatrix& b, Matrix c,
 // The same with bf16 activations (an engine's bf16 residual stream): A in
 // bf16, and/or C in bf16: the float32 result, beta C read from C's bf16,
 // rounded to nearest even once. With kBFloat16 on a native kernel, A's bf16
-// values are the operands: read where they lie (vdpbf16ps, BFDOT) when K
-// and A's stride are even and A is 4-byte aligned, copied otherwise;
+// values are the operands: read where they lie when K and A's stride are
+// even and A is 4-byte aligned (on AMX also whole tiles: rows a multiple of
+// 16, K of 32), copied otherwise;
 // elsewhere A is widened exactly into scratch. The bits are those of the
 // float A and C overload over A widened, then rounded.
 SIMDATTN_API void MatMul(MatrixView<const BFloat16> a, const PackedMatrix& b,
