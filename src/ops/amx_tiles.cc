@@ -43,39 +43,44 @@ SIMDATTN_AMX_TARGET void LoadConfig() { _tile_loadconfig(&kTileConfig); }
 
 SIMDATTN_AMX_TARGET void Release() { _tile_release(); }
 
-// C's 16 rows x 16 N columns = A's 16 rows times B's N column tiles. Tiles
-// 0..N-1 hold C, 4 A, 5-7 B (the fourth B reuses 5).
-template <int N>
-SIMDATTN_AMX_TARGET void RowOfTiles(const uint32_t* a, size_t a_bytes,
-                                    const uint32_t* b, size_t b_stride,
-                                    size_t pairs, float* c, size_t c_bytes) {
+// C's 16 R rows x 16 N columns = A's R row tiles times B's N column tiles,
+// R and N 1 or 2: each A tile meets N B tiles and each B tile R A tiles,
+// so a 2 x 2 block loads 4 tiles per 4 products where a row of 4 C tiles
+// loads 5 (B, streamed from L2, half as often per product: 10-28% faster
+// products on the Xeon, bench/RESULTS.md). Tiles 0-3 hold C (row-major),
+// 4-5 A, 6-7 B.
+template <int R, int N>
+SIMDATTN_AMX_TARGET void BlockOfTiles(const uint32_t* a, size_t a_stride,
+                                      const uint32_t* b, size_t b_stride,
+                                      size_t pairs, float* c, size_t ldc) {
+  const size_t a_bytes = a_stride * sizeof(uint32_t);
   const size_t b_bytes = b_stride * sizeof(uint32_t);
+  const size_t c_bytes = ldc * sizeof(float);
+  const uint32_t* a1 = a + kAmxTileRows * a_stride;
+  float* c1 = c + kAmxTileRows * ldc;
   _tile_zero(0);
   if constexpr (N > 1) _tile_zero(1);
-  if constexpr (N > 2) _tile_zero(2);
-  if constexpr (N > 3) _tile_zero(3);
+  if constexpr (R > 1) _tile_zero(2);
+  if constexpr (R > 1 && N > 1) _tile_zero(3);
   for (size_t p = 0; p < pairs; p += kAmxTilePairs) {
     const uint32_t* bp = b + p * b_stride;
     _tile_loadd(4, a + p, a_bytes);
-    _tile_loadd(5, bp, b_bytes);
-    _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(6, bp, b_bytes);
+    _tile_dpbf16ps(0, 4, 6);
     if constexpr (N > 1) {
-      _tile_loadd(6, bp + 16, b_bytes);
-      _tile_dpbf16ps(1, 4, 6);
+      _tile_loadd(7, bp + 16, b_bytes);
+      _tile_dpbf16ps(1, 4, 7);
     }
-    if constexpr (N > 2) {
-      _tile_loadd(7, bp + 32, b_bytes);
-      _tile_dpbf16ps(2, 4, 7);
-    }
-    if constexpr (N > 3) {
-      _tile_loadd(5, bp + 48, b_bytes);
-      _tile_dpbf16ps(3, 4, 5);
+    if constexpr (R > 1) {
+      _tile_loadd(5, a1 + p, a_bytes);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (N > 1) _tile_dpbf16ps(3, 5, 7);
     }
   }
   _tile_stored(0, c, c_bytes);
   if constexpr (N > 1) _tile_stored(1, c + 16, c_bytes);
-  if constexpr (N > 2) _tile_stored(2, c + 32, c_bytes);
-  if constexpr (N > 3) _tile_stored(3, c + 48, c_bytes);
+  if constexpr (R > 1) _tile_stored(2, c1, c_bytes);
+  if constexpr (R > 1 && N > 1) _tile_stored(3, c1 + 16, c_bytes);
 }
 
 }  // namespace
@@ -102,31 +107,16 @@ AmxScope::~AmxScope() { Release(); }
 void AmxProduct(const uint32_t* a, size_t a_stride, const uint32_t* b,
                 size_t b_stride, size_t rows, size_t cols, size_t pairs,
                 float* c, size_t ldc) {
-  const size_t a_bytes = a_stride * sizeof(uint32_t);
-  const size_t c_bytes = ldc * sizeof(float);
-  for (size_t r = 0; r < rows; r += kAmxTileRows) {
+  constexpr size_t kBlock = 2 * kAmxTileRows;  // Rows and columns.
+  for (size_t r = 0; r < rows; r += kBlock) {
+    const bool two_rows = rows - r >= kBlock;
     const uint32_t* a_rows = a + r * a_stride;
-    float* c_rows = c + r * ldc;
-    size_t n = 0;
-    for (; n + 64 <= cols; n += 64) {
-      RowOfTiles<4>(a_rows, a_bytes, b + n, b_stride, pairs, c_rows + n,
-                    c_bytes);
-    }
-    switch ((cols - n) / 16) {
-      case 3:
-        RowOfTiles<3>(a_rows, a_bytes, b + n, b_stride, pairs, c_rows + n,
-                      c_bytes);
-        break;
-      case 2:
-        RowOfTiles<2>(a_rows, a_bytes, b + n, b_stride, pairs, c_rows + n,
-                      c_bytes);
-        break;
-      case 1:
-        RowOfTiles<1>(a_rows, a_bytes, b + n, b_stride, pairs, c_rows + n,
-                      c_bytes);
-        break;
-      default:
-        break;
+    for (size_t n = 0; n < cols; n += kBlock) {
+      const bool two_cols = cols - n >= kBlock;
+      const auto block =
+          two_rows ? (two_cols ? BlockOfTiles<2, 2> : BlockOfTiles<2, 1>)
+                   : (two_cols ? BlockOfTiles<1, 2> : BlockOfTiles<1, 1>);
+      block(a_rows, a_stride, b + n, b_stride, pairs, c + r * ldc + n, ldc);
     }
   }
 }

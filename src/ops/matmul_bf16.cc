@@ -193,9 +193,10 @@ SIMDATTN_BF16_TARGET void DotProducts(const Operands& packed, Matrix c,
   });
 }
 
-// AMX kernel: tasks of kAmxRowBlock rows x one panel, in blocks of 16 rows
-// x the panel's 64 columns (AmxProduct), then the epilogue. K is not
-// blocked, as in DotProducts.
+// AMX kernel: tasks of kAmxRowBlock rows x one panel (AmxProduct), then
+// the epilogue; with none to apply (alpha 1, beta 0, no bias) and whole
+// tiles, the tiles are stored straight into C. K is not blocked, as in
+// DotProducts (blocks of 64 and 128 pairs measured no faster on AMX).
 constexpr size_t kAmxRowBlock = 6 * kTileRows;
 
 SIMDATTN_BF16_TARGET void TileTasks(const Operands& packed, Matrix c,
@@ -204,7 +205,9 @@ SIMDATTN_BF16_TARGET void TileTasks(const Operands& packed, Matrix c,
   const size_t M = c.rows, N = c.cols, k2 = packed.k2;
   const size_t row_blocks = hwy::DivCeil(M, kAmxRowBlock);
   const AmxScope tiles;  // Per task: TBB may run the tasks on any thread.
-  alignas(64) float block[kTileRows][kPanel];
+  alignas(64) float block[kAmxRowBlock][kPanel];
+  const bool plain =
+      opt.alpha == 1.0f && opt.beta == 0.0f && opt.bias == nullptr;
   for (size_t task = first; task < last; ++task) {
     const size_t p = task / row_blocks;
     const size_t m_begin = task % row_blocks * kAmxRowBlock;
@@ -212,15 +215,19 @@ SIMDATTN_BF16_TARGET void TileTasks(const Operands& packed, Matrix c,
     const size_t col = p * kPanel;
     const Epilogue epilogue{opt,
                             opt.bias != nullptr ? opt.bias + col : nullptr};
-    for (size_t m0 = m_begin; m0 < m_end; m0 += kTileRows) {
-      AmxProduct(packed.Row(m0), packed.a_stride, packed.Panel(p), kPanel,
-                 kTileRows, kPanel, k2, &block[0][0], kPanel);
-      for (size_t r = 0; r < kTileRows && m0 + r < m_end; ++r) {
-        const __m512 acc[4] = {
-            _mm512_load_ps(block[r]), _mm512_load_ps(block[r] + 16),
-            _mm512_load_ps(block[r] + 32), _mm512_load_ps(block[r] + 48)};
-        epilogue.Row(acc, std::min(kPanel, N - col), c.Row(m0 + r) + col);
-      }
+    const size_t rows = hwy::RoundUpTo(m_end - m_begin, kTileRows);
+    if (plain && rows == m_end - m_begin && N - col >= kPanel) {
+      AmxProduct(packed.Row(m_begin), packed.a_stride, packed.Panel(p), kPanel,
+                 rows, kPanel, k2, c.Row(m_begin) + col, c.stride);
+      continue;
+    }
+    AmxProduct(packed.Row(m_begin), packed.a_stride, packed.Panel(p), kPanel,
+               rows, kPanel, k2, &block[0][0], kPanel);
+    for (size_t r = 0; m_begin + r < m_end; ++r) {
+      const __m512 acc[4] = {
+          _mm512_load_ps(block[r]), _mm512_load_ps(block[r] + 16),
+          _mm512_load_ps(block[r] + 32), _mm512_load_ps(block[r] + 48)};
+      epilogue.Row(acc, std::min(kPanel, N - col), c.Row(m_begin + r) + col);
     }
   }
 }
