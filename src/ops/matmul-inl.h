@@ -164,14 +164,21 @@ HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
     return hn::PromoteTo(d, hn::BitCast(dh, hn::ShiftLeft<8>(bits)));
   } else if constexpr (std::is_same_v<TB, internal::Fp8E4M3>) {
     // As a float16 of 4 exponent bits (bias 15 for 7: 2^-8 of the value,
-    // subnormals included), S.1111.111 made a float16 NaN.
-    const auto bits = hn::PromoteTo(d16, hn::LoadU(d8, &row[n].bits));
-    const auto low = hn::And(bits, hn::Set(d16, 0x7F));
-    const auto half =
-        hn::Or(hn::ShiftLeft<8>(hn::Xor(bits, low)),
-               hn::IfThenElse(hn::Eq(low, hn::Set(d16, 0x7F)),
-                              hn::Set(d16, 0x7E00), hn::ShiftLeft<7>(low)));
-    return hn::Mul(hn::PromoteTo(d, hn::BitCast(dh, half)), hn::Set(d, 256.0f));
+    // subnormals included): the byte sign-extended and shifted left by 7
+    // holds E.MMM in bits 7-13 and S in bits 14-15, bit 14 then cleared.
+    // S.1111.111 (magnitude bits 0x3F80) made a float16 NaN.
+    const hn::Rebind<int16_t, D> di16;
+    const auto wide = hn::PromoteTo(
+        di16, hn::LoadU(hn::Rebind<int8_t, D>(),
+                        reinterpret_cast<const int8_t*>(&row[n].bits)));
+    const auto half = hn::And(hn::ShiftLeft<7>(wide),
+                              hn::Set(di16, static_cast<int16_t>(0xBF80)));
+    const auto magnitude = hn::Set(di16, 0x3F80);
+    const auto nan_or_half =
+        hn::IfThenElse(hn::Eq(hn::And(half, magnitude), magnitude),
+                       hn::Set(di16, 0x7E00), half);
+    return hn::Mul(hn::PromoteTo(d, hn::BitCast(dh, nan_or_half)),
+                   hn::Set(d, 256.0f));
   } else if constexpr (internal::kBlockValues<TB> > 1) {
     constexpr size_t kLanesInBlock = std::is_same_v<TB, internal::BlockQ4_0>
                                          ? internal::kQuantBlock / 2
