@@ -558,6 +558,36 @@ TEST_P(KVCacheTest, Fp8RoundsToNearestEvenAsOcpDefines) {
   }
 }
 
+// Attention reads every fp8 code exactly, NaN included (the kernels' vector
+// widening, not the scalar one of Read): one key, so the output is the value
+// row, which holds each of the 256 codes once.
+TEST_P(KVCacheTest, AttentionWidensEveryFp8Code) {
+  constexpr size_t kCodes = 256;
+  for (const Fp8Format& format : kFp8Formats) {
+    std::vector<float> values(kCodes);
+    for (size_t code = 0; code < kCodes; ++code) {
+      values[code] = static_cast<float>(format.Value(static_cast<int>(code)));
+    }
+    const std::vector<float> key(kCodes, 1.0f), q(kCodes, 0.5f);
+    KVCacheConfig config;
+    config.type = format.type;
+    KVCache cache(1, 1, 4, kCodes, config);
+    cache.Append(ConstTensor4::Dense(key.data(), 1, 1, 1, kCodes),
+                 ConstTensor4::Dense(values.data(), 1, 1, 1, kCodes));
+    std::vector<float> out(kCodes);
+    ScaledDotProductAttention(ConstTensor4::Dense(q.data(), 1, 1, 1, kCodes),
+                              cache.View(),
+                              Tensor4::Dense(out.data(), 1, 1, 1, kCodes));
+    for (size_t code = 0; code < kCodes; ++code) {
+      if (std::isnan(values[code])) {
+        EXPECT_TRUE(std::isnan(out[code])) << Name({format.type, 0}) << code;
+      } else {
+        EXPECT_EQ(out[code], values[code]) << Name({format.type, 0}) << code;
+      }
+    }
+  }
+}
+
 // q8_0 and q4_0 caches hold the bytes ggml's reference quantizers write
 // (tests/data/make_ggml_blocks_golden.sh): random blocks at many scales,
 // zeros, rounding ties (q8_0's away from zero, q4_0's truncation and clamp),

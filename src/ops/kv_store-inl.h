@@ -31,16 +31,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 namespace kv_store_detail {
 
-// Highway 1.0.3 demotes f32 to f16 with round-to-nearest-even only where
-// the hardware does it (F16C from AVX2 on, Arm); its emulation elsewhere
-// truncates, so those targets convert scalars.
-#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2) || \
-    (HWY_ARCH_ARM_A64 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128)
-constexpr bool kNativeF16 = true;
-#else
-constexpr bool kNativeF16 = false;
-#endif
-
 // Stores v's lanes as `out`'s element type: the overloads below are each
 // type's conversion (the scale is int8's).
 template <class D>

@@ -85,22 +85,6 @@ struct Epilogue {
   const float* bias;  // Packed, NR floats (zero padded) or nullptr.
 };
 
-// B's element types: float, or 16-bit storage (tensor.h) widened exactly to
-// float as it is loaded, so that a product over bf16 or fp16 B gives the
-// bits of the same product over the widened B.
-template <typename TB>
-struct HwyType {
-  using type = float;
-};
-template <>
-struct HwyType<BFloat16> {
-  using type = hwy::bfloat16_t;
-};
-template <>
-struct HwyType<Float16> {
-  using type = hwy::float16_t;
-};
-
 // A q8_0 or q4_0 block's fp16 scale as float, by the target's conversion
 // (F16C's on x86), not a call.
 template <typename TB>
@@ -161,7 +145,7 @@ HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
   } else if constexpr (std::is_same_v<TB, internal::Fp8E5M2>) {
     // E5M2 is the upper byte of a float16.
     const auto bits = hn::PromoteTo(d16, hn::LoadU(d8, &row[n].bits));
-    return hn::PromoteTo(d, hn::BitCast(dh, hn::ShiftLeft<8>(bits)));
+    return PromoteF16(d, hn::BitCast(dh, hn::ShiftLeft<8>(bits)));
   } else if constexpr (std::is_same_v<TB, internal::Fp8E4M3>) {
     // As a float16 of 4 exponent bits (bias 15 for 7: 2^-8 of the value,
     // subnormals included): the byte sign-extended and shifted left by 7
@@ -177,7 +161,7 @@ HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
     const auto nan_or_half =
         hn::IfThenElse(hn::Eq(hn::And(half, magnitude), magnitude),
                        hn::Set(di16, 0x7E00), half);
-    return hn::Mul(hn::PromoteTo(d, hn::BitCast(dh, nan_or_half)),
+    return hn::Mul(PromoteF16(d, hn::BitCast(dh, nan_or_half)),
                    hn::Set(d, 256.0f));
   } else if constexpr (internal::kBlockValues<TB> > 1) {
     constexpr size_t kLanesInBlock = std::is_same_v<TB, internal::BlockQ4_0>
@@ -195,10 +179,14 @@ HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
         hn::ConvertTo(d, BlockCodes(di, block, n % internal::kQuantBlock));
     // Exact: an 8-bit integer times an fp16 value.
     return hn::Mul(codes, hn::Set(d, BlockScale(block)));
+  } else if constexpr (std::is_same_v<TB, Float16>) {
+    return PromoteF16(
+        d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row + n)));
   } else {
-    using T = typename HwyType<TB>::type;
+    static_assert(std::is_same_v<TB, BFloat16>);
     return hn::PromoteTo(
-        d, hn::LoadU(hn::Rebind<T, D>(), reinterpret_cast<const T*>(row + n)));
+        d, hn::LoadU(hn::Rebind<hwy::bfloat16_t, D>(),
+                     reinterpret_cast<const hwy::bfloat16_t*>(row + n)));
   }
 }
 
