@@ -499,31 +499,58 @@ HWY_INLINE void PrefetchPagedRow(const internal::KVRows<T>& rows, size_t j) {
   }
 }
 
-// Paged rows come in runs (a block's tokens of one head) too short for the
-// hardware prefetchers to follow: asks for rows [j_begin, j_end) of a paged
-// cache, and their scales, a tile ahead (j_begin > 0). Where a block holds
-// one head's rows only, a block that follows the previous one in memory
-// continues one stream the hardware follows: asking as well cost 23% on
-// Zen 5 (RESULTS.md, "Decode on AMD Zen 5").
+// Whether a paged cache's blocks hold one run of memory: one head's dense
+// rows per block.
+template <typename T>
+bool OneRunPerBlock(const internal::KVRows<T>& rows) {
+  return rows.stride * internal::kBlockValues<T> == rows.cols &&
+         rows.block_stride == (rows.offset_mask + 1) * rows.stride;
+}
+
+// Whether PrefetchPagedRows asks for rows at all: paged rows come in runs (a
+// block's tokens of one head) too short for the hardware prefetchers to
+// follow. Float rows fill a block's run with 16 x head_dim x 4 bytes: long
+// enough for them (RESULTS.md, "KV caches": prefetch).
+template <typename T>
+bool PrefetchesRows(const internal::KVRows<T>& rows) {
+  return !std::is_same_v<T, float> && rows.table != internal::kSingleBlock;
+}
+
+// Asks for rows [j_begin, j_end) of a paged cache, and their scales. Where
+// a block holds one head's rows only, a block that follows the previous one
+// in memory continues one stream the hardware follows: asking as well cost
+// 23% on Zen 5 (RESULTS.md, "Decode on AMD Zen 5").
 template <typename T>
 HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
                                   size_t j_begin, size_t j_end) {
-  // Float rows fill a block's run with 16 x head_dim x 4 bytes: long enough
-  // for the hardware prefetchers (RESULTS.md, "KV caches": prefetch).
-  if (std::is_same_v<T, float> || rows.table == internal::kSingleBlock) return;
-  // One head's dense rows per block: a block is one run in memory.
-  const bool one_run =
-      rows.stride * internal::kBlockValues<T> == rows.cols &&
-      rows.block_stride == (rows.offset_mask + 1) * rows.stride;
-  if (!one_run) {
+  if (!PrefetchesRows(rows)) return;
+  if (!OneRunPerBlock(rows)) {
     for (size_t j = j_begin; j < j_end; ++j) PrefetchPagedRow(rows, j);
     return;
   }
   for (size_t j = j_begin, run; j < j_end; j += run) {
     run = std::min(j_end - j, rows.RunFrom(j));
-    if (rows.Block(j) == rows.Block(j - 1) + 1) continue;
+    if (j > 0 && rows.Block(j) == rows.Block(j - 1) + 1) continue;
     for (size_t r = j; r < j + run; ++r) PrefetchPagedRow(rows, r);
   }
+}
+
+// Keys per chunk of a decode tile's scores: with several heads per block,
+// about 2 KiB of K rows (a block of 16 keys at head_dim 64 in bf16), over
+// each of which the chunk's V rows and the next tile's K rows are asked for;
+// else the whole tile, whose rows the tile before asked for (one-run
+// blocks) or nobody does. A tile's K and V asked for at once (64 KiB at
+// head_dim 64 in bf16) stalled the core on the misses in flight: such
+// caches ran at half the contiguous rate on Zen 5 (bench/RESULTS.md).
+template <typename T>
+size_t PrefetchChunk(const internal::KVRows<T>& rows) {
+  if (!PrefetchesRows(rows) || OneRunPerBlock(rows)) return kKeyBlock;
+  constexpr size_t kChunkBytes = 2048;
+  const size_t row_bytes =
+      hwy::DivCeil(rows.cols, internal::kBlockValues<T>) * sizeof(T);
+  const size_t keys = kChunkBytes / row_bytes;
+  return std::clamp<size_t>(keys - keys % internal::kFirstKeyGranule,
+                            internal::kFirstKeyGranule, kKeyBlock);
 }
 
 // S = alpha Q K^T for keys j0 + [0, cols) (S's rows kKeyBlock apart), K
@@ -598,18 +625,34 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
       }
     }
   }
+  const size_t chunk = PrefetchChunk(k);
   for (size_t j0 = j_start; j0 < j_stop; j0 += kKeyBlock) {
     const size_t cols = std::min(kKeyBlock, j_stop - j0);
-    const size_t next_end = std::min(j_stop, j0 + cols + kKeyBlock);
-    PrefetchPagedRows(k, j0 + cols, next_end);
-    TileScores(queries, quantized ? &*quantized : nullptr, k, j0, cols,
-               scores_options, ws.scores);
+    const size_t next = j0 + cols,
+                 next_end = std::min(j_stop, next + kKeyBlock);
+    if (chunk == kKeyBlock) {
+      PrefetchPagedRows(k, next, next_end);
+      TileScores(queries, quantized ? &*quantized : nullptr, k, j0, cols,
+                 scores_options, ws.scores);
+    } else {
+      // The scores chunk by chunk, each asking for its keys' V rows and the
+      // next tile's K rows as far (each score is its own dot product: the
+      // chunks do not change its bits).
+      for (size_t n = 0; n < cols; n += chunk) {
+        const size_t width = std::min(chunk, cols - n);
+        PrefetchPagedRows(k, std::min(next_end, next + n),
+                          std::min(next_end, next + n + width));
+        PrefetchPagedRows(v, j0 + n, j0 + n + width);
+        TileScores(queries, quantized ? &*quantized : nullptr, k, j0 + n, width,
+                   scores_options, ws.scores + n);
+      }
+    }
     SoftmaxTile(pr, t, 0, rows, j0, cols, st, ws);
     const bool first = j0 == j_start;
     if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);
     MatMulOptions accumulate;
     accumulate.beta = first ? 0.0f : 1.0f;
-    PrefetchPagedRows(v, j0 + cols, next_end);
+    if (chunk == kKeyBlock) PrefetchPagedRows(v, next, next_end);
     ws.nonfinite.count = 0;
     if (pr.mask.Classify(b, t.Token(0), t.Token(rows - 1) + 1, j0, j0 + cols) !=
         TileKind::kFull) {
