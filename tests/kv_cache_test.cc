@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "simdattn/attention.h"
 #include "simdattn/kernels.h"
+#include "src/ops/kv_rows.h"
 #include "tests/test_util.h"
 #include "tools/reference/reference.h"
 
@@ -326,6 +327,25 @@ TEST_P(KVCacheTest, PagedEqualsContiguousBitForBit) {
                        Attend(contiguous, q, q_tokens, true),
                        Name({type, block_size}));
       }
+    }
+  }
+}
+
+// Contiguous 16-bit caches larger than the last-level cache are read with
+// their rows asked for ahead, the scores in chunks (internal threshold set
+// low here): the same bits as without, decode and a few rows (7 queries).
+TEST_P(KVCacheTest, ContiguousRowsAskedForAheadKeepTheirBits) {
+  for (const KVType type : {KVType::kBF16, KVType::kF16}) {
+    KVCache cache = MakeCache({type, 0});
+    FillRagged(cache);
+    for (size_t q_tokens : {size_t{1}, size_t{7}}) {
+      const std::vector<float> q =
+          RandomVector(kBatch * kHeads * q_tokens * HeadDim(type), 6);
+      const std::vector<float> plain = Attend(cache, q, q_tokens, true);
+      internal::SetPrefetchContiguousBytes(1);
+      const std::vector<float> ahead = Attend(cache, q, q_tokens, true);
+      internal::SetPrefetchContiguousBytes(0);
+      ExpectSameBits(ahead, plain, Name({type, 0}));
     }
   }
 }

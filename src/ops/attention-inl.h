@@ -126,6 +126,8 @@ struct Problem {
   // kInt8: the few-rows path's scores over q8_0 and q4_0 keys as integer
   // dot products with the quantized query rows (int_dot-inl.h).
   bool integer_scores = false;
+  // The few-rows walk asks for contiguous rows ahead too.
+  bool prefetch_contiguous = false;
 
   template <typename T>
   internal::KVRows<T> Keys(size_t b, size_t h) const {
@@ -507,24 +509,28 @@ bool OneRunPerBlock(const internal::KVRows<T>& rows) {
          rows.block_stride == (rows.offset_mask + 1) * rows.stride;
 }
 
-// Whether PrefetchPagedRows asks for rows at all: paged rows come in runs (a
-// block's tokens of one head) too short for the hardware prefetchers to
-// follow. Float rows fill a block's run with 16 x head_dim x 4 bytes: long
-// enough for them (RESULTS.md, "KV caches": prefetch).
+// Whether PrefetchPagedRows asks for rows at all. Paged rows come in runs
+// (a block's tokens of one head) too short for the hardware prefetchers to
+// follow; float rows fill a block's run with 16 x head_dim x 4 bytes, long
+// enough for them (RESULTS.md, "KV caches": prefetch). Contiguous rows only
+// where the caller found it pays (Problem::prefetch_contiguous).
 template <typename T>
-bool PrefetchesRows(const internal::KVRows<T>& rows) {
-  return !std::is_same_v<T, float> && rows.table != internal::kSingleBlock;
+bool PrefetchesRows(const internal::KVRows<T>& rows, bool contiguous) {
+  if (rows.table == internal::kSingleBlock) return contiguous;
+  return !std::is_same_v<T, float>;
 }
 
-// Asks for rows [j_begin, j_end) of a paged cache, and their scales. Where
-// a block holds one head's rows only, a block that follows the previous one
-// in memory continues one stream the hardware follows: asking as well cost
-// 23% on Zen 5 (RESULTS.md, "Decode on AMD Zen 5").
+// Asks for rows [j_begin, j_end) of a cache, and their scales, where
+// PrefetchesRows. Where a paged block holds one head's rows only, a block
+// that follows the previous one in memory continues one stream the
+// hardware follows: asking as well cost 23% on Zen 5 (RESULTS.md, "Decode
+// on AMD Zen 5").
 template <typename T>
 HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
-                                  size_t j_begin, size_t j_end) {
-  if (!PrefetchesRows(rows)) return;
-  if (!OneRunPerBlock(rows)) {
+                                  bool contiguous, size_t j_begin,
+                                  size_t j_end) {
+  if (!PrefetchesRows(rows, contiguous)) return;
+  if (rows.table == internal::kSingleBlock || !OneRunPerBlock(rows)) {
     for (size_t j = j_begin; j < j_end; ++j) PrefetchPagedRow(rows, j);
     return;
   }
@@ -536,15 +542,19 @@ HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
 }
 
 // Keys per chunk of a decode tile's scores: with several heads per block,
-// about 2 KiB of K rows (a block of 16 keys at head_dim 64 in bf16), over
-// each of which the chunk's V rows and the next tile's K rows are asked for;
-// else the whole tile, whose rows the tile before asked for (one-run
-// blocks) or nobody does. A tile's K and V asked for at once (64 KiB at
-// head_dim 64 in bf16) stalled the core on the misses in flight: such
-// caches ran at half the contiguous rate on Zen 5 (bench/RESULTS.md).
+// or contiguous rows asked for, about 2 KiB of K rows (a block of 16 keys
+// at head_dim 64 in bf16), over each of which the chunk's V rows and the
+// next tile's K rows are asked for; else the whole tile, whose rows the
+// tile before asked for (one-run blocks) or nobody does. A tile's K and V asked
+// for at once (64 KiB at head_dim 64 in bf16) stalled the core on the misses in
+// flight: such caches ran at half the contiguous rate on Zen 5
+// (bench/RESULTS.md).
 template <typename T>
-size_t PrefetchChunk(const internal::KVRows<T>& rows) {
-  if (!PrefetchesRows(rows) || OneRunPerBlock(rows)) return kKeyBlock;
+size_t PrefetchChunk(const internal::KVRows<T>& rows, bool contiguous) {
+  if (!PrefetchesRows(rows, contiguous) ||
+      (rows.table != internal::kSingleBlock && OneRunPerBlock(rows))) {
+    return kKeyBlock;
+  }
   constexpr size_t kChunkBytes = 2048;
   const size_t row_bytes =
       hwy::DivCeil(rows.cols, internal::kBlockValues<T>) * sizeof(T);
@@ -625,13 +635,14 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
       }
     }
   }
-  const size_t chunk = PrefetchChunk(k);
+  const bool contiguous = pr.prefetch_contiguous;
+  const size_t chunk = PrefetchChunk(k, contiguous);
   for (size_t j0 = j_start; j0 < j_stop; j0 += kKeyBlock) {
     const size_t cols = std::min(kKeyBlock, j_stop - j0);
     const size_t next = j0 + cols,
                  next_end = std::min(j_stop, next + kKeyBlock);
     if (chunk == kKeyBlock) {
-      PrefetchPagedRows(k, next, next_end);
+      PrefetchPagedRows(k, contiguous, next, next_end);
       TileScores(queries, quantized ? &*quantized : nullptr, k, j0, cols,
                  scores_options, ws.scores);
     } else {
@@ -640,9 +651,9 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
       // chunks do not change its bits).
       for (size_t n = 0; n < cols; n += chunk) {
         const size_t width = std::min(chunk, cols - n);
-        PrefetchPagedRows(k, std::min(next_end, next + n),
+        PrefetchPagedRows(k, contiguous, std::min(next_end, next + n),
                           std::min(next_end, next + n + width));
-        PrefetchPagedRows(v, j0 + n, j0 + n + width);
+        PrefetchPagedRows(v, contiguous, j0 + n, j0 + n + width);
         TileScores(queries, quantized ? &*quantized : nullptr, k, j0 + n, width,
                    scores_options, ws.scores + n);
       }
@@ -652,7 +663,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);
     MatMulOptions accumulate;
     accumulate.beta = first ? 0.0f : 1.0f;
-    if (chunk == kKeyBlock) PrefetchPagedRows(v, next, next_end);
+    if (chunk == kKeyBlock) PrefetchPagedRows(v, contiguous, next, next_end);
     ws.nonfinite.count = 0;
     if (pr.mask.Classify(b, t.Token(0), t.Token(rows - 1) + 1, j0, j0 + cols) !=
         TileKind::kFull) {
@@ -1074,6 +1085,7 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   if (kPairTarget) pr.pair_kernel = arith.pair_kernel;
   pr.round_inputs = arith.round_weights && !arith.inputs_rounded;
   pr.integer_scores = arith.integer_scores;
+  pr.prefetch_contiguous = arith.prefetch_contiguous;
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);

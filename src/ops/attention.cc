@@ -1,9 +1,13 @@
 // ScaledDotProductAttention: validation, then one dispatch per call.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <initializer_list>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,6 +39,46 @@ using internal::ScratchBuffer;
 
 // Floats of scratch that hold n bf16 elements.
 size_t BFloat16Floats(size_t n) { return n / 2 + 1; }
+
+// Bytes of the last-level cache the first CPU shares (Linux's sysfs: per
+// AMD CCD or Intel socket, where a VM's sysconf may sum every CCD's), else
+// 32 MiB.
+size_t LastLevelCacheBytes() {
+  static const size_t bytes = [] {
+    size_t largest = 0;
+    for (int index = 0; index < 8; ++index) {
+      const std::string dir =
+          "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
+      std::ifstream file(dir + "/size");
+      size_t size = 0;
+      std::string unit;
+      if (!(file >> size)) continue;
+      file >> unit;
+      if (unit == "K") size <<= 10;
+      if (unit == "M") size <<= 20;
+      largest = std::max(largest, size);
+    }
+    return largest != 0 ? largest : size_t{32} << 20;
+  }();
+  return bytes;
+}
+
+std::atomic<size_t> prefetch_contiguous_bytes{0};
+
+// Whether the few-rows walk asks for contiguous rows ahead: 16-bit rows, and
+// more of them than the last-level cache holds. On Zen 5 that made bf16
+// decode from memory a third faster, and a third slower where the rows were
+// in the L3 already (bench/RESULTS.md, "Decode on AMD Zen 5").
+bool PrefetchContiguous(const KVSource& kv, size_t batch) {
+  if (kv.block_table != nullptr ||
+      (kv.type != KVType::kBF16 && kv.type != KVType::kF16)) {
+    return false;
+  }
+  const size_t bytes =
+      batch * kv.kv_heads * kv.tokens * (kv.keys.cols + kv.values.cols) * 2;
+  const size_t threshold = prefetch_contiguous_bytes.load();
+  return bytes > (threshold != 0 ? threshold : LastLevelCacheBytes());
+}
 
 // Float keys or values (tensor memory, `heads` per batch item of `tokens`
 // rows) rounded to bf16, dense in `store`.
@@ -155,6 +199,7 @@ void Attend(const char* kFn, ConstTensor4 q,
   if (pairs) arith.pair_kernel = kernel;
   arith.inputs_rounded = round_inputs || !bf16;
   arith.integer_scores = int8;
+  arith.prefetch_contiguous = PrefetchContiguous(kv, layout.batch);
   HWY_DYNAMIC_DISPATCH(AttentionImpl)
   (q, layout, kv, out, scale, mask, dropout,
    DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
@@ -283,6 +328,12 @@ void AttendCache(const char* kFn, ConstTensor4 q,
 }
 
 }  // namespace
+
+namespace internal {
+void SetPrefetchContiguousBytes(size_t bytes) {
+  prefetch_contiguous_bytes = bytes;
+}
+}  // namespace internal
 
 void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
                                Tensor4 out, const AttentionOptions& options) {

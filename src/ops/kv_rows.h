@@ -126,7 +126,13 @@ struct AttentionArithmetic {
   bool inputs_rounded = true;
   // kInt8: decode's scores over q8_0 and q4_0 keys as integer dot products.
   bool integer_scores = false;
+  // Decode asks for contiguous rows ahead, as for paged ones.
+  bool prefetch_contiguous = false;
 };
+
+// Bytes of K and V above which decode asks for contiguous 16-bit rows
+// ahead; 0 (the default): the last-level cache's size. For tests.
+void SetPrefetchContiguousBytes(size_t bytes);
 
 // Where batch item b's query rows, and its output rows, lie: rows
 // [0, q.dims[2]) of q.Slice(b, h) (dense), or rows [starts[b], starts[b + 1])
