@@ -545,9 +545,9 @@ HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
 // or contiguous rows asked for, about 2 KiB of K rows (a block of 16 keys
 // at head_dim 64 in bf16), over each of which the chunk's V rows and the
 // next tile's K rows are asked for; else the whole tile, whose rows the
-// tile before asked for (one-run blocks) or nobody does. A tile's K and V asked
-// for at once (64 KiB at head_dim 64 in bf16) stalled the core on the misses in
-// flight: such caches ran at half the contiguous rate on Zen 5
+// tile before asked for (one-run blocks) or nobody does. A tile's K and V
+// asked for at once (64 KiB at head_dim 64 in bf16) stalled the core on the
+// misses in flight: such caches ran at half the contiguous rate on Zen 5
 // (bench/RESULTS.md).
 template <typename T>
 size_t PrefetchChunk(const internal::KVRows<T>& rows, bool contiguous) {
