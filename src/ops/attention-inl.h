@@ -672,20 +672,20 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
     const Matrix acc_rows(acc, rows, value_dim, acc_stride);
     if (ws.nonfinite.count == 0) {
-      DirectColumns(p, v.From(j0), acc_rows, accumulate, 0, value_dim);
+      DirectColumns<true>(p, v.From(j0), acc_rows, accumulate, 0, value_dim);
     } else if constexpr (std::is_same_v<T, int8_t>) {  // Scales zeroed.
       for (size_t jj = 0; jj < cols; ++jj) ws.scales[jj] = v.Scale(j0 + jj);
       for (size_t n = 0; n < ws.nonfinite.count; ++n) {
         ws.scales[ws.nonfinite.keys[n]] = 0.0f;
       }
-      DirectColumns(p, Int8TileRows{v.From(j0), ws.scales}, acc_rows,
-                    accumulate, 0, value_dim);
+      DirectColumns<true>(p, Int8TileRows{v.From(j0), ws.scales}, acc_rows,
+                          accumulate, 0, value_dim);
     } else if constexpr (internal::kBlockValues<T> > 1) {
       // Zero blocks in the V panels' scratch, which this path packs not.
       T* zeros = reinterpret_cast<T*>(ws.v_panels);
       std::memset(zeros, 0, value_dim / internal::kQuantBlock * sizeof(T));
-      DirectColumns(p, BlockTileRows<T>{v.From(j0), &ws.nonfinite, zeros},
-                    acc_rows, accumulate, 0, value_dim);
+      DirectColumns<true>(p, BlockTileRows<T>{v.From(j0), &ws.nonfinite, zeros},
+                          acc_rows, accumulate, 0, value_dim);
     } else {  // A float copy with those rows zeroed.
       const hn::CappedTag<float, 1> d1;
       const size_t N = hn::Lanes(d);

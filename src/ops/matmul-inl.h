@@ -700,11 +700,13 @@ HWY_INLINE void ForIndex(const F& f) {
 // rows [m, m + R) of A together, R P <= 4 (eight accumulators): each pair of
 // B is widened once for all R rows, and a row of B is addressed once per
 // pass (one row of A takes four pairs: a q4_0 value row of 128 in one pass
-// on AVX-512, where pairs alone made four). Returns where the passes end.
-template <size_t R, size_t P, class B>
+// on AVX-512, where pairs alone made four). kAhead: the pass at column
+// n_ahead asks for the rest of each row, to n_end. Returns where the passes
+// end.
+template <size_t R, size_t P, bool kAhead, class B>
 HWY_INLINE size_t RowsTimesBPasses(ConstMatrix a, size_t m, const B& b,
                                    Matrix c, const MatMulOptions& opt, size_t n,
-                                   size_t n_end) {
+                                   size_t n_end, size_t n_ahead) {
   static_assert(R >= 1 && P >= 1 && R * P <= 4, "at most eight accumulators");
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
@@ -719,6 +721,8 @@ HWY_INLINE size_t RowsTimesBPasses(ConstMatrix a, size_t m, const B& b,
     }
   };
   for (; n + 2 * N * P <= n_end; n += 2 * N * P) {
+    // Columns past this pass that its rows of B ask for (see RowsTimesB).
+    const size_t ahead = kAhead && n == n_ahead ? n_end - n - 2 * N * P : 0;
     V s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0,
       s7 = s0;
     // Row r's pair p in accumulators 2 (r P + p) and the next.
@@ -729,6 +733,9 @@ HWY_INLINE size_t RowsTimesBPasses(ConstMatrix a, size_t m, const B& b,
       // Row k addressed (a page looked up) and its scale read once a pass.
       const auto* HWY_RESTRICT row = b.Row(k);
       const float row_scale = TimesRowScale(1.0f, b, k);
+      if constexpr (kAhead) {
+        if (ahead != 0) PrefetchElements(row, n + 2 * N * P, ahead);
+      }
       ForIndex<P>([&](auto p) {
         V b0, b1;
         const float factor = LoadTwo(d, row, row_scale, n + 2 * N * p, b0, b1);
@@ -762,7 +769,10 @@ HWY_INLINE size_t RowsTimesBPasses(ConstMatrix a, size_t m, const B& b,
 // order (block rows: for any R, R = 1 included), whatever the passes' width.
 // Returns where the whole vectors end; for block rows, at n_begin where two
 // vectors do not fit a block (wide SVE) or n_begin is not their multiple.
-template <size_t R, class B>
+// kAhead (B streams from memory): the first pass asks for the rest of each
+// row, which the later passes then find in cache: a pass that reads a part
+// of each row only is no stream the hardware prefetchers follow well.
+template <size_t R, bool kAhead, class B>
 HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
                              const MatMulOptions& opt, size_t n_begin,
                              size_t n_end) {
@@ -776,12 +786,13 @@ HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
   // The widest passes first (four pairs for one row, two for two), then
   // narrower ones for the rest.
   constexpr size_t kPairs = R == 1 ? 4 : R == 2 ? 2 : 1;
-  size_t n = RowsTimesBPasses<R, kPairs>(a, m, b, c, opt, n_begin, n_end);
+  size_t n = RowsTimesBPasses<R, kPairs, kAhead>(a, m, b, c, opt, n_begin,
+                                                 n_end, n_begin);
   if constexpr (kPairs >= 4) {
-    n = RowsTimesBPasses<R, 2>(a, m, b, c, opt, n, n_end);
+    n = RowsTimesBPasses<R, 2, kAhead>(a, m, b, c, opt, n, n_end, n_begin);
   }
   if constexpr (kPairs >= 2) {
-    n = RowsTimesBPasses<R, 1>(a, m, b, c, opt, n, n_end);
+    n = RowsTimesBPasses<R, 1, kAhead>(a, m, b, c, opt, n, n_end, n_begin);
   }
   return n;
 }
@@ -803,11 +814,16 @@ HWY_INLINE void WithRows(size_t rows, const F& f) {
 
 // Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
 // rows of A times B (B rows contiguous), or dot products with rows of B when
-// it is transposed (Q K^T in decode). kPrefetch: B^T's rows are long
-// (decode's 16-bit weights), and four at a time are streams too short for the
-// hardware prefetchers: the next four rows go to L1 a step ahead. Float rows
-// need none, and a KV cache's short keys are together one sequential run the
-// hardware follows; its own instantiation keeps the test out of their loop.
+// it is transposed (Q K^T in decode). kPrefetch: B streams from memory, read
+// once. B^T's rows are long (decode's 16-bit weights), and four at a time
+// are streams too short for the hardware prefetchers: the next four rows go
+// to L1 a step ahead. Float rows need none, and a KV cache's short keys are
+// together one sequential run the hardware follows; its own instantiation
+// keeps the test out of their loop. Rows of B (decode's V tiles) are asked
+// for whole by RowsTimesB's first pass: a group's four heads over int8 value
+// rows of 128 ran 29% faster for it on Zen 5, float ones 20%
+// (bench/RESULTS.md, "Decode on AMD Zen 5"); weight matrices of 768 x 768
+// ran up to 18% slower (their passes find the rows in L2).
 template <bool kPrefetch = false, class B>
 inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
                           const MatMulOptions& opt, size_t n_begin,
@@ -819,15 +835,21 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
   const hn::CappedTag<float, 1> d1;
   const size_t N = hn::Lanes(d);
   const size_t K = a.cols;
-  // Several rows of A times B (block rows: one too): their whole vectors
-  // together.
+  // Several rows of A times B together, their whole vectors; one row too
+  // where it takes block rows, or narrow rows (8 or 16 bits) that fill
+  // RowsTimesB's widest pass: an int8 or fp8 value row of 128 in one pass
+  // rather than two of 64 read 30% faster from memory on Zen 5. Float rows
+  // stay below: one pass ran 15% faster at one thread and 21% slower at two
+  // (decode 8x8x4096x128); rows of 64 ran 4-11% slower by pairs.
   size_t n_rows_done = n_begin;
   constexpr bool kBlocks = internal::kBlockValues < TB >> 1;
-  if (opt.transpose_b == Transpose::kNo && c.rows >= (kBlocks ? 1 : 2) &&
+  const bool one_row =
+      kBlocks || (c.rows == 1 && sizeof(TB) < 4 && n_end - n_begin >= 8 * N);
+  if (opt.transpose_b == Transpose::kNo && (c.rows >= 2 || one_row) &&
       c.rows <= 4) {
     WithRows(c.rows, [&](auto rows) {
-      n_rows_done =
-          RowsTimesB<decltype(rows)::value>(a, 0, b, c, opt, n_begin, n_end);
+      n_rows_done = RowsTimesB<decltype(rows)::value, kPrefetch>(
+          a, 0, b, c, opt, n_begin, n_end);
     });
   }
   for (size_t m = 0; m < c.rows; ++m) {
