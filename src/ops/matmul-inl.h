@@ -821,9 +821,10 @@ HWY_INLINE void WithRows(size_t rows, const F& f) {
 // together one sequential run the hardware follows; its own instantiation
 // keeps the test out of their loop. Rows of B (decode's V tiles) are asked
 // for whole by RowsTimesB's first pass: a group's four heads over int8 value
-// rows of 128 ran 29% faster for it on Zen 5, float ones 20%
-// (bench/RESULTS.md, "Decode on AMD Zen 5"); weight matrices of 768 x 768
-// ran up to 18% slower (their passes find the rows in L2).
+// rows of 128 ran 28% faster for it on Zen 5, float ones 15-22%
+// (bench/RESULTS.md, "Value rows whole in P V's first pass"); weight
+// matrices of 768 x 768 ran up to 18% slower (their passes find the rows
+// in L2).
 template <bool kPrefetch = false, class B>
 inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
                           const MatMulOptions& opt, size_t n_begin,
