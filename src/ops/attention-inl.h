@@ -592,9 +592,17 @@ inline void TileScores(ConstMatrix queries,
                MatrixView<const T>(k.Row(j0 + n), run, k.cols, k.stride),
                Matrix(scores + n, rows, run, kKeyBlock), options, 0, run);
     if constexpr (std::is_same_v<T, int8_t>) {
-      for (size_t j = n; j < n + run; ++j) {
-        const float scale = k.Scale(j0 + j);
-        for (size_t r = 0; r < rows; ++r) scores[r * kKeyBlock + j] *= scale;
+      // Times the keys' scales, contiguous within a run.
+      const float* scales = k.ScaleAt(j0 + n);
+      const hn::ScalableTag<float> d;
+      const size_t N = hn::Lanes(d);
+      for (size_t j = 0; j < run; j += N) {
+        const size_t count = std::min(N, run - j);
+        const auto scale = LoadTail(d, scales + j, count);
+        for (size_t r = 0; r < rows; ++r) {
+          float* s = scores + r * kKeyBlock + n + j;
+          StoreTail(hn::Mul(LoadTail(d, s, count), scale), d, s, count);
+        }
       }
     }
   }

@@ -7,6 +7,7 @@
 #define SIMDATTN_SRC_OPS_LANES_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstddef>
 
 #include "hwy/highway.h"
@@ -20,6 +21,43 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Float lanes of this target's largest vector (an upper bound on SVE):
 // the size of the zero-padded stack copies that vector tails go through.
 constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
+// p[0, count) in the first lanes, zeros after (LoadN of newer Highway):
+// count <= Lanes(d), and no element past p[count) is read (it may be
+// unmapped). Masked loads where Highway's memory operations cannot fault,
+// else a zero-padded copy.
+template <class D, typename T = hn::TFromD<D>>
+HWY_INLINE hn::Vec<D> LoadTail(D d, const T* HWY_RESTRICT p, size_t count) {
+#if HWY_MEM_OPS_MIGHT_FAULT
+  HWY_ALIGN T lanes[HWY_MAX_BYTES / sizeof(T)] = {};
+  std::copy_n(p, count, lanes);
+  return hn::Load(d, lanes);
+#else
+  return hn::MaskedLoad(hn::FirstN(d, count), d, p);
+#endif
+}
+
+// v's first count lanes to p[0, count), count <= Lanes(d); nothing past
+// p[count) is written (StoreN of newer Highway).
+template <class D, typename T = hn::TFromD<D>>
+HWY_INLINE void StoreTail(hn::Vec<D> v, D d, T* HWY_RESTRICT p, size_t count) {
+#if HWY_MEM_OPS_MIGHT_FAULT
+  HWY_ALIGN T lanes[HWY_MAX_BYTES / sizeof(T)];
+  hn::Store(v, d, lanes);
+  std::copy_n(lanes, count, p);
+#else
+  hn::BlendedStore(v, hn::FirstN(d, count), d, p);
+#endif
+}
+
+// Vector registers of this target: 32 with AVX-512 and on AArch64 (NEON,
+// SVE), 16 on AVX2 and SSE (on the scalar target, a cap on tile sizes).
+#if HWY_TARGET != HWY_SCALAR && \
+    (HWY_ARCH_ARM_A64 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL)
+constexpr size_t kVectorRegisters = 32;
+#else
+constexpr size_t kVectorRegisters = 16;
+#endif
 
 // Highway 1.0.3 converts between f32 and f16 in hardware only from AVX2
 // (F16C) on and on Arm; its emulation elsewhere (SSE4, SSSE3, scalar)

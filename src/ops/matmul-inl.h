@@ -220,12 +220,13 @@ HWY_INLINE hn::Vec<D> LoadRow(D d, const B& b, size_t k, size_t n) {
   }
 }
 
+constexpr size_t kLineBytes = 64;  // x86 and most Arm cores.
+
 // Prefetches the cache lines of p[0, count) into L1.
 template <typename T>
 HWY_INLINE void PrefetchLines(const T* p, size_t count) {
-  constexpr size_t kLine = 64;  // x86 and most Arm cores.
   const char* bytes = reinterpret_cast<const char*>(p);
-  for (size_t i = 0; i < count * sizeof(T); i += kLine) {
+  for (size_t i = 0; i < count * sizeof(T); i += kLineBytes) {
     hwy::Prefetch(bytes + i);
   }
 }
@@ -673,10 +674,16 @@ HWY_INLINE float LoadTwo(D d, const TB* HWY_RESTRICT row, float row_scale,
   }
 }
 
-// Accumulator I of eight, by a compile-time index (sizeless SVE vectors can
+// Accumulators of RowsTimesBPasses: half the vector registers.
+constexpr size_t kPassAccumulators = kVectorRegisters / 2;
+
+// Accumulator I of sixteen, by a compile-time index (sizeless SVE vectors can
 // be neither array elements nor members).
 template <size_t I, class V>
-HWY_INLINE V& Slot(V& s0, V& s1, V& s2, V& s3, V& s4, V& s5, V& s6, V& s7) {
+HWY_INLINE V& Slot(V& s0, V& s1, V& s2, V& s3, V& s4, V& s5, V& s6, V& s7,
+                   V& s8, V& s9, V& s10, V& s11, V& s12, V& s13, V& s14,
+                   V& s15) {
+  static_assert(I < 16, "sixteen accumulators");
   if constexpr (I == 0) return s0;
   if constexpr (I == 1) return s1;
   if constexpr (I == 2) return s2;
@@ -685,6 +692,14 @@ HWY_INLINE V& Slot(V& s0, V& s1, V& s2, V& s3, V& s4, V& s5, V& s6, V& s7) {
   if constexpr (I == 5) return s5;
   if constexpr (I == 6) return s6;
   if constexpr (I == 7) return s7;
+  if constexpr (I == 8) return s8;
+  if constexpr (I == 9) return s9;
+  if constexpr (I == 10) return s10;
+  if constexpr (I == 11) return s11;
+  if constexpr (I == 12) return s12;
+  if constexpr (I == 13) return s13;
+  if constexpr (I == 14) return s14;
+  if constexpr (I == 15) return s15;
 }
 
 // f(std::integral_constant<size_t, i>()) for i in [0, kCount).
@@ -697,7 +712,7 @@ HWY_INLINE void ForIndex(const F& f) {
 }
 
 // Passes of P pairs of vectors of columns (2 P Lanes(d) columns) over K for
-// rows [m, m + R) of A together, R P <= 4 (eight accumulators): each pair of
+// rows [m, m + R) of A together, 2 R P <= kPassAccumulators: each pair of
 // B is widened once for all R rows, and a row of B is addressed once per
 // pass (one row of A takes four pairs: a q4_0 value row of 128 in one pass
 // on AVX-512, where pairs alone made four). kAhead: the pass at column
@@ -707,7 +722,8 @@ template <size_t R, size_t P, bool kAhead, class B>
 HWY_INLINE size_t RowsTimesBPasses(ConstMatrix a, size_t m, const B& b,
                                    Matrix c, const MatMulOptions& opt, size_t n,
                                    size_t n_end, size_t n_ahead) {
-  static_assert(R >= 1 && P >= 1 && R * P <= 4, "at most eight accumulators");
+  static_assert(R >= 1 && P >= 1 && 2 * R * P <= kPassAccumulators,
+                "accumulators fit");
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d), K = a.cols;
@@ -724,10 +740,12 @@ HWY_INLINE size_t RowsTimesBPasses(ConstMatrix a, size_t m, const B& b,
     // Columns past this pass that its rows of B ask for (see RowsTimesB).
     const size_t ahead = kAhead && n == n_ahead ? n_end - n - 2 * N * P : 0;
     V s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0,
-      s7 = s0;
+      s7 = s0, s8 = s0, s9 = s0, s10 = s0, s11 = s0, s12 = s0, s13 = s0,
+      s14 = s0, s15 = s0;
     // Row r's pair p in accumulators 2 (r P + p) and the next.
     const auto acc = [&](auto i) -> V& {
-      return Slot<decltype(i)::value>(s0, s1, s2, s3, s4, s5, s6, s7);
+      return Slot<decltype(i)::value>(s0, s1, s2, s3, s4, s5, s6, s7, s8, s9,
+                                      s10, s11, s12, s13, s14, s15);
     };
     for (size_t k = 0; k < K; ++k) {
       // Row k addressed (a page looked up) and its scale read once a pass.
@@ -783,9 +801,14 @@ HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
       return n_begin;
     }
   }
-  // The widest passes first (four pairs for one row, two for two), then
-  // narrower ones for the rest.
-  constexpr size_t kPairs = R == 1 ? 4 : R == 2 ? 2 : 1;
+  // The widest passes first (at most four pairs, as many as the
+  // accumulators allow: with 32 registers and 8- or 16-bit rows four pairs
+  // for two rows, two for three or four), then narrower ones for the rest.
+  // Float rows keep eight accumulators: sixteen ran 10-17% slower.
+  constexpr size_t kAccumulators =
+      sizeof(ElementOf<B>) < 4 ? kPassAccumulators : 8;
+  constexpr size_t kFit = kAccumulators / (2 * R);
+  constexpr size_t kPairs = kFit >= 4 ? 4 : kFit >= 2 ? 2 : 1;
   size_t n = RowsTimesBPasses<R, kPairs, kAhead>(a, m, b, c, opt, n_begin,
                                                  n_end, n_begin);
   if constexpr (kPairs >= 4) {
@@ -987,14 +1010,8 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
 // kDotRows rows of A and each of A kDotCols rows of B. B is read where it
 // lies, without packing, once per kDotRows rows of A, and the next tile's rows
 // of B are prefetched (B streams from memory in a model's decode step).
-#if HWY_TARGET == HWY_SCALAR || \
-    !(HWY_ARCH_ARM_A64 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL)
-constexpr size_t kDotRows = 4;  // 16 vector registers (or one lane).
-constexpr size_t kDotCols = 2;
-#else
-constexpr size_t kDotRows = 8;
-constexpr size_t kDotCols = 3;
-#endif
+constexpr size_t kDotRows = kVectorRegisters == 32 ? 8 : 4;
+constexpr size_t kDotCols = kVectorRegisters == 32 ? 3 : 2;
 
 // v, held in a register: GCC otherwise folds a load of A into each of the
 // multiply-adds that use it, doubling the tile's loads.
@@ -1042,9 +1059,18 @@ HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
   Vec s20 = zero, s21 = zero, s22 = zero, s30 = zero, s31 = zero, s32 = zero;
   Vec s40 = zero, s41 = zero, s42 = zero, s50 = zero, s51 = zero, s52 = zero;
   Vec s60 = zero, s61 = zero, s62 = zero, s70 = zero, s71 = zero, s72 = zero;
+  // One line of each next row per step, as many as a row spans (an 8-bit
+  // row of 128 spans two or three lines, not eight steps).
+  const size_t row_bytes =
+      hwy::DivCeil(K, internal::kBlockValues<TB>) * sizeof(TB);
   size_t k = 0;
-  for (; k + N <= K; k += N) {
-    for (size_t j = 0; j < C; ++j) PrefetchElements(next + j * ldb, k, N);
+  for (size_t line = 0; k + N <= K; k += N, line += kLineBytes) {
+    if (line < row_bytes + kLineBytes - 1) {
+      const size_t offset = std::min(line, row_bytes - 1);
+      for (size_t j = 0; j < C; ++j) {
+        hwy::Prefetch(reinterpret_cast<const char*>(next + j * ldb) + offset);
+      }
+    }
     const Vec b0 = LoadB(d, b, k);
     const Vec b1 = C > 1 ? LoadB(d, b + ldb, k) : b0;
     const Vec b2 = C > 2 ? LoadB(d, b + 2 * ldb, k) : b0;
