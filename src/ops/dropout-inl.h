@@ -29,6 +29,7 @@
 #include "simdattn/kernels.h"
 #include "simdattn/random.h"
 #include "src/common/parallel.h"
+#include "src/ops/lanes-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace simdattn {
@@ -152,11 +153,8 @@ HWY_INLINE void ApplyBits(DU du, hn::Vec<DU> bits, const Params& p,
                x);
     return;
   }
-  HWY_ALIGN float buf[kDropoutLanes] = {};
-  std::memcpy(buf, x, count * sizeof(float));
-  hn::Store(hn::IfThenZeroElse(drop, hn::Mul(hn::Load(df, buf), scale)), df,
-            buf);
-  std::memcpy(x, buf, count * sizeof(float));
+  StoreTail(hn::IfThenZeroElse(drop, hn::Mul(LoadTail(df, x, count), scale)),
+            df, x, count);
 }
 
 // Columns of row[start, start + lanes) that exist.

@@ -105,23 +105,22 @@ HWY_INLINE void WriteScoresOf(D d, const Softcap& softcap, float scale,
                               const float* x, internal::RowMasks m,
                               size_t limit, float* y) {
   const size_t N = hn::Lanes(d);
-  const auto scores = [&](const float* from, const internal::RowMasks& masks,
+  const auto scores = [&](hn::Vec<D> xj, const internal::RowMasks& masks,
                           size_t j) {
     return ScoresWithTerms<kAdditive, kBoolean>(
-        d, softcap, hn::Mul(hn::Set(d, scale), hn::LoadU(d, from + j)), masks,
-        j);
+        d, softcap, hn::Mul(hn::Set(d, scale), xj), masks, j);
   };
   size_t j = 0;
-  for (; j + N <= limit; j += N) hn::StoreU(scores(x, m, j), d, y + j);
+  for (; j + N <= limit; j += N) {
+    hn::StoreU(scores(hn::LoadU(d, x + j), m, j), d, y + j);
+  }
   if (j == limit) return;
-  // The tail, from zero-padded copies: a whole vector there could reach
-  // unmapped memory.
+  // The tail: a whole vector there could reach unmapped memory. The masks
+  // are read through zero-padded copies.
   const size_t count = limit - j;
-  HWY_ALIGN float x_tail[kMaxLanes] = {}, additive[kMaxLanes] = {};
-  HWY_ALIGN float y_tail[kMaxLanes];
+  HWY_ALIGN float additive[kMaxLanes] = {};
   HWY_ALIGN uint8_t boolean[kMaxLanes] = {};
   m.position -= static_cast<float>(j);
-  std::memcpy(x_tail, x + j, count * sizeof(float));
   if (kAdditive) {
     std::memcpy(additive, m.additive + j, count * sizeof(float));
     m.additive = additive;
@@ -130,8 +129,7 @@ HWY_INLINE void WriteScoresOf(D d, const Softcap& softcap, float scale,
     std::memcpy(boolean, m.boolean + j, count);
     m.boolean = boolean;
   }
-  hn::Store(scores(x_tail, m, 0), d, y_tail);
-  std::memcpy(y + j, y_tail, count * sizeof(float));
+  StoreTail(scores(LoadTail(d, x + j, count), m, 0), d, y + j, count);
 }
 
 // y[0, limit) = a row's scores (kernels.h's AttentionMask) from x[0, limit):

@@ -238,36 +238,34 @@ HWY_INLINE void PrefetchElements(const T* row, size_t n, size_t count) {
   PrefetchLines(row + n / kValues, hwy::DivCeil(count, kValues));
 }
 
-// Returns the value to store for accumulator `acc` whose old C is at `c`
-// (only read when needed) and whose bias lanes are at `bias`.
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE V Combine(D d, V acc, const float* HWY_RESTRICT c,
+// Returns the value to store for accumulator `acc` whose old C is
+// old_c() (only called when needed) and whose bias lanes are at `bias`.
+template <class D, class LoadC, class V = hn::Vec<D>>
+HWY_INLINE V Combine(D d, V acc, const LoadC& old_c,
                      const float* HWY_RESTRICT bias, const Epilogue& e) {
   const V alpha = hn::Set(d, e.alpha);
-  if (!e.first_block) return hn::MulAdd(alpha, acc, hn::LoadU(d, c));
+  if (!e.first_block) return hn::MulAdd(alpha, acc, old_c());
   V addend = e.bias ? hn::Load(d, bias) : hn::Zero(d);
-  if (e.beta != 0.0f)
-    addend = hn::MulAdd(hn::Set(d, e.beta), hn::LoadU(d, c), addend);
+  if (e.beta != 0.0f) addend = hn::MulAdd(hn::Set(d, e.beta), old_c(), addend);
   return hn::MulAdd(alpha, acc, addend);
 }
 
-// Stores the first `valid` lanes of one accumulator into C. Partial vectors
-// go through a stack buffer: a full load or store there could touch memory
-// past the row (another thread's tile, or unmapped).
+// Stores the first `valid` lanes of one accumulator into C; partial vectors
+// touch nothing past them (another thread's tile, or unmapped memory).
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE void StoreTile(D d, V acc, float* HWY_RESTRICT c,
                           const float* HWY_RESTRICT bias, size_t valid,
                           const Epilogue& e) {
   const size_t N = hn::Lanes(d);
   if (valid >= N) {
-    hn::StoreU(Combine(d, acc, c, bias, e), d, c);
-    return;
+    hn::StoreU(Combine(
+                   d, acc, [&] { return hn::LoadU(d, c); }, bias, e),
+               d, c);
+  } else if (valid != 0) {
+    StoreTail(Combine(
+                  d, acc, [&] { return LoadTail(d, c, valid); }, bias, e),
+              d, c, valid);
   }
-  if (valid == 0) return;
-  HWY_ALIGN float old_c[kMaxLanes] = {};
-  std::memcpy(old_c, c, valid * sizeof(float));
-  hn::Store(Combine(d, acc, old_c, bias, e), d, old_c);
-  std::memcpy(c, old_c, valid * sizeof(float));
 }
 
 // C[0..R, 0..cols) (+)= A[0..R, 0..kc) * panel, where the panel holds kc rows

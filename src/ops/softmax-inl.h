@@ -383,9 +383,7 @@ HWY_INLINE void PassTwo(D d, const Scaling& scaling, float* stage,
     if (stage != nullptr || full + N <= r.cols) {
       hn::StoreU(e, d, e_out + full);
     } else {
-      HWY_ALIGN float e_copy[kMaxLanes];
-      hn::Store(e, d, e_copy);
-      std::memcpy(r.y + full, e_copy, t.count * sizeof(float));
+      StoreTail(e, d, r.y + full, t.count);
     }
   }
   if (later != nullptr) internal::PrefetchRow(*later, prefetch_end);
