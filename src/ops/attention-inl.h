@@ -497,7 +497,14 @@ template <typename T>
 HWY_INLINE void PrefetchPagedRow(const internal::KVRows<T>& rows, size_t j) {
   matmul_detail::PrefetchElements(rows.Row(j), 0, rows.cols);
   if constexpr (std::is_same_v<T, int8_t>) {
-    if (j % 16 == 0) hwy::Prefetch(rows.ScaleAt(j));  // 16 to a line.
+    // Each line of the scales once: where a block's run or a line begins
+    // (a run need not start a line: the array is the caller's).
+    const float* scale = rows.ScaleAt(j);
+    if (((j + rows.first) & rows.offset_mask) == 0 ||
+        reinterpret_cast<uintptr_t>(scale) % matmul_detail::kLineBytes <
+            sizeof(float)) {
+      hwy::Prefetch(scale);
+    }
   }
 }
 
