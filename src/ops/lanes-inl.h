@@ -23,9 +23,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
 
 // p[0, count) in the first lanes, zeros after (LoadN of newer Highway):
-// count <= Lanes(d), and no element past p[count) is read (it may be
-// unmapped). Masked loads where Highway's memory operations cannot fault,
-// else a zero-padded copy.
+// 0 < count <= Lanes(d) (the scalar target reads p[0] regardless), and no
+// element past p[count) is read (it may be unmapped). Masked loads where
+// Highway's memory operations cannot fault, else a zero-padded copy.
 template <class D, typename T = hn::TFromD<D>>
 HWY_INLINE hn::Vec<D> LoadTail(D d, const T* HWY_RESTRICT p, size_t count) {
 #if HWY_MEM_OPS_MIGHT_FAULT
@@ -37,8 +37,8 @@ HWY_INLINE hn::Vec<D> LoadTail(D d, const T* HWY_RESTRICT p, size_t count) {
 #endif
 }
 
-// v's first count lanes to p[0, count), count <= Lanes(d); nothing past
-// p[count) is written (StoreN of newer Highway).
+// v's first count lanes to p[0, count), 0 < count <= Lanes(d); nothing
+// past p[count) is written (StoreN of newer Highway).
 template <class D, typename T = hn::TFromD<D>>
 HWY_INLINE void StoreTail(hn::Vec<D> v, D d, T* HWY_RESTRICT p, size_t count) {
 #if HWY_MEM_OPS_MIGHT_FAULT
