@@ -218,26 +218,37 @@ TEST_P(KVCacheTest, EveryTypeAndLayoutMatchesFloat64Reference) {
   }
 }
 
-// kInt8 over q8_0 and q4_0 keys: with at most 4 query rows per task (2
-// heads per K/V head here, times 1 or 2 tokens), scores are integer dot
-// products with the query quantized per block, so outputs are the float64
-// reference's over the quantized query, to float32's error. One element per
-// block is 7, making the quantization coarse (d = 7 / 127): float32
-// attention over the raw query lies far outside that tolerance, so the test
-// sees which arithmetic ran. Paged equals contiguous bit for bit; a query
-// with a NaN gets NaN, as in float32.
+// The caches kInt8 reads: ggml's blocks, and int8 rows.
+std::vector<Kind> Int8ComputeKinds() {
+  std::vector<Kind> kinds(std::begin(kBlockKinds), std::end(kBlockKinds));
+  kinds.push_back({KVType::kInt8, 0});
+  kinds.push_back({KVType::kInt8, 16});
+  return kinds;
+}
+
+// kInt8 over q8_0, q4_0 and int8 keys: with at most 4 query rows per task
+// (2 heads per K/V head here, times 1 or 2 tokens), scores are integer dot
+// products with the query quantized per block (per row of 20, a partial
+// vector, for int8), so outputs are the float64 reference's over the
+// quantized query, to float32's error. One element per 32 is 7, making the
+// quantization coarse (d = 7 / 127): float32 attention over the raw query
+// lies far outside that tolerance, so the test sees which arithmetic ran.
+// Paged equals contiguous bit for bit; a query with a NaN gets NaN, as in
+// float32.
 TEST_P(KVCacheTest, Int8ComputeIsAttentionOverTheQuantizedQuery) {
-  for (const Kind& kind : kBlockKinds) {
+  for (const Kind& kind : Int8ComputeKinds()) {
     KVCache cache = MakeCache(kind);
     FillRagged(cache);
     KVCache contiguous = MakeCache({kind.type, 0});
     FillRagged(contiguous);
+    const size_t head_dim = HeadDim(kind.type);
+    const size_t group = kind.type == KVType::kInt8 ? head_dim : 32;
     for (size_t q_tokens : {size_t{1}, size_t{2}}) {
       std::vector<float> q =
-          RandomVector(kBatch * kHeads * q_tokens * kBlockHeadDim, 11);
+          RandomVector(kBatch * kHeads * q_tokens * head_dim, 11);
       for (size_t e = 5; e < q.size(); e += 32) q[e] = 7.0f;
       std::vector<float> quantized = q;
-      reference::QuantizeQueryBlocks(quantized);
+      reference::QuantizeQueries(quantized, group);
       for (const auto& [causal, window] :
            {std::pair<bool, size_t>{true, 0}, {false, 0}, {true, 100}}) {
         const std::string what = Name(kind) + " q_tokens " +
@@ -267,7 +278,7 @@ TEST_P(KVCacheTest, Int8ComputeIsAttentionOverTheQuantizedQuery) {
       EXPECT_TRUE(std::isnan(out[0])) << Name(kind);
       const std::vector<double> expected =
           Reference(cache, quantized, q_tokens, true, 0);
-      const size_t item = kHeads * q_tokens * kBlockHeadDim;  // Batch item 0.
+      const size_t item = kHeads * q_tokens * head_dim;  // Batch item 0.
       ExpectNear(std::vector<float>(out.begin() + item, out.end()),
                  std::vector<double>(expected.begin() + item, expected.end()),
                  1e-5, Name(kind) + " other sequences");
@@ -1409,20 +1420,20 @@ TEST_P(KVCacheTest, ValuesNarrowerThanKeys) {
   }
 }
 
-// kInt8 reads q8_0 and q4_0 keys only, and is attention's only.
-TEST(KVCacheErrors, Int8ComputeNeedsBlockKeys) {
+// kInt8 reads q8_0, q4_0 and int8 keys only, and is attention's only.
+TEST(KVCacheErrors, Int8ComputeNeedsIntegerKeys) {
   AttentionOptions int8;
   int8.compute = ComputeType::kInt8;
   std::vector<float> x(64, 0.5f), out(64);
   const ConstTensor4 q = ConstTensor4::Dense(x.data(), 1, 1, 1, 64);
   const Tensor4 o = Tensor4::Dense(out.data(), 1, 1, 1, 64);
-  for (const KVType type : {KVType::kF32, KVType::kInt8, KVType::kBF16}) {
+  for (const KVType type : {KVType::kF32, KVType::kFp8E4M3, KVType::kBF16}) {
     KVCacheConfig config;
     config.type = type;
     KVCache cache(1, 1, 4, 64, config);
     cache.Append(q, q);
     ExpectInvalid([&] { ScaledDotProductAttention(q, cache.View(), o, int8); },
-                  {"kInt8", ElementTraitsOf(type).name, "q8_0 or q4_0"});
+                  {"kInt8", ElementTraitsOf(type).name, "q8_0, q4_0 or int8"});
   }
   ExpectInvalid([&] { ScaledDotProductAttention(q, q, q, o, int8); },
                 {"kInt8", "f32"});
@@ -1592,10 +1603,10 @@ TEST_P(KVCacheTest, ForwardStepWithEveryCache) {
 }
 
 // kInt8 in the module: float32 projections, attention's int8 scores over a
-// q8_0 or q4_0 cache (paged or not). Steps of one token (2 query heads per
-// K/V head: the integer path) stay near float32's steps over the same
-// cache and are not its bits; other caches and Forward refuse it, leaving
-// the cache and y as they were.
+// q8_0, q4_0 or int8 cache (paged or not). Steps of one token (2 query heads
+// per K/V head: the integer path) stay near float32's steps over the same cache
+// and are not its bits; other caches and Forward refuse it, leaving the cache
+// and y as they were.
 TEST_P(KVCacheTest, Int8ComputeStepsStayNearFloat) {
   const size_t d_in = 24, d_out = 128, heads = 4, tokens = 12;
   MultiHeadAttentionConfig config =
@@ -1605,7 +1616,7 @@ TEST_P(KVCacheTest, Int8ComputeStepsStayNearFloat) {
   const std::vector<float> x = RandomVector(2 * tokens * d_in, 4);
   ForwardOptions int8;
   int8.compute = ComputeType::kInt8;
-  for (const Kind& kind : kBlockKinds) {
+  for (const Kind& kind : Int8ComputeKinds()) {
     std::vector<std::vector<float>> outputs;
     for (const ForwardOptions& options : {ForwardOptions{}, int8}) {
       KVCacheConfig cache_config;
@@ -1636,7 +1647,7 @@ TEST_P(KVCacheTest, Int8ComputeStepsStayNearFloat) {
   const ConstTensor3 one(x.data(), 2, 1, d_in, tokens * d_in, d_in);
   ExpectInvalid(
       [&] { mha.ForwardStep(one, f32, Tensor3(y.data(), 2, 1, d_out), int8); },
-      {"kInt8", "q8_0 or q4_0"});
+      {"kInt8", "q8_0, q4_0 or int8"});
   EXPECT_EQ(f32.length(0), 0u);
   ExpectInvalid([&] { mha.Forward(one, Tensor3(y.data(), 2, 1, d_out), int8); },
                 {"kInt8", "ForwardStep"});

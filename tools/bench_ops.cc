@@ -343,7 +343,9 @@ double CheckAttention(const measure::AttentionShape& s) {
       for (float& e : *operand) e = ToFloat(ToBFloat16(e));
     }
   }
-  if (s.int8dot) reference::QuantizeQueryBlocks(q);
+  if (s.int8dot) {
+    reference::QuantizeQueries(q, s.cache == KVType::kInt8 ? d : 32);
+  }
   const double out_bound = s.bf16dot ? 1.0 / 256 + 1e-5 : 1e-5;
   std::vector<double> ref_lse;
   const std::vector<double> ref =
@@ -661,7 +663,8 @@ const std::vector<OpSpec>& Ops() {
         "2x8x300x64_kv2_kvq8_0_paged16_int8dot",
         "1x4x1000x64_kvq4_0_int8dot",
         "2x4x300x32_kv2_kvq4_0_window40_softcap30.5_sinks_q2_int8dot",
-        "1x2x200x96_kvq8_0_q3_int8dot"},
+        "1x2x200x96_kvq8_0_q3_int8dot",
+        "2x8x300x40_kv2_kvint8_paged16_int8dot"},
        [](const std::string& text) { return AttentionCase(text, true); }},
       {"append",
        Metric::kGbPerSec,

@@ -53,8 +53,8 @@ struct ForwardOptions {
   // and ScaledDotProductAttention's kBFloat16); ForwardStep then needs a
   // bf16 cache. The first such call on a target packs the projections for
   // it (a PackedMatrix per matrix, 2 bytes per weight, kept until the
-  // weights change). kInt8 (ForwardStep over a q8_0 or q4_0 cache): float32
-  // projections, attention's kInt8 scores.
+  // weights change). kInt8 (ForwardStep over a q8_0, q4_0 or int8 cache):
+  // float32 projections, attention's kInt8 scores.
   ComputeType compute = ComputeType::kFloat32;
 };
 

@@ -299,13 +299,16 @@ struct AttentionOptions {
   // outputs differ from float32 attention over the rounded Q, K, V and P
   // only by accumulation order. Over a KVCacheView, the cache must hold
   // bf16 (its keys and values are already rounded).
-  // kInt8 (a cache of q8_0 or q4_0 only): scores as llama.cpp computes them
-  // against ggml's blocks. Each query row is quantized per block of 32
-  // elements to q^ = d round(x / d), d = max |x| / 127 (float32 d; codes
-  // rounded to nearest even from x (127 / max)), the products of a block's
-  // codes with the key block's (q4_0: its values n - 8) summed exactly in
-  // int32 and scaled by scale d d_key in float32. A score then differs from
-  // float32 attention's over the same cache by at most
+  // kInt8 (a cache of q8_0, q4_0 or int8 only): integer scores. Over
+  // ggml's blocks, as llama.cpp computes them: each query row is quantized
+  // per block of 32 elements to q^ = d round(x / d), d = max |x| / 127
+  // (float32 d; codes rounded to nearest even from x (127 / max)), the
+  // products of a block's codes with the key block's (q4_0: its values
+  // n - 8) summed exactly in int32 and scaled by scale d d_key in float32.
+  // Over int8 keys (one scale per row), the same with the whole row as the
+  // query's one block: one exact int32 sum per score, times the key's scale
+  // and scale d (the query quantized per row, as the keys are). A score
+  // then differs from float32 attention's over the same cache by at most
   // scale sum_blocks (d / 2) sum_block |k| (and float32 roundings); softmax
   // and P V are float32. This applies where the kernel's tasks have at most
   // 4 query rows, always when q_heads / kv_heads times the queries per

@@ -184,9 +184,10 @@ enum {
   /* Operands rounded to bf16 (nearest even), products summed in float32;
    * native bf16 instructions where the CPU has them. */
   SIMDATTN_COMPUTE_BF16 = 1,
-  /* Attention over a q8_0 or q4_0 cache only: decode's scores as integer
-   * dot products with the query quantized to int8 blocks, as llama.cpp
-   * computes them (kernels.h's AttentionOptions::compute states the bound). */
+  /* Attention over a q8_0, q4_0 or int8 cache only: decode's scores as
+   * integer dot products with the query quantized to int8 (per block of 32
+   * as llama.cpp does for q8_0 and q4_0, per row for int8; kernels.h's
+   * AttentionOptions::compute states the bound). */
   SIMDATTN_COMPUTE_INT8 = 2
 };
 
@@ -373,7 +374,7 @@ typedef struct simdattn_attention_options {
   float dropout;
   /* SIMDATTN_COMPUTE_BF16 rounds Q, K, V and the weights P to bf16
    * (kernels.h's AttentionOptions::compute); over a KV cache, a bf16 one.
-   * SIMDATTN_COMPUTE_INT8: over a q8_0 or q4_0 cache only. */
+   * SIMDATTN_COMPUTE_INT8: over a q8_0, q4_0 or int8 cache only. */
   int32_t compute;
   uint64_t dropout_seed;
   uint64_t dropout_offset;
@@ -717,7 +718,7 @@ typedef struct simdattn_forward_options {
   int32_t training;
   /* SIMDATTN_COMPUTE_BF16: projections and attention in bf16 arithmetic; no
    * attention weights then, and forward steps need a bf16 cache.
-   * SIMDATTN_COMPUTE_INT8: forward steps over a q8_0 or q4_0 cache only,
+   * SIMDATTN_COMPUTE_INT8: forward steps over a q8_0, q4_0 or int8 cache,
    * float32 projections and int8 scores. */
   int32_t compute;
   uint64_t dropout_seed;

@@ -252,7 +252,7 @@ class AttentionEngine {
     return compute == ComputeType::kInt8 ? ComputeType::kFloat32 : compute;
   }
 
-  // `step`: over a cache, where kInt8 may read its q8_0 or q4_0 keys.
+  // `step`: over a cache, where kInt8 may read its q8_0, q4_0 or int8 keys.
   void CheckCompute(const ForwardOptions& options, bool step) const {
     SIMDATTN_REQUIRE(options.compute == ComputeType::kFloat32 ||
                          options.compute == ComputeType::kBFloat16 ||
@@ -260,8 +260,8 @@ class AttentionEngine {
                      name_, "options.compute (",
                      static_cast<int>(options.compute), ") is not ",
                      step ? "kFloat32, kBFloat16 or kInt8"
-                          : "kFloat32 or kBFloat16 (kInt8 reads a q8_0 or "
-                            "q4_0 cache: ForwardStep)");
+                          : "kFloat32 or kBFloat16 (kInt8 reads a q8_0, "
+                            "q4_0 or int8 cache: ForwardStep)");
     SIMDATTN_REQUIRE(options.compute == ComputeType::kFloat32 ||
                          options.attention_weights.data == nullptr,
                      name_,
@@ -473,10 +473,11 @@ void AttentionEngine::CheckStep(const ForwardOptions& options,
       "its type is ",
       static_cast<int>(type));
   SIMDATTN_REQUIRE(options.compute != ComputeType::kInt8 ||
-                       type == KVType::kQ8_0 || type == KVType::kQ4_0,
+                       type == KVType::kQ8_0 || type == KVType::kQ4_0 ||
+                       type == KVType::kInt8,
                    name_,
-                   "options.compute is kInt8: the cache must hold q8_0 or "
-                   "q4_0, its type is ",
+                   "options.compute is kInt8: the cache must hold q8_0, "
+                   "q4_0 or int8, its type is ",
                    static_cast<int>(type));
 }
 

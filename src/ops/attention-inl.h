@@ -637,14 +637,14 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
   const size_t j_stop = std::min(j_end, pr.mask.End(b, t.Token(rows - 1)));
   const hn::ScalableTag<float> d;
   // kInt8: the rows quantized once for every tile, in the K panels' scratch
-  // (this path packs none; 256 head_dim floats hold them); float32 where
-  // Quantize declines them.
+  // (this path packs none; kKeyBlock head_dim floats hold them); float32
+  // where Quantize declines them.
   using int_dot_detail::QuantizedQueries;
   static_assert(kSkinnyRows <= QuantizedQueries::kMaxRows, "rows fit");
   std::optional<QuantizedQueries> quantized;
   if constexpr (int_dot_detail::kIntegerKeys<T>) {
     if (pr.integer_scores) {
-      quantized.emplace(ws.k_panels, queries.cols);
+      quantized = QuantizedQueries::For<T>(ws.k_panels, queries.cols);
       if (!int_dot_detail::Quantize(queries, pr.scale, *quantized)) {
         quantized.reset();
       }

@@ -125,11 +125,11 @@ void Attend(const char* kFn, ConstTensor4 q,
   SIMDATTN_REQUIRE(bf16 || int8 || options.compute == ComputeType::kFloat32,
                    kFn, "options.compute (", static_cast<int>(options.compute),
                    ") is not a ComputeType");
-  SIMDATTN_REQUIRE(
-      !int8 || kv.type == KVType::kQ8_0 || kv.type == KVType::kQ4_0, kFn,
-      "options.compute is kInt8 but the keys are ",
-      ElementTraitsOf(kv.type).name,
-      ": int8 arithmetic reads a q8_0 or q4_0 cache");
+  SIMDATTN_REQUIRE(!int8 || kv.type == KVType::kQ8_0 ||
+                       kv.type == KVType::kQ4_0 || kv.type == KVType::kInt8,
+                   kFn, "options.compute is kInt8 but the keys are ",
+                   ElementTraitsOf(kv.type).name,
+                   ": int8 arithmetic reads a q8_0, q4_0 or int8 cache");
 
   const Footprint rq = internal::CheckTensor4(kFn, "q", q);
   const Footprint ro = internal::CheckTensor4(kFn, "out", out);

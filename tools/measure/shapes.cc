@@ -543,8 +543,8 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
                "fp8e5m2, q8_0, q4_0), "
                "_qN (N queries per sequence), _pagedN (N a power of two, 16 to "
                "256), _cold, _mlaN (values "
-               "the first N < D dims of each key row), _int8dot (kv q8_0 or "
-               "q4_0, H / G times N at most 4) (e.g. "
+               "the first N < D dims of each key row), _int8dot (kv q8_0, "
+               "q4_0 or int8, H / G times N at most 4) (e.g. "
                "1x12x4096x64_kvbf16_paged16)"
              : "BxHxTxD with optional _kvG (G dividing H), _causal, "
                "_dropout, _windowW, _softcapC, _sinks, _alibi, _bf16dot "
@@ -580,9 +580,11 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
       Fail(text, form);
     }
   }
-  // kInt8 reads block caches; with more rows per task its scores would be
-  // float32's, which --check's quantized reference does not model.
-  if (s.int8dot && ((s.cache != KVType::kQ8_0 && s.cache != KVType::kQ4_0) ||
+  // kInt8 reads q8_0, q4_0 and int8 caches; with more rows per task its
+  // scores would be float32's, which --check's quantized reference does not
+  // model.
+  if (s.int8dot && ((s.cache != KVType::kQ8_0 && s.cache != KVType::kQ4_0 &&
+                     s.cache != KVType::kInt8) ||
                     s.heads / s.kv_heads * s.queries > 4)) {
     Fail(text, form);
   }

@@ -141,8 +141,8 @@ struct AttentionShape {
   size_t mla = 0;
   // Prefill: bf16 arithmetic (AttentionOptions::compute, _bf16dot).
   bool bf16dot = false;
-  // Decode over a q8_0 or q4_0 cache with at most 4 query rows per key/value
-  // head and sequence: kInt8 scores (_int8dot).
+  // Decode over a q8_0, q4_0 or int8 cache with at most 4 query rows per
+  // key/value head and sequence: kInt8 scores (_int8dot).
   bool int8dot = false;
   size_t queries = 1;  // Decode: queries per sequence (_qN, N <= tokens).
 

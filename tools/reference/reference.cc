@@ -182,16 +182,15 @@ float Dropout::operator()(float x, size_t b, size_t h, size_t i,
   return drop ? 0.0f : x * scale_;
 }
 
-void QuantizeQueryBlocks(std::vector<float>& rows) {
-  constexpr size_t kBlock = 32;
-  for (size_t b0 = 0; b0 + kBlock <= rows.size(); b0 += kBlock) {
+void QuantizeQueries(std::vector<float>& rows, size_t group) {
+  for (size_t b0 = 0; b0 + group <= rows.size(); b0 += group) {
     float max = 0.0f;
-    for (size_t i = 0; i < kBlock; ++i) {
+    for (size_t i = 0; i < group; ++i) {
       max = std::max(max, std::abs(rows[b0 + i]));
     }
     const float inverse = max == 0.0f ? 0.0f : 127.0f / max;
     const double d = max / 127.0f;
-    for (size_t i = 0; i < kBlock; ++i) {
+    for (size_t i = 0; i < group; ++i) {
       const double code =
           std::isfinite(inverse)
               ? std::nearbyint(rows[b0 + i] * inverse)

@@ -78,13 +78,14 @@ std::vector<double> Attention(Tensor4View<const T> q, Tensor4View<const T> k,
                               const AttentionMask& mask,
                               std::vector<double>* log_sum_exp = nullptr);
 
-// Dense rows of a multiple of 32 elements as AttentionOptions::compute
-// kInt8 quantizes queries, in place: each block of 32 to d round(x / d),
+// Dense rows as AttentionOptions::compute kInt8 quantizes queries, in
+// place: each group of `group` elements (32 for q8_0 and q4_0 keys, a row
+// for int8 keys; rows.size() a multiple of it) to d round(x / d),
 // d = max |x| / 127 in float32, codes nearest even from x (127 / max)
 // (in double where 127 / max overflows float; a block whose d underflows,
 // which kInt8 leaves to float32, to zeros);
 // d times a code rounded to float (2^-24 relative).
-void QuantizeQueryBlocks(std::vector<float>& rows);
+void QuantizeQueries(std::vector<float>& rows, size_t group);
 
 // Dropout(x, p, key) element by element: dropped iff p >= 1 or
 // DropoutBits < DropoutThreshold(p); dropped elements are +0, kept ones
