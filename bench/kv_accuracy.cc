@@ -1,7 +1,7 @@
 // How far attention over each narrow KV cache type lands from attention over
 // the float32 cache, for the same keys, values and queries: the error the
 // type itself costs (the kernels' own error, against float64 over what a
-// cache holds, is in the tests); q8_0 and q4_0 also with kInt8 scores.
+// cache holds, is in the tests); int8, q8_0 and q4_0 also with kInt8 scores.
 // Prints, per type, the largest and the RMS difference of the outputs
 // relative to the outputs' RMS.
 //
@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
       {KVType::kFp8E5M2, ComputeType::kFloat32},
       {KVType::kQ8_0, ComputeType::kFloat32},
       {KVType::kQ4_0, ComputeType::kFloat32},
+      {KVType::kInt8, ComputeType::kInt8},
       {KVType::kQ8_0, ComputeType::kInt8},
       {KVType::kQ4_0, ComputeType::kInt8}};
   for (const auto& [type, compute] : kCases) {
