@@ -123,7 +123,7 @@ struct Problem {
   // dense path, which rounds them while packing (the few-rows path would
   // read them unrounded).
   bool round_inputs = false;
-  // kInt8: the few-rows path's scores over q8_0 and q4_0 keys as integer
+  // kInt8: the few-rows path's scores over q8_0, q4_0 and int8 keys as integer
   // dot products with the quantized query rows (int_dot-inl.h).
   bool integer_scores = false;
   // The few-rows walk asks for contiguous rows ahead too.
@@ -575,7 +575,8 @@ size_t PrefetchChunk(const internal::KVRows<T>& rows, bool contiguous) {
 // (a group's heads) go by dot-product tiles, each vector of K loaded once
 // for up to kDotRows rows, over each run of keys contiguous in memory (a
 // block of a paged cache), int8 keys' scales applied to the products.
-// With the queries quantized (kInt8, block keys), by integer dot products.
+// With the queries quantized (kInt8: q8_0, q4_0 or int8 keys), by integer
+// dot products.
 template <typename T>
 inline void TileScores(ConstMatrix queries,
                        const int_dot_detail::QuantizedQueries* quantized,

@@ -220,8 +220,8 @@ HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
 
 // scores[r * stride + j] = the score of q's row r and key j0 + j, j < cols:
 // one query row four keys at a time, else each key for every row. int8
-// rows ask for each key's lines kAhead keys ahead (ggml's blocks gained
-// nothing from it).
+// rows ask for each key's lines kAhead keys ahead (the float path's
+// DotTile asks too); ggml's blocks, measured without it, are left so.
 template <typename T>
 inline void Scores(const QuantizedQueries& q, const internal::KVRows<T>& k,
                    size_t j0, size_t cols, float* scores, size_t stride) {

@@ -124,7 +124,8 @@ struct AttentionArithmetic {
   // kBFloat16 with Q, K and V already rounded (else the dense path rounds
   // them while packing).
   bool inputs_rounded = true;
-  // kInt8: decode's scores over q8_0 and q4_0 keys as integer dot products.
+  // kInt8: decode's scores over q8_0, q4_0 and int8 keys as integer dot
+  // products.
   bool integer_scores = false;
   // Decode asks for contiguous rows ahead, as for paged ones.
   bool prefetch_contiguous = false;
