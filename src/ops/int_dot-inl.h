@@ -112,58 +112,35 @@ inline bool Quantize(ConstMatrix queries, float alpha, QuantizedQueries& q) {
   return true;
 }
 
-// A key's codes [h, h + count) of group g, widened to int16 (count <
-// Lanes(di) only at the end of an int8 row), and the group's scale (int8
-// rows: row_scales[c], key c's; block keys carry theirs).
+// Lanes [h, h + count) of an int8 row widened to int16, count <
+// Lanes(di) only at the row's end.
 template <class DI>
-HWY_INLINE hn::Vec<DI> KeyCodes(DI di, const int8_t* key, size_t /*g*/,
-                                size_t h, size_t count) {
+HWY_INLINE hn::Vec<DI> RowCodes(DI di, const int8_t* key, size_t h,
+                                size_t count) {
   const hn::Rebind<int8_t, DI> d8;
   return hn::PromoteTo(di, count == hn::Lanes(di)
                                ? hn::LoadU(d8, key + h)
                                : LoadTail(d8, key + h, count));
 }
-template <class DI, typename T>
-HWY_INLINE hn::Vec<DI> KeyCodes(DI di, const T* key, size_t g, size_t h,
-                                size_t /*count*/) {
-  return matmul_detail::BlockCodes(di, key[g], h);
-}
-HWY_INLINE float KeyScale(const int8_t* /*key*/, size_t /*g*/,
-                          const float* row_scales, size_t c) {
-  return row_scales[c];
-}
-template <typename T>
-HWY_INLINE float KeyScale(const T* key, size_t g, const float* /*row_scales*/,
-                          size_t /*c*/) {
-  return matmul_detail::BlockScale(key[g]);
-}
 
-// out[i * out_stride] for accumulator i < R * C: the score of query row
-// (C == 1 ? i : 0) and key row keys[C == 1 ? 0 : i] (int8 rows: of scale
-// row_scales[C == 1 ? 0 : i]), C == 1 or R == 1. Per group, the int32 sums
-// of the code products (exact: at most head_dim 127^2 in magnitude),
-// converted, times the key's scale, then times the query's (its scale alone
-// may overflow where the score does not), summed in float32 over the groups,
-// then over the lanes (exact for int8 rows up to head_dim 1040, the sums
-// then being integers below 2^24). Named accumulators: SVE vectors form no
-// arrays.
+// out[i * out_stride] for i < R * C: the score of query row (C == 1 ? i :
+// 0) and key block row keys[C == 1 ? 0 : i], C == 1 or R == 1. Per block,
+// the int32 sum of the code products (exact: at most 32 127^2 in
+// magnitude), converted, times the key's scale, then times the query's (its
+// scale alone may overflow where the score does not), summed in float32
+// over the blocks, then over the lanes. Named accumulators: SVE vectors
+// form no arrays.
 template <size_t R, size_t C, typename T>
 HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
-                          const float* row_scales, float* HWY_RESTRICT out,
-                          size_t out_stride) {
+                          float* HWY_RESTRICT out, size_t out_stride) {
   static_assert(R * C <= 4 && (R == 1 || C == 1), "one row or one key");
   // A whole block per vector where it fits (AVX-512: 32 lanes).
-  using D16 =
-      std::conditional_t<kBlockKeys<T>, hn::CappedTag<int16_t, kQuantBlock>,
-                         hn::ScalableTag<int16_t>>;
-  const D16 d16;
+  const hn::CappedTag<int16_t, kQuantBlock> d16;
   const hn::RepartitionToWide<decltype(d16)> d32;
   const hn::Rebind<float, decltype(d32)> df;
   using VF = hn::Vec<decltype(df)>;
   using VI = hn::Vec<decltype(d32)>;
   const size_t N = hn::Lanes(d16);
-  // Block keys: kQuantBlock, known here.
-  const size_t group = kBlockKeys<T> ? kQuantBlock : q.group;
   // Element by element: the caller stored these arrays a lane at a time,
   // and one wide load of them would wait for the stores.
   const T* const key0 = keys[0];
@@ -178,12 +155,11 @@ HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
     const int16_t* c1 = C == 1 && R > 1 ? q.Codes(1, g) : c0;
     const int16_t* c2 = C == 1 && R > 2 ? q.Codes(2, g) : c0;
     const int16_t* c3 = C == 1 && R > 3 ? q.Codes(3, g) : c0;
-    for (size_t h = 0; h < group; h += N) {
-      const size_t count = std::min(N, group - h);
-      const auto k0 = KeyCodes(d16, key0, g, h, count);
-      const auto k1 = C > 1 ? KeyCodes(d16, key1, g, h, count) : k0;
-      const auto k2 = C > 2 ? KeyCodes(d16, key2, g, h, count) : k0;
-      const auto k3 = C > 3 ? KeyCodes(d16, key3, g, h, count) : k0;
+    for (size_t h = 0; h < kQuantBlock; h += N) {
+      const auto k0 = matmul_detail::BlockCodes(d16, key0[g], h);
+      const auto k1 = C > 1 ? matmul_detail::BlockCodes(d16, key1[g], h) : k0;
+      const auto k2 = C > 2 ? matmul_detail::BlockCodes(d16, key2[g], h) : k0;
+      const auto k3 = C > 3 ? matmul_detail::BlockCodes(d16, key3[g], h) : k0;
 #define SIMDATTN_INT_TERM(i)                                                   \
   if (R * C > i) {                                                             \
     const auto codes = hn::LoadU(d16, c##i + h);                               \
@@ -196,11 +172,11 @@ HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
       SIMDATTN_INT_TERM(3)
 #undef SIMDATTN_INT_TERM
     }
-    // Per group: each key's scale once, not per vector or row.
-    const float kd0 = KeyScale(key0, g, row_scales, 0);
-    const float kd1 = C > 1 ? KeyScale(key1, g, row_scales, 1) : kd0;
-    const float kd2 = C > 2 ? KeyScale(key2, g, row_scales, 2) : kd0;
-    const float kd3 = C > 3 ? KeyScale(key3, g, row_scales, 3) : kd0;
+    // Per block: each key's scale once, not per vector or row.
+    const float kd0 = matmul_detail::BlockScale(key0[g]);
+    const float kd1 = C > 1 ? matmul_detail::BlockScale(key1[g]) : kd0;
+    const float kd2 = C > 2 ? matmul_detail::BlockScale(key2[g]) : kd0;
+    const float kd3 = C > 3 ? matmul_detail::BlockScale(key3[g]) : kd0;
 #define SIMDATTN_INT_GROUP(i)                                              \
   if (R * C > i) {                                                         \
     const VF dot = hn::Mul(hn::ConvertTo(df, hn::Add(s##i, o##i)),         \
@@ -218,41 +194,149 @@ HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
   for (size_t i = 0; i < R * C; ++i) out[i * out_stride] = sums[i];
 }
 
-// scores[r * stride + j] = the score of q's row r and key j0 + j, j < cols:
-// one query row four keys at a time, else each key for every row. int8
-// rows ask for each key's lines kAhead keys ahead (the float path's
-// DotTile asks too); ggml's blocks, measured without it, are left so.
+// Keys per tile of int8 rows: R <= 4 query rows times kRowTileKeys keys of
+// int32 accumulators fit the registers (AVX-512's 32 with 16 of them; the
+// Arm targets keep Highway's second sum per accumulator, and AVX2 has 16).
+constexpr size_t kRowTileKeys = HWY_ARCH_X86 && kVectorRegisters == 32 ? 4 : 2;
+
+// out[r * out_stride + c], r < R, c < C: the scores of query row r and the
+// int8 key row at keys + c * key_stride, of scale key_scales[c]. The int32
+// sum of the code products over the row (exact: head_dim 127^2 < 2^31),
+// reduced across lanes in int32, converted once (exact while below 2^24:
+// head_dim <= 1040), times the key's scale, then times the query's (its
+// scale alone may overflow where the score does not). Each key's codes are
+// widened once for the R rows.
+template <size_t R, size_t C>
+HWY_NOINLINE void RowTile(const QuantizedQueries& q, const int8_t* keys,
+                          size_t key_stride, const float* key_scales,
+                          float* HWY_RESTRICT out, size_t out_stride) {
+  static_assert(R >= 1 && R <= 4 && C >= 1 && C <= kRowTileKeys, "tile");
+  const hn::ScalableTag<int16_t> d16;
+  const hn::RepartitionToWide<decltype(d16)> d32;
+  using VI = hn::Vec<decltype(d32)>;
+  const size_t N = hn::Lanes(d16), head_dim = q.group;
+  const int8_t* const key0 = keys;
+  const int8_t* const key1 = key0 + (C > 1 ? key_stride : 0);
+  const int8_t* const key2 = key0 + (C > 2 ? 2 * key_stride : 0);
+  const int8_t* const key3 = key0 + (C > 3 ? 3 * key_stride : 0);
+  const VI zero = hn::Zero(d32);
+  // s<r><c>: row r, key c; o<r><c>: the odd products' sums (unused on x86).
+// clang-format off
+#define SIMDATTN_TILE(X)          \
+  X(0, 0) X(0, 1) X(0, 2) X(0, 3) \
+  X(1, 0) X(1, 1) X(1, 2) X(1, 3) \
+  X(2, 0) X(2, 1) X(2, 2) X(2, 3) \
+  X(3, 0) X(3, 1) X(3, 2) X(3, 3)
+  // clang-format on
+#define SIMDATTN_DECLARE(r, c) VI s##r##c = zero, o##r##c = zero;
+  SIMDATTN_TILE(SIMDATTN_DECLARE)
+#undef SIMDATTN_DECLARE
+  for (size_t h = 0; h < head_dim; h += N) {
+    const size_t count = std::min(N, head_dim - h);
+    const auto k0 = RowCodes(d16, key0, h, count);
+    const auto k1 = C > 1 ? RowCodes(d16, key1, h, count) : k0;
+    const auto k2 = C > 2 ? RowCodes(d16, key2, h, count) : k0;
+    const auto k3 = C > 3 ? RowCodes(d16, key3, h, count) : k0;
+    // The query's codes are zero-padded past head_dim.
+    const auto q0 = hn::LoadU(d16, q.Codes(0, 0) + h);
+    const auto q1 = R > 1 ? hn::LoadU(d16, q.Codes(1, 0) + h) : q0;
+    const auto q2 = R > 2 ? hn::LoadU(d16, q.Codes(2, 0) + h) : q0;
+    const auto q3 = R > 3 ? hn::LoadU(d16, q.Codes(3, 0) + h) : q0;
+#define SIMDATTN_TERM(r, c)                                               \
+  if (R > r && C > c) {                                                   \
+    s##r##c =                                                             \
+        hn::ReorderWidenMulAccumulate(d32, q##r, k##c, s##r##c, o##r##c); \
+  }
+    SIMDATTN_TILE(SIMDATTN_TERM)
+#undef SIMDATTN_TERM
+  }
+#define SIMDATTN_JOIN(r, c) s##r##c = hn::Add(s##r##c, o##r##c);
+  SIMDATTN_TILE(SIMDATTN_JOIN)
+#undef SIMDATTN_JOIN
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+  const hn::CappedTag<float, 4> d4;
+  const auto key_scale =
+      C == 4 ? hn::LoadU(d4, key_scales) : LoadTail(d4, key_scales, C);
+#define SIMDATTN_ROW(r)                                                     \
+  if (R > r) {                                                              \
+    const auto sums = hn::ConvertTo(                                        \
+        d4, matmul_detail::Sums4(d32, s##r##0, s##r##1, s##r##2, s##r##3)); \
+    const auto scores =                                                     \
+        hn::Mul(hn::Mul(sums, key_scale), hn::Set(d4, q.Scale(r, 0)));      \
+    if (C == 4) {                                                           \
+      hn::StoreU(scores, d4, out + r * out_stride);                         \
+    } else {                                                                \
+      StoreTail(scores, d4, out + r * out_stride, C);                       \
+    }                                                                       \
+  }
+  SIMDATTN_ROW(0)
+  SIMDATTN_ROW(1)
+  SIMDATTN_ROW(2)
+  SIMDATTN_ROW(3)
+#undef SIMDATTN_ROW
+#else
+#define SIMDATTN_SCORE(r, c)                                           \
+  if (R > r && C > c) {                                                \
+    const float sum =                                                  \
+        static_cast<float>(hn::GetLane(hn::SumOfLanes(d32, s##r##c))); \
+    out[r * out_stride + c] = sum * key_scales[c] * q.Scale(r, 0);     \
+  }
+  SIMDATTN_TILE(SIMDATTN_SCORE)
+#undef SIMDATTN_SCORE
+#endif
+#undef SIMDATTN_TILE
+}
+
+// scores[r * stride + j] = the score of q's row r and key j0 + j, j < cols.
+// Block keys: one query row four keys at a time, else each key for every
+// row. int8 rows: tiles of every row and kRowTileKeys keys, each key's
+// lines asked for kAhead keys ahead (the float path's DotTile asks too);
+// ggml's blocks, measured without it, are left so.
 template <typename T>
 inline void Scores(const QuantizedQueries& q, const internal::KVRows<T>& k,
                    size_t j0, size_t cols, float* scores, size_t stride) {
-  constexpr bool kRows = std::is_same_v<T, int8_t>;
-  constexpr size_t kAhead = 16;
-  const auto key = [&](size_t j, float* row_scale) {
-    if constexpr (kRows) {
-      if (j + kAhead < cols) {
-        matmul_detail::PrefetchElements(k.Row(j0 + j + kAhead), 0, k.cols);
-      }
-      *row_scale = k.Scale(j0 + j);
-    }
-    return k.Row(j0 + j);
-  };
-  size_t j = 0;
-  if (q.rows == 1) {
-    for (; j + 4 <= cols; j += 4) {
-      float row_scales[4];
-      const T* keys[4] = {key(j, row_scales), key(j + 1, row_scales + 1),
-                          key(j + 2, row_scales + 2),
-                          key(j + 3, row_scales + 3)};
-      DotTile<1, 4>(q, keys, row_scales, scores + j, 1);
-    }
-  }
-  for (; j < cols; ++j) {
-    float row_scale;
-    const T* row = key(j, &row_scale);
+  if constexpr (std::is_same_v<T, int8_t>) {
+    constexpr size_t kAhead = 16;
     matmul_detail::WithRows(q.rows, [&](auto rows) {
-      DotTile<decltype(rows)::value, 1>(q, &row, &row_scale, scores + j,
-                                        stride);
+      constexpr size_t R = decltype(rows)::value;
+      // By runs of rows `stride` apart (their scales contiguous).
+      for (size_t j = 0, run = 0; j < cols; j += run) {
+        run = std::min(cols - j, k.RunFrom(j0 + j));
+        const int8_t* keys = k.Row(j0 + j);
+        const float* key_scales = k.ScaleAt(j0 + j);
+        for (size_t c = 0; c < run;) {
+          const size_t tile = run - c >= kRowTileKeys ? kRowTileKeys : 1;
+          for (size_t i = j + c + kAhead;
+               i < std::min(cols, j + c + tile + kAhead); ++i) {
+            matmul_detail::PrefetchElements(k.Row(j0 + i), 0, k.cols);
+          }
+          const int8_t* tile_keys = keys + c * k.stride;
+          if (tile == kRowTileKeys) {
+            RowTile<R, kRowTileKeys>(q, tile_keys, k.stride, key_scales + c,
+                                     scores + j + c, stride);
+          } else {
+            RowTile<R, 1>(q, tile_keys, k.stride, key_scales + c,
+                          scores + j + c, stride);
+          }
+          c += tile;
+        }
+      }
     });
+  } else {
+    size_t j = 0;
+    if (q.rows == 1) {
+      for (; j + 4 <= cols; j += 4) {
+        const T* keys[4] = {k.Row(j0 + j), k.Row(j0 + j + 1), k.Row(j0 + j + 2),
+                            k.Row(j0 + j + 3)};
+        DotTile<1, 4>(q, keys, scores + j, 1);
+      }
+    }
+    for (; j < cols; ++j) {
+      const T* row = k.Row(j0 + j);
+      matmul_detail::WithRows(q.rows, [&](auto rows) {
+        DotTile<decltype(rows)::value, 1>(q, &row, scores + j, stride);
+      });
+    }
   }
 }
 

@@ -583,24 +583,23 @@ HWY_INLINE void ScalarEpilogue(float acc, float* out, size_t n,
 }
 
 #if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
-// Stores the four lanes of the sum of v's 128-bit blocks.
+// The sum of v's 128-bit blocks (four lanes of float or int32).
 template <class D>
-HWY_INLINE void StoreSumOfBlocks(D d, hn::Vec<D> v, float* HWY_RESTRICT out) {
+HWY_INLINE auto SumOfBlocks(D d, hn::Vec<D> v) {
   if constexpr (hn::MaxLanes(D()) <= 4) {
-    hn::StoreU(v, d, out);
+    (void)d;
+    return v;
   } else {
     const hn::Half<D> dh;
-    StoreSumOfBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)),
-                     out);
+    return SumOfBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
   }
 }
 
-// out[0..3] = the sums of the lanes of v0..v3: one transposing reduction
-// (two rounds of interleaves, then the blocks) where four SumOfLanes would
-// each take a full reduction.
+// The sums of the lanes of v0..v3 as one vector's four lanes: one
+// transposing reduction (two rounds of interleaves, then the blocks) where
+// four SumOfLanes would each take a full reduction.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE void SumOfLanes4(D d, V v0, V v1, V v2, V v3,
-                            float* HWY_RESTRICT out) {
+HWY_INLINE auto Sums4(D d, V v0, V v1, V v2, V v3) {
   const hn::Repartition<uint64_t, D> d64;
   // Per block: v0[0] + v0[2], v1[0] + v1[2], v0[1] + v0[3], v1[1] + v1[3].
   const V s01 =
@@ -609,10 +608,16 @@ HWY_INLINE void SumOfLanes4(D d, V v0, V v1, V v2, V v3,
       hn::Add(hn::InterleaveLower(v2, v3), hn::InterleaveUpper(d, v2, v3));
   const auto w01 = hn::BitCast(d64, s01), w23 = hn::BitCast(d64, s23);
   // Per block: the block's sums of v0, v1, v2, v3.
-  StoreSumOfBlocks(d,
-                   hn::Add(hn::BitCast(d, hn::InterleaveLower(w01, w23)),
-                           hn::BitCast(d, hn::InterleaveUpper(d64, w01, w23))),
-                   out);
+  return SumOfBlocks(
+      d, hn::Add(hn::BitCast(d, hn::InterleaveLower(w01, w23)),
+                 hn::BitCast(d, hn::InterleaveUpper(d64, w01, w23))));
+}
+
+// out[0..3] = the sums of the lanes of v0..v3.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void SumOfLanes4(D d, V v0, V v1, V v2, V v3,
+                            float* HWY_RESTRICT out) {
+  hn::StoreU(Sums4(d, v0, v1, v2, v3), hn::CappedTag<float, 4>(), out);
 }
 #endif
 
