@@ -1,7 +1,9 @@
-// Per-target integer scores (ComputeType::kInt8): query rows quantized to
-// blocks of 32 int8 codes, dot products with ggml's q8_0 and q4_0 key blocks
-// summed exactly in int32 per block, as llama.cpp's vec_dot_q8_0_q8_0 and
-// vec_dot_q4_0_q8_0 do, then scaled by both blocks' scales in float32.
+// Per-target integer scores (ComputeType::kInt8). Over ggml's q8_0 and q4_0
+// key blocks (DotTile): query rows quantized to blocks of 32 int8 codes, each
+// block's code products summed exactly in int32, as llama.cpp's
+// vec_dot_q8_0_q8_0 and vec_dot_q4_0_q8_0 do, then scaled by both blocks'
+// scales in float32. Over int8 key rows (RowTile): query rows quantized per
+// row, one exact int32 sum per score, converted once, then scaled.
 
 #if defined(SIMDATTN_SRC_OPS_INT_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SIMDATTN_SRC_OPS_INT_DOT_INL_H_
