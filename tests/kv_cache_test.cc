@@ -591,13 +591,17 @@ TEST_P(KVCacheTest, Fp8RoundsToNearestEvenAsOcpDefines) {
 
 // Attention reads every fp8 code exactly, NaN included (the kernels' vector
 // widening, not the scalar one of Read): one key, so the output is the value
-// row, which holds each of the 256 codes once.
+// row, which holds each of the 256 codes once; then with the NaN codes zeroed
+// (E4M3 rows without NaN codes take their own loads).
 TEST_P(KVCacheTest, AttentionWidensEveryFp8Code) {
   constexpr size_t kCodes = 256;
-  for (const Fp8Format& format : kFp8Formats) {
+  for (const auto& [format, with_nan] :
+       {std::pair{kFp8Formats[0], true}, std::pair{kFp8Formats[0], false},
+        std::pair{kFp8Formats[1], true}}) {
     std::vector<float> values(kCodes);
     for (size_t code = 0; code < kCodes; ++code) {
       values[code] = static_cast<float>(format.Value(static_cast<int>(code)));
+      if (!with_nan && std::isnan(values[code])) values[code] = 0.0f;
     }
     const std::vector<float> key(kCodes, 1.0f), q(kCodes, 0.5f);
     KVCacheConfig config;
@@ -614,6 +618,63 @@ TEST_P(KVCacheTest, AttentionWidensEveryFp8Code) {
         EXPECT_TRUE(std::isnan(out[code])) << Name({format.type, 0}) << code;
       } else {
         EXPECT_EQ(out[code], values[code]) << Name({format.type, 0}) << code;
+      }
+    }
+  }
+}
+
+// Decode reads a tile's E4M3 rows without the per-vector NaN test where a
+// scan of the tile finds no NaN code (attention-inl.h, HasNaNCodes). One NaN
+// code in reach, in a key or a value row, in the first or the second tile of
+// 256 keys, contiguous or paged: a NaN key makes exactly the rows of its kv
+// head NaN,
+// a NaN value, their column; every other output keeps its bits. Rows of 72:
+// a 64-byte vector and a tail.
+TEST_P(KVCacheTest, Fp8E4M3NaNCodeInReachMakesOnlyItsHeadsNaN) {
+  constexpr size_t kTokens = 300, kDim = 72, kPoisonedHead = 1;
+  const std::vector<float> k = RandomVector(kKVHeads * kTokens * kDim, 7),
+                           v = RandomVector(kKVHeads * kTokens * kDim, 8);
+  for (const size_t block_size : {size_t{0}, size_t{16}}) {
+    KVCacheConfig config;
+    config.type = KVType::kFp8E4M3;
+    config.block_size = block_size;
+    const auto attend = [&](const std::vector<float>& keys,
+                            const std::vector<float>& values, size_t q_tokens) {
+      KVCache cache(1, kKVHeads, kTokens, kDim, config);
+      cache.Append(
+          ConstTensor4::Dense(keys.data(), 1, kKVHeads, kTokens, kDim),
+          ConstTensor4::Dense(values.data(), 1, kKVHeads, kTokens, kDim));
+      const std::vector<float> q = RandomVector(kHeads * q_tokens * kDim, 9);
+      std::vector<float> out(q.size());
+      ScaledDotProductAttention(
+          ConstTensor4::Dense(q.data(), 1, kHeads, q_tokens, kDim),
+          cache.View(), Tensor4::Dense(out.data(), 1, kHeads, q_tokens, kDim));
+      return out;
+    };
+    for (const size_t q_tokens : {size_t{1}, size_t{3}}) {
+      const std::vector<float> clean = attend(k, v, q_tokens);
+      for (const bool in_keys : {true, false}) {
+        for (const size_t token : {size_t{5}, size_t{290}}) {
+          std::vector<float> keys = k, values = v;
+          (in_keys ? keys : values)[(kPoisonedHead * kTokens + token) * kDim +
+                                    (token % kDim)] = kNaN;
+          const std::vector<float> out = attend(keys, values, q_tokens);
+          const std::string where = std::string(in_keys ? "key" : "value") +
+                                    " token " + std::to_string(token) +
+                                    " block " + std::to_string(block_size) +
+                                    " q_tokens " + std::to_string(q_tokens);
+          // A NaN key's score makes its rows NaN; a NaN value, its column.
+          for (size_t i = 0; i < out.size(); ++i) {
+            const size_t head = i / (q_tokens * kDim);
+            if (head / (kHeads / kKVHeads) == kPoisonedHead &&
+                (in_keys || i % kDim == token % kDim)) {
+              ASSERT_TRUE(std::isnan(out[i])) << where << " at " << i;
+            } else {
+              ASSERT_EQ(std::memcmp(&out[i], &clean[i], sizeof(float)), 0)
+                  << where << " at " << i;
+            }
+          }
+        }
       }
     }
   }

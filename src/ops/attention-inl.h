@@ -199,6 +199,40 @@ HWY_INLINE void FindNonFiniteValues(D d, const internal::KVRows<T>& v,
   }
 }
 
+// Whether rows [j0, j0 + cols) of an E4M3 cache hold a NaN code
+// (S.1111.111: a byte b with b | 0x80 == 0xFF): two vector ops per vector of
+// bytes, where LoadB's test takes three per vector of floats. Decode reads
+// a tile's rows as FiniteE4M3, then scans them (TileScores, AddTileProduct).
+HWY_INLINE bool HasNaNCodes(const internal::KVRows<internal::Fp8E4M3>& rows,
+                            size_t j0, size_t cols) {
+  const hn::ScalableTag<uint8_t> d8;
+  const size_t N = hn::Lanes(d8);
+  const auto sign = hn::Set(d8, 0x80);
+  auto most = hn::Zero(d8);
+  for (size_t j = j0, run; j < j0 + cols; j += run) {
+    run = std::min(j0 + cols - j, rows.RunFrom(j));
+    const uint8_t* row = &rows.Row(j)->bits;
+    for (size_t r = 0; r < run; ++r, row += rows.stride) {
+      size_t c = 0;
+      for (; c + N <= rows.cols; c += N) {
+        most = hn::Max(most, hn::Or(hn::LoadU(d8, row + c), sign));
+      }
+      if (c < rows.cols) {
+        most =
+            hn::Max(most, hn::Or(LoadTail(d8, row + c, rows.cols - c), sign));
+      }
+    }
+  }
+  return !hn::AllFalse(d8, hn::Eq(most, hn::Set(d8, 0xFF)));
+}
+
+// E4M3 rows as FiniteE4M3: read without LoadB's NaN test, which
+// HasNaNCodes then stands in for.
+inline internal::KVRows<matmul_detail::FiniteE4M3> FiniteRows(
+    const internal::KVRows<internal::Fp8E4M3>& rows) {
+  return rows.As<matmul_detail::FiniteE4M3>();
+}
+
 // acc[r] += P[r][jj] V[j0 + jj] for the listed keys and the rows r (row
 // r0 + r of the task) that see them; P's rows are kKeyBlock apart.
 template <typename T>
@@ -583,6 +617,13 @@ inline void TileScores(ConstMatrix queries,
                        const internal::KVRows<T>& k, size_t j0, size_t cols,
                        const MatMulOptions& options, float* scores) {
   using namespace matmul_detail;
+  if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
+    // The rows read as FiniteE4M3, then scanned where they are in cache now
+    // (scanning first made decode from memory wait for the scan); read
+    // again with the test where a NaN code is found.
+    TileScores(queries, quantized, FiniteRows(k), j0, cols, options, scores);
+    if (!HasNaNCodes(k, j0, cols)) return;
+  }
   if constexpr (int_dot_detail::kIntegerKeys<T>) {
     if (quantized != nullptr) {
       return int_dot_detail::Scores(*quantized, k, j0, cols, scores, kKeyBlock);
@@ -613,6 +654,32 @@ inline void TileScores(ConstMatrix queries,
         }
       }
     }
+  }
+}
+
+// acc (+)= P V over value rows from j0 (P's columns), read where they lie,
+// every row of acc seeing every key (a full tile, or one without NaN). E4M3
+// rows are read as FiniteE4M3, then scanned (see TileScores); a NaN code
+// makes its column of every row NaN, as P times it does on the tested path.
+template <typename T>
+HWY_INLINE void AddTileProduct(ConstMatrix p, const internal::KVRows<T>& v,
+                               size_t j0, Matrix acc,
+                               const MatMulOptions& options) {
+  using matmul_detail::DirectColumns;
+  if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
+    DirectColumns<true>(p, FiniteRows(v).From(j0), acc, options, 0, acc.cols);
+    if (!HasNaNCodes(v, j0, p.cols)) return;
+    for (size_t j = j0; j < j0 + p.cols; ++j) {
+      const internal::Fp8E4M3* row = v.Row(j);
+      for (size_t c = 0; c < v.cols; ++c) {
+        if ((row[c].bits | 0x80) != 0xFF) continue;
+        for (size_t r = 0; r < acc.rows; ++r) {
+          acc.Row(r)[c] = std::numeric_limits<float>::quiet_NaN();
+        }
+      }
+    }
+  } else {
+    DirectColumns<true>(p, v.From(j0), acc, options, 0, acc.cols);
   }
 }
 
@@ -688,7 +755,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
     const Matrix acc_rows(acc, rows, value_dim, acc_stride);
     if (ws.nonfinite.count == 0) {
-      DirectColumns<true>(p, v.From(j0), acc_rows, accumulate, 0, value_dim);
+      AddTileProduct(p, v, j0, acc_rows, accumulate);
     } else if constexpr (std::is_same_v<T, int8_t>) {  // Scales zeroed.
       for (size_t jj = 0; jj < cols; ++jj) ws.scales[jj] = v.Scale(j0 + jj);
       for (size_t n = 0; n < ws.nonfinite.count; ++n) {
@@ -1030,8 +1097,8 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
   }
 }
 
-// out_row = acc_row * value_scale / sum (value_scale: an fp8 cache's, else
-// 1); zeros when nothing was attended, NaN on NaN.
+// out_row = acc_row * value_scale / sum (value_scale: an fp8 cache's times
+// kLoadScale, else 1); zeros when nothing was attended, NaN on NaN.
 HWY_INLINE void FinishRow(const float* acc, float sum, bool nan,
                           float value_scale, size_t n, float* out) {
   if (nan) {
@@ -1080,13 +1147,15 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   const bool drop_all = dropout >= 1.0f;
   if (drop_all && log_sum_exp == nullptr) return zero_outputs();
   // An fp8 cache's key scale joins the scores' (its value scale joins the
-  // outputs, in FinishRow).
+  // outputs, in FinishRow), as does what LoadB leaves out (kLoadScale).
+  constexpr float kLoadScale = matmul_detail::kLoadScale<T>;
+  const float value_scale = kv.values.side_scale * kLoadScale;
   Problem pr{q,
              layout,
              &kv,
              value_dim,
              out,
-             scale * kv.keys.side_scale,
+             scale * kv.keys.side_scale * kLoadScale,
              internal::MaskModel(mask, k_tokens),
              mask_detail::Softcap(mask.softcap),
              dropout > 0.0f && !drop_all,
@@ -1229,8 +1298,8 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
                        ws, aw);
         for (size_t r = 0; r < t.rows; ++r) {
           const bool nan = own_states.nan[r] != 0;
-          FinishRow(acc + r * acc_stride, own_states.sum[r], nan,
-                    kv.values.side_scale, value_dim, out_row(t, r));
+          FinishRow(acc + r * acc_stride, own_states.sum[r], nan, value_scale,
+                    value_dim, out_row(t, r));
           if (log_sum_exp != nullptr) {
             lse(t.b, t.Head(r), t.Token(r)) =
                 LogSumExp(own_states.max[r], own_states.sum[r], nan);
@@ -1275,7 +1344,7 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
           for (size_t c = 0; c < value_dim; ++c) o[c] += w * a[c];
         }
       }
-      FinishRow(o, sum, nan, kv.values.side_scale, value_dim, o);
+      FinishRow(o, sum, nan, value_scale, value_dim, o);
       if (log_sum_exp != nullptr)
         lse(t.b, t.Head(r), t.Token(r)) = LogSumExp(row_max, sum, nan);
     }

@@ -64,6 +64,22 @@ struct KVRows {
     rows.first += j;
     return rows;
   }
+  // The same rows as units of U, of T's size: a view that reads them
+  // another way (attention-inl.h's FiniteE4M3).
+  template <typename U>
+  KVRows<U> As() const {
+    static_assert(sizeof(U) == sizeof(T), "same units");
+    return {reinterpret_cast<const U*>(base),
+            scales,
+            table,
+            block_stride,
+            stride,
+            scale_block_stride,
+            shift,
+            offset_mask,
+            first,
+            cols};
+  }
 };
 
 // Keys or values: the memory side of a KVCacheView, or of a float tensor

@@ -126,11 +126,27 @@ HWY_INLINE hn::Vec<DI> BlockCodes(DI di, const internal::BlockQ4_0& block,
                  hn::Set(di, 8));
 }
 
-// Lanes [n, n + Lanes(d)) of a row of B as floats: exact, unscaled (int8
-// rows' and fp8 sides' scales are applied by the caller; q8_0 and q4_0
-// blocks carry theirs). Block rows are read a vector within one block (or
-// half a block for q4_0's nibbles: n a multiple of Lanes(d), and Lanes(d) at
-// most 32 or 16), else lane by lane.
+// E4M3 codes known to hold no NaN (S.1111.111), which LoadB then does not
+// test for: decode reads a tile's rows so where a scan found none
+// (attention-inl.h, HasNaNCodes).
+struct FiniteE4M3 {
+  uint8_t bits;
+};
+
+// LoadB's values are a row's elements divided by this: E4M3's come as
+// float16 of bias 15, and the 2^8 joins the caller's scale (one multiply
+// per vector less). A power of two: the results' bits are unchanged.
+template <typename TB>
+inline constexpr float kLoadScale =
+    std::is_same_v<TB, internal::Fp8E4M3> || std::is_same_v<TB, FiniteE4M3>
+        ? 256.0f
+        : 1.0f;
+
+// Lanes [n, n + Lanes(d)) of a row of B as floats: exact, unscaled but for
+// kLoadScale (int8 rows' and fp8 sides' scales are applied by the caller;
+// q8_0 and q4_0 blocks carry theirs). Block rows are read a vector within one
+// block (or half a block for q4_0's nibbles: n a multiple of Lanes(d), and
+// Lanes(d) at most 32 or 16), else lane by lane.
 template <class D, typename TB>
 HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
   const hn::Rebind<uint8_t, D> d8;
@@ -146,23 +162,25 @@ HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
     // E5M2 is the upper byte of a float16.
     const auto bits = hn::PromoteTo(d16, hn::LoadU(d8, &row[n].bits));
     return PromoteF16(d, hn::BitCast(dh, hn::ShiftLeft<8>(bits)));
-  } else if constexpr (std::is_same_v<TB, internal::Fp8E4M3>) {
+  } else if constexpr (std::is_same_v<TB, internal::Fp8E4M3> ||
+                       std::is_same_v<TB, FiniteE4M3>) {
     // As a float16 of 4 exponent bits (bias 15 for 7: 2^-8 of the value,
-    // subnormals included): the byte sign-extended and shifted left by 7
-    // holds E.MMM in bits 7-13 and S in bits 14-15, bit 14 then cleared.
-    // S.1111.111 (magnitude bits 0x3F80) made a float16 NaN.
+    // subnormals included; kLoadScale): the byte sign-extended and shifted
+    // left by 7 holds E.MMM in bits 7-13 and S in bits 14-15, bit 14 then
+    // cleared.
     const hn::Rebind<int16_t, D> di16;
     const auto wide = hn::PromoteTo(
         di16, hn::LoadU(hn::Rebind<int8_t, D>(),
                         reinterpret_cast<const int8_t*>(&row[n].bits)));
-    const auto half = hn::And(hn::ShiftLeft<7>(wide),
-                              hn::Set(di16, static_cast<int16_t>(0xBF80)));
-    const auto magnitude = hn::Set(di16, 0x3F80);
-    const auto nan_or_half =
-        hn::IfThenElse(hn::Eq(hn::And(half, magnitude), magnitude),
-                       hn::Set(di16, 0x7E00), half);
-    return hn::Mul(PromoteF16(d, hn::BitCast(dh, nan_or_half)),
-                   hn::Set(d, 256.0f));
+    auto half = hn::And(hn::ShiftLeft<7>(wide),
+                        hn::Set(di16, static_cast<int16_t>(0xBF80)));
+    if constexpr (std::is_same_v<TB, internal::Fp8E4M3>) {
+      // S.1111.111 (magnitude bits 0x3F80) made a float16 NaN.
+      const auto magnitude = hn::Set(di16, 0x3F80);
+      half = hn::IfThenElse(hn::Eq(hn::And(half, magnitude), magnitude),
+                            hn::Set(di16, 0x7E00), half);
+    }
+    return PromoteF16(d, hn::BitCast(dh, half));
   } else if constexpr (internal::kBlockValues<TB> > 1) {
     constexpr size_t kLanesInBlock = std::is_same_v<TB, internal::BlockQ4_0>
                                          ? internal::kQuantBlock / 2
