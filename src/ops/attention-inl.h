@@ -672,7 +672,7 @@ HWY_INLINE void AddTileProduct(ConstMatrix p, const internal::KVRows<T>& v,
     for (size_t j = j0; j < j0 + p.cols; ++j) {
       const internal::Fp8E4M3* row = v.Row(j);
       for (size_t c = 0; c < v.cols; ++c) {
-        if ((row[c].bits | 0x80) != 0xFF) continue;
+        if (!std::isnan(internal::WidenAt(row, c))) continue;
         for (size_t r = 0; r < acc.rows; ++r) {
           acc.Row(r)[c] = std::numeric_limits<float>::quiet_NaN();
         }

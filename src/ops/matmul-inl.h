@@ -126,9 +126,9 @@ HWY_INLINE hn::Vec<DI> BlockCodes(DI di, const internal::BlockQ4_0& block,
                  hn::Set(di, 8));
 }
 
-// E4M3 codes known to hold no NaN (S.1111.111), which LoadB then does not
-// test for: decode reads a tile's rows so where a scan found none
-// (attention-inl.h, HasNaNCodes).
+// E4M3 codes read without LoadB's test for NaN (S.1111.111): decode reads a
+// tile's rows so, then scans them for NaN codes (attention-inl.h,
+// HasNaNCodes).
 struct FiniteE4M3 {
   uint8_t bits;
 };
