@@ -4,6 +4,7 @@
 // heads, strided layouts, special rows, thread-count independence, memory
 // bound, and argument errors.
 #include <algorithm>
+#include <cfenv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -265,6 +266,32 @@ TEST_P(AttentionTest, VariantsMatchFloat64Reference) {
         }
       }
     }
+  }
+}
+
+// ALiBi puts far keys at exp(-87) to exp(-104) of the row's largest weight,
+// where a float is denormal. Those weights are flushed to 0, and no
+// instruction makes a denormal (an Intel core takes a microcode assist for
+// each that does): the underflow flag of the calling thread, which a
+// one-thread arena runs every task on, stays clear, tiled and in decode.
+TEST_P(AttentionTest, FarKeysUnderAlibiMakeNoDenormals) {
+  for (const size_t q_tokens : {size_t{1}, size_t{160}}) {
+    const Shape s{1, 2, 2, q_tokens, 160, 64, 64};
+    Operands o(s, 11);
+    const float slopes[] = {1.0f, 0.7f};
+    AttentionOptions options;
+    options.mask.causal = true;
+    options.mask.causal_offset = s.k_tokens - q_tokens;
+    options.mask.alibi_slopes = slopes;
+    options.scale = 0.125f;
+    int underflow = 0;
+    tbb::task_arena(1).execute([&] {
+      std::feclearexcept(FE_ALL_EXCEPT);
+      ScaledDotProductAttention(o.Q(), o.K(), o.V(), o.Out(), options);
+      underflow = std::fetestexcept(FE_UNDERFLOW);
+    });
+    EXPECT_EQ(underflow, 0) << Describe(s);
+    ExpectNear(o.out, Reference(o, 0.125, options.mask), 4e-6, Describe(s));
   }
 }
 

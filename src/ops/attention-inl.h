@@ -444,7 +444,8 @@ HWY_INLINE float ExpRow(D d, float* srow, size_t from, size_t limit,
   auto sum = hn::Zero(d);
   for (size_t j = from; j < limit; j += N) {
     // Masked lanes hold -inf: exp gives 0.
-    const auto e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, srow + j), vmax));
+    const auto e =
+        ExpNonPositiveFlushed(d, hn::Sub(hn::LoadU(d, srow + j), vmax));
     hn::StoreU(e, d, srow + j);
     sum = hn::Add(sum, e);
   }

@@ -74,7 +74,9 @@ constexpr float kFloor = -105.0f;
 // kShifterBits + n.
 constexpr float kShifter = 12582912.0f;  // 1.5 * 2^23
 constexpr int32_t kShifterBits = 0x4B400000;
-// The factor of ExpNonPositiveTimes2To64, 2^kLog2Factor.
+// ExpNonPositiveFlushed's floor: exp(-44) = 2^-63.5.
+constexpr float kFlushBelow = -44.0f;
+// The factor of ExpTimes2To64, 2^kLog2Factor.
 constexpr int kLog2Factor = 64;
 constexpr float kInverseFactor = 5.42101086e-20f;  // 2^-64, exact.
 
@@ -197,6 +199,17 @@ constexpr ExpScaling MakeExpScaling(D /*d*/, float s) {
 template <class D>
 constexpr ExpScaling kUnitScaling = MakeExpScaling(D(), 1.0f);
 
+// The same clamped at kFlushBelow: the lanes that
+// ExpNonPositiveFlushed discards compute exp(-44), so none of their
+// products is denormal either.
+constexpr ExpScaling ClampedAt(ExpScaling s, float floor_value) {
+  s.floor = floor_value;
+  return s;
+}
+template <class D>
+constexpr ExpScaling kFlushScaling =
+    ClampedAt(MakeExpScaling(D(), 1.0f), kFlushBelow);
+
 // p * 2^(n + kLog2Extra) for integral n in [-152, 0]; t holds n as
 // described at kShifter. 2^n may be below the normal range, so it is
 // applied in two halves that are not; p * 2^n1 is exact and the second
@@ -273,10 +286,19 @@ HWY_INLINE V ExpTimesFactor(D d, V x, const ExpScaling& c) {
 
 }  // namespace exp_detail
 
-// exp(x) for x <= 0 (see above); -inf gives 0, NaN gives NaN.
+// exp(x) for x <= 0 (see above), 0 where x < kFlushBelow: every output is
+// 0 or a normal float of at least exp(-44) > 2^-64, and NaN gives NaN. For
+// attention's weights: no weight is denormal, nor is its product with a
+// value of magnitude 2^-62 or more, so no instruction makes a denormal (an
+// Intel core takes a microcode assist, of the order of 100 cycles, for each
+// that does, and ALiBi's far keys, at exp(-87) to exp(-104), did). A flushed
+// weight is below 2^-63 times the row's largest (1): at most n 2^-63 max |v|
+// off an output over n keys, against float32's own n 2^-24 max |v| bound.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE V ExpNonPositive(D d, V x) {
-  return exp_detail::ExpTimesFactor<false>(d, x, exp_detail::kUnitScaling<D>);
+HWY_INLINE V ExpNonPositiveFlushed(D d, V x) {
+  const V e =
+      exp_detail::ExpTimesFactor<false>(d, x, exp_detail::kFlushScaling<D>);
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(d, exp_detail::kFlushBelow)), e);
 }
 
 // exp(s x) * 2^64 for s x <= 0, s the factor of `scaling`: a normal float
