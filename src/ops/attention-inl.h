@@ -950,18 +950,130 @@ inline ConstMatrix TaskQueries(const Problem& pr, const QueryRows& t,
   return ConstMatrix(buffer, t.rows, head_dim, head_dim);
 }
 
+// The keys of a tile that each micro-tile of a block's rows computes: rows
+// m .. m + kRows of the block stop at the keys their last row may see and
+// start, in whole panels, at their first row's window; on the causal
+// diagonal and the window's edge that skips the masked part of the tile.
+struct MicroTiles {
+  const Problem& pr;
+  const QueryRows& t;
+  size_t qb, qb_rows;  // The block's rows within the task.
+  size_t j0, cols;     // The tile's keys the block sees: [j0, j0 + cols).
+  size_t j_end;        // The walk's end.
+  size_t nr;           // Panel width.
+
+  // Keys [From(m), To(m)) of the tile, relative to j0.
+  size_t To(size_t m) const {
+    const size_t row = qb + std::min(qb_rows, m + matmul_detail::kRows) - 1;
+    const size_t last = std::min(j_end, pr.mask.End(t.b, t.Token(row)));
+    return last <= j0 ? 0 : std::min(cols, last - j0);
+  }
+  size_t From(size_t m) const {
+    const size_t first = pr.mask.Begin(t.b, t.Token(qb + m));
+    return first <= j0 ? 0 : std::min(cols, first - j0) / nr * nr;
+  }
+};
+
+// The dense path's products, chosen once per call (AttendAll) and handed to
+// the schedule (AttendBlock), which calls Queries once per task, Prepare
+// per tile once K^T and V are packed into float panels, and per block of
+// rows Scores (S = scale Q K^T into ws.scores) and WeightsTimesValues (acc
+// = P V on the block's first tile, else acc + P V; P is 0 outside a
+// micro-tile's keys).
+//
+// FloatTiles: the matmul micro-kernel over the float panels, which are
+// rounded to bf16 first when kBFloat16 gets Q, K and V unrounded (the task's
+// queries are then rounded by TaskQueries).
+struct FloatTiles {
+  bool round_inputs;
+
+  void Queries(ConstMatrix) const {}
+
+  void Prepare(const Workspace& ws, size_t nr, size_t head_dim,
+               size_t value_dim, size_t tile_cols) const {
+    if (!round_inputs) return;
+    const hn::ScalableTag<float> d;  // Padding and stale rows round too.
+    RoundInPlace(d, ws.k_panels, hwy::DivCeil(tile_cols, nr) * nr * head_dim);
+    for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
+      RoundInPlace(d, ws.v_panels + n0 * kKeyBlock, tile_cols * nr);
+    }
+  }
+
+  void Scores(ConstMatrix queries, const MicroTiles& mt,
+              const Workspace& ws) const {
+    using namespace matmul_detail;
+    const hn::ScalableTag<float> d;
+    const size_t head_dim = queries.cols, nr = mt.nr;
+    const Epilogue epilogue{mt.pr.scale, 0.0f, true, nullptr};
+    for (size_t m = 0; m < mt.qb_rows; m += kRows) {
+      const size_t to = mt.To(m);
+      for (size_t n0 = mt.From(m); n0 < to; n0 += nr) {
+        MicroKernelRows(d, std::min(kRows, mt.qb_rows - m),
+                        queries.Row(mt.qb + m), queries.stride,
+                        ws.k_panels + n0 * head_dim, head_dim,
+                        ws.scores + m * kKeyBlock + n0, kKeyBlock,
+                        std::min(nr, to - n0), epilogue);
+      }
+    }
+  }
+
+  void WeightsTimesValues(const MicroTiles& mt, bool first, const Workspace& ws,
+                          float* acc, size_t acc_stride) const {
+    using namespace matmul_detail;
+    const hn::ScalableTag<float> d;
+    const size_t value_dim = mt.pr.value_dim, nr = mt.nr;
+    const Epilogue accumulate{1.0f, 0.0f, first, nullptr};
+    for (size_t m = 0; m < mt.qb_rows; m += kRows) {
+      const size_t to = mt.To(m), from = std::min(mt.From(m), to);
+      for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
+        MicroKernelRows(d, std::min(kRows, mt.qb_rows - m),
+                        ws.scores + m * kKeyBlock + from, kKeyBlock,
+                        ws.v_panels + n0 * kKeyBlock + from * nr, to - from,
+                        acc + m * acc_stride + n0, acc_stride,
+                        std::min(nr, value_dim - n0), accumulate);
+      }
+    }
+  }
+};
+
+// PairTiles: bf16 pairs on AMX or vdpbf16ps (AVX-512 targets), rounded from
+// the float panels; whole tiles (the weights of keys a row does not see are
+// 0).
+struct PairTiles {
+  const PairWorkspace& aw;
+
+  void Queries(ConstMatrix queries) const { QueryPairs(queries, aw); }
+
+  void Prepare(const Workspace& ws, size_t nr, size_t head_dim,
+               size_t value_dim, size_t tile_cols) const {
+    KeyValuePairs(ws, nr, head_dim, value_dim, tile_cols, aw);
+  }
+
+  void Scores(ConstMatrix, const MicroTiles& mt, const Workspace& ws) const {
+    PairScores(mt.pr, mt.qb, mt.qb_rows, mt.cols, aw, ws.scores);
+  }
+
+  void WeightsTimesValues(const MicroTiles& mt, bool first, const Workspace& ws,
+                          float* acc, size_t acc_stride) const {
+    PairWeightsTimesValues(ws.scores, mt.qb_rows, mt.cols, mt.pr.value_dim,
+                           first, aw, acc, acc_stride);
+  }
+};
+
 // Attends a task's query rows (up to kTaskRows; `queries`, one row each,
 // rounded to bf16 where the dense path must round them) to keys
 // [j_begin, j_end) (j_begin a multiple of kKeyBlock), key tile by key tile
 // from the first row's window on: each tile of K and V is packed once for
-// all the task's query blocks that see it. Leaves the unnormalised outputs
-// in acc (rows of value_dim floats, acc_stride apart) and the rows' softmax
-// states in st.
-template <typename T>
+// all the task's query blocks that see it, and multiplied by `tiles`
+// (FloatTiles or PairTiles). A task of few rows over inputs that need no
+// rounding reads K and V in place instead (AttendFewRows). Leaves the
+// unnormalised outputs in acc (rows of value_dim floats, acc_stride apart)
+// and the rows' softmax states in st.
+template <typename T, class Tiles>
 inline void AttendBlock(const Problem& pr, const QueryRows& t,
                         ConstMatrix queries, size_t j_begin, size_t j_end,
                         float* acc, size_t acc_stride, const RowStates& st,
-                        Workspace& ws, const PairWorkspace* aw) {
+                        Workspace& ws, const Tiles& tiles) {
   using namespace matmul_detail;
   const size_t b = t.b, rows = t.rows;
   const size_t value_dim = pr.value_dim;
@@ -978,7 +1090,6 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
   const auto stop = [&](size_t last_row) {
     return std::min(j_end, pr.mask.End(b, t.Token(last_row)));
   };
-  const auto begin = [&](size_t row) { return pr.mask.Begin(b, t.Token(row)); };
   if (rows <= kSkinnyRows && !pr.round_inputs) {
     started[0] = AttendFewRows<T>(pr, t, queries, j_begin, j_end, acc,
                                   acc_stride, st, ws);
@@ -988,9 +1099,8 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
     const size_t head_dim = pr.q.dims[3];
     const internal::KVRows<T> k = pr.Keys<T>(b, t.h0);
     const internal::KVRows<T> v = pr.Values<T>(b, t.h0);
-    const Epilogue scores_epilogue{pr.scale, 0.0f, true, nullptr};
     const size_t task_stop = stop(rows - 1);
-    if (aw != nullptr) QueryPairs(queries, *aw);
+    tiles.Queries(queries);
     for (size_t j0 = FirstKey(pr, b, t.Token(0), j_begin); j0 < task_stop;
          j0 += kKeyBlock) {
       // Pack K^T and V for the keys the task's last row sees.
@@ -1016,74 +1126,27 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
                       nr, 0.0f);
         }
       }
-      if (aw != nullptr) {
-        KeyValuePairs(ws, nr, head_dim, value_dim, tile_cols, *aw);
-      } else if (pr.round_inputs) {  // Padding and stale rows round too.
-        RoundInPlace(d, ws.k_panels,
-                     hwy::DivCeil(tile_cols, nr) * nr * head_dim);
-        for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
-          RoundInPlace(d, ws.v_panels + n0 * kKeyBlock, tile_cols * nr);
-        }
-      }
+      tiles.Prepare(ws, nr, head_dim, value_dim, tile_cols);
       for (size_t qb = 0; qb < rows; qb += kQueryBlock) {
         const size_t qb_rows = std::min(rows - qb, kQueryBlock);
         const size_t qb_stop = stop(qb + qb_rows - 1);
         if (qb_stop <= j0) continue;  // This block saw its last key.
         const size_t cols = std::min(kKeyBlock, qb_stop - j0);
         // Not yet in this block's window.
-        if (begin(qb) >= j0 + cols) continue;
-        // Each micro-tile of rows stops at the keys its last row may see
-        // and starts, in whole panels, at its first row's window: on the
-        // causal diagonal and the window's edge that skips the masked part
-        // of the tile.
-        const auto micro_cols = [&](size_t m) {
-          const size_t last = stop(qb + std::min(qb_rows, m + kRows) - 1);
-          return last <= j0 ? 0 : std::min(cols, last - j0);
-        };
-        const auto micro_from = [&](size_t m) {
-          const size_t first = begin(qb + m);
-          return first <= j0 ? 0 : std::min(cols, first - j0) / nr * nr;
-        };
+        if (pr.mask.Begin(b, t.Token(qb)) >= j0 + cols) continue;
+        const MicroTiles mt{pr, t, qb, qb_rows, j0, cols, j_end, nr};
         // 1. S = scale * Q K^T.
-        if (aw != nullptr) {
-          PairScores(pr, qb, qb_rows, cols, *aw, ws.scores);
-        }
-        for (size_t m = 0; m < qb_rows && aw == nullptr; m += kRows) {
-          const size_t m_cols = micro_cols(m);
-          for (size_t n0 = micro_from(m); n0 < m_cols; n0 += nr) {
-            MicroKernelRows(d, std::min(kRows, qb_rows - m),
-                            queries.Row(qb + m), queries.stride,
-                            ws.k_panels + n0 * head_dim, head_dim,
-                            ws.scores + m * kKeyBlock + n0, kKeyBlock,
-                            std::min(nr, m_cols - n0), scores_epilogue);
-          }
-        }
+        tiles.Scores(queries, mt, ws);
         // 2. Online softmax and dropout.
         const RowStates qb_states{st.max + qb, st.sum + qb, st.nan + qb};
         SoftmaxTile(pr, t, qb, qb_rows, j0, cols, qb_states, ws);
-        // 3. acc = corr * acc + P V; P is 0 outside a micro-tile's keys.
+        // 3. acc = corr * acc + P V.
         const bool first = !started[qb / kQueryBlock];
         started[qb / kQueryBlock] = true;
         float* qb_acc = acc + qb * acc_stride;
         if (!first)
           RescaleRows(ws.corr, qb_rows, qb_acc, acc_stride, value_dim);
-        const Epilogue accumulate{1.0f, 0.0f, first, nullptr};
-        if (aw != nullptr) {
-          PairWeightsTimesValues(ws.scores, qb_rows, cols, value_dim, first,
-                                 *aw, qb_acc, acc_stride);
-        }
-        for (size_t m = 0; m < qb_rows && aw == nullptr; m += kRows) {
-          const size_t m_cols = micro_cols(m);
-          const size_t m_from = std::min(micro_from(m), m_cols);
-          for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
-            MicroKernelRows(d, std::min(kRows, qb_rows - m),
-                            ws.scores + m * kKeyBlock + m_from, kKeyBlock,
-                            ws.v_panels + n0 * kKeyBlock + m_from * nr,
-                            m_cols - m_from, qb_acc + m * acc_stride + n0,
-                            acc_stride, std::min(nr, value_dim - n0),
-                            accumulate);
-          }
-        }
+        tiles.WeightsTimesValues(mt, first, ws, qb_acc, acc_stride);
         AddNonFiniteValues(pr, ws.nonfinite, v, t, qb, qb_rows, j0, ws.scores,
                            qb_acc, acc_stride);
       }
@@ -1277,45 +1340,52 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
     float* pair_part = own + 3 * kTaskRows;
     float* gathered = gather_floats != 0 ? pair_part + pair_floats : nullptr;
     float* own_acc = pair_part + pair_floats + gather_floats;
-    std::optional<PairWorkspace> pair_ws;
-    // Per worker: AMX's tiles are per thread.
-    std::optional<internal::AmxScope> tiles;
-    if (pr.pairs())
-      pair_ws.emplace(pr.pair_kernel, pair_part, head_dim, value_dim);
-    if (pr.pair_kernel == internal::BFloat16DotKernelKind::kAmx) {
-      tiles.emplace();
-    }
-    const PairWorkspace* aw = pair_ws ? &*pair_ws : nullptr;
-    for (size_t index; (index = next()) != tasks * splits;) {
-      size_t split;
-      const QueryRows t = locate(index, &split);
-      const ConstMatrix queries = TaskQueries(pr, t, round_q, gathered);
-      if (splits == 1) {
-        // One head: the output rows are one strided matrix.
-        const Matrix o = out_rows(t.b, t.h0);
-        float* acc = t.heads == 1 ? o.Row(t.i0) : own_acc;
-        const size_t acc_stride = t.heads == 1 ? o.stride : value_dim;
-        AttendBlock<T>(pr, t, queries, 0, k_tokens, acc, acc_stride, own_states,
-                       ws, aw);
-        for (size_t r = 0; r < t.rows; ++r) {
-          const bool nan = own_states.nan[r] != 0;
-          FinishRow(acc + r * acc_stride, own_states.sum[r], nan, value_scale,
-                    value_dim, out_row(t, r));
-          if (log_sum_exp != nullptr) {
-            lse(t.b, t.Head(r), t.Token(r)) =
-                LogSumExp(own_states.max[r], own_states.sum[r], nan);
+    const auto run_tasks = [&](const auto& tiles) {
+      for (size_t index; (index = next()) != tasks * splits;) {
+        size_t split;
+        const QueryRows t = locate(index, &split);
+        const ConstMatrix queries = TaskQueries(pr, t, round_q, gathered);
+        if (splits == 1) {
+          // One head: the output rows are one strided matrix.
+          const Matrix o = out_rows(t.b, t.h0);
+          float* acc = t.heads == 1 ? o.Row(t.i0) : own_acc;
+          const size_t acc_stride = t.heads == 1 ? o.stride : value_dim;
+          AttendBlock<T>(pr, t, queries, 0, k_tokens, acc, acc_stride,
+                         own_states, ws, tiles);
+          for (size_t r = 0; r < t.rows; ++r) {
+            const bool nan = own_states.nan[r] != 0;
+            FinishRow(acc + r * acc_stride, own_states.sum[r], nan, value_scale,
+                      value_dim, out_row(t, r));
+            if (log_sum_exp != nullptr) {
+              lse(t.b, t.Head(r), t.Token(r)) =
+                  LogSumExp(own_states.max[r], own_states.sum[r], nan);
+            }
           }
+          continue;
         }
-        continue;
+        const size_t row0 = index * block_rows;
+        const RowStates states{partial_states.max + row0,
+                               partial_states.sum + row0,
+                               partial_states.nan + row0};
+        AttendBlock<T>(pr, t, queries, split * chunk,
+                       std::min(k_tokens, (split + 1) * chunk),
+                       partial_acc + row0 * value_dim, value_dim, states, ws,
+                       tiles);
       }
-      const size_t row0 = index * block_rows;
-      const RowStates states{partial_states.max + row0,
-                             partial_states.sum + row0,
-                             partial_states.nan + row0};
-      AttendBlock<T>(pr, t, queries, split * chunk,
-                     std::min(k_tokens, (split + 1) * chunk),
-                     partial_acc + row0 * value_dim, value_dim, states, ws, aw);
+    };
+    if constexpr (kPairTarget) {
+      if (pr.pairs()) {
+        const PairWorkspace pair_ws(pr.pair_kernel, pair_part, head_dim,
+                                    value_dim);
+        // Per worker: AMX's tiles are per thread.
+        std::optional<internal::AmxScope> amx;
+        if (pr.pair_kernel == internal::BFloat16DotKernelKind::kAmx) {
+          amx.emplace();
+        }
+        return run_tasks(PairTiles{pair_ws});
+      }
     }
+    run_tasks(FloatTiles{pr.round_inputs});
   });
   if (splits == 1) return drop_all ? zero_outputs() : void();
 
