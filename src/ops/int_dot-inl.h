@@ -19,6 +19,7 @@
 
 #include "hwy/highway.h"
 #include "src/common/element.h"
+#include "src/ops/gemm_driver.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/matmul-inl.h"
 
@@ -299,7 +300,7 @@ inline void Scores(const QuantizedQueries& q, const internal::KVRows<T>& k,
                    size_t j0, size_t cols, float* scores, size_t stride) {
   if constexpr (std::is_same_v<T, int8_t>) {
     constexpr size_t kAhead = 16;
-    matmul_detail::WithRows(q.rows, [&](auto rows) {
+    internal::WithRowCount<4>(q.rows, [&](auto rows) {
       constexpr size_t R = decltype(rows)::value;
       // By runs of rows `stride` apart (their scales contiguous).
       for (size_t j = 0, run = 0; j < cols; j += run) {
@@ -335,7 +336,7 @@ inline void Scores(const QuantizedQueries& q, const internal::KVRows<T>& k,
     }
     for (; j < cols; ++j) {
       const T* row = k.Row(j0 + j);
-      matmul_detail::WithRows(q.rows, [&](auto rows) {
+      internal::WithRowCount<4>(q.rows, [&](auto rows) {
         DotTile<decltype(rows)::value, 1>(q, &row, scores + j, stride);
       });
     }

@@ -31,6 +31,7 @@
 #include "src/common/element.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
+#include "src/ops/gemm_driver.h"
 #include "src/ops/lanes-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -374,24 +375,14 @@ HWY_INLINE void MicroKernelCols(D d, const float* a, size_t lda,
   return MicroKernel<R, 1>(d, a, lda, panel, kc, c, ldc, cols, e);
 }
 
+// MicroKernelCols for 1 <= rows <= kRows.
 template <class D>
 HWY_INLINE void MicroKernelRows(D d, size_t rows, const float* a, size_t lda,
                                 const float* panel, size_t kc, float* c,
                                 size_t ldc, size_t cols, const Epilogue& e) {
-  switch (rows) {
-    case 6:
-      return MicroKernelCols<6>(d, a, lda, panel, kc, c, ldc, cols, e);
-    case 5:
-      return MicroKernelCols<5>(d, a, lda, panel, kc, c, ldc, cols, e);
-    case 4:
-      return MicroKernelCols<4>(d, a, lda, panel, kc, c, ldc, cols, e);
-    case 3:
-      return MicroKernelCols<3>(d, a, lda, panel, kc, c, ldc, cols, e);
-    case 2:
-      return MicroKernelCols<2>(d, a, lda, panel, kc, c, ldc, cols, e);
-    default:
-      return MicroKernelCols<1>(d, a, lda, panel, kc, c, ldc, cols, e);
-  }
+  internal::WithRowCount<kRows>(rows, [&](auto r) {
+    MicroKernelCols<decltype(r)::value>(d, a, lda, panel, kc, c, ldc, cols, e);
+  });
 }
 
 #if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
@@ -538,54 +529,43 @@ inline void TiledMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
   tiles = std::max(tiles, hwy::DivCeil(kMinTaskWork, kRows * nr * K));
   tiles = std::min(tiles, kRowBlock / kRows);
   const size_t row_block = tiles * kRows;
-  const size_t row_blocks = hwy::DivCeil(M, row_block);
   const bool transposed = opt.transpose_b == Transpose::kYes;
   const size_t kc_max = std::min(K, kDepthBlock);
-  // Tasks go by groups of `group` row blocks, panel by panel. A panel reads
-  // its rows of A where they lie (from L3 at projection sizes): without
-  // groups, all of A once per panel. Narrow panels (nr < 64: 16-register
-  // targets, NEON) would read A 4x as often as wide ones, so two row blocks
-  // share each panel and their A stays in L2; wide panels gain nothing from
-  // it (bench/RESULTS.md).
-  const size_t group = nr >= 64 ? 1 : 2;
+  // Tasks go by groups of `group` row blocks, panel by panel (GemmGrid). A
+  // panel reads its rows of A where they lie (from L3 at projection sizes):
+  // without groups, all of A once per panel. Narrow panels (nr < 64:
+  // 16-register targets, NEON) would read A 4x as often as wide ones, so two
+  // row blocks share each panel and their A stays in L2; wide panels gain
+  // nothing from it (bench/RESULTS.md).
+  const internal::GemmGrid grid{M, N, row_block, nr, nr >= 64 ? 1u : 2u};
   // With one row block, each panel is packed once anyway.
   std::optional<PackedB> packed_b;
-  if (row_blocks > 1) packed_b.emplace(b, transposed, nr);
+  if (grid.RowBlocks() > 1) packed_b.emplace(b, transposed, nr);
 
-  internal::ParallelFor(
-      0, row_blocks * panels, 1, [&](size_t first_task, size_t last_task) {
-        // Panel plus the packed bias row.
-        internal::ScratchBuffer scratch((kc_max + 1) * nr);
+  internal::ForEachGemmTask(
+      grid,
+      // Panel plus the packed bias row.
+      [&] { return internal::ScratchBuffer((kc_max + 1) * nr); },
+      [&](const internal::GemmTask& task, internal::ScratchBuffer& scratch) {
         float* bias = scratch.data() + kc_max * nr;
-        for (size_t task = first_task; task != last_task; ++task) {
-          // Group g's panels in turn, each down the group's row blocks (the
-          // last group may have fewer).
-          const size_t g = task / (group * panels);
-          const size_t rows_in_g = std::min(group, row_blocks - g * group);
-          const size_t in_g = task - g * group * panels;
-          const size_t n0 = in_g / rows_in_g * nr;
-          const size_t m0 = (g * group + in_g % rows_in_g) * row_block;
-          const size_t cols = std::min(nr, N - n0);
-          const size_t m_end = std::min(M, m0 + row_block);
-          if (opt.bias) {
-            std::memcpy(bias, opt.bias + n0, cols * sizeof(float));
-            std::fill(bias + cols, bias + nr, 0.0f);
+        if (opt.bias) {
+          std::memcpy(bias, opt.bias + task.n0, task.cols * sizeof(float));
+          std::fill(bias + task.cols, bias + nr, 0.0f);
+        }
+        for (size_t k0 = 0; k0 < K; k0 += kDepthBlock) {
+          const size_t kc = std::min(kDepthBlock, K - k0);
+          float* panel = scratch.data();
+          if (packed_b) {
+            panel = packed_b->Panel(task.p) + k0 * nr;
+          } else {
+            PackPanel(b, transposed, k0, kc, task.n0, task.cols, nr, panel);
           }
-          for (size_t k0 = 0; k0 < K; k0 += kDepthBlock) {
-            const size_t kc = std::min(kDepthBlock, K - k0);
-            float* panel = scratch.data();
-            if (packed_b) {
-              panel = packed_b->Panel(n0 / nr) + k0 * nr;
-            } else {
-              PackPanel(b, transposed, k0, kc, n0, cols, nr, panel);
-            }
-            const Epilogue e{opt.alpha, opt.beta, k0 == 0,
-                             opt.bias ? bias : nullptr};
-            for (size_t m = m0; m < m_end; m += kRows) {
-              MicroKernelRows(d, std::min(kRows, m_end - m), a.Row(m) + k0,
-                              a.stride, panel, kc, c.Row(m) + n0, c.stride,
-                              cols, e);
-            }
+          const Epilogue e{opt.alpha, opt.beta, k0 == 0,
+                           opt.bias ? bias : nullptr};
+          for (size_t m = task.m0; m < task.m_end; m += kRows) {
+            MicroKernelRows(d, std::min(kRows, task.m_end - m), a.Row(m) + k0,
+                            a.stride, panel, kc, c.Row(m) + task.n0, c.stride,
+                            task.cols, e);
           }
         }
       });
@@ -594,10 +574,7 @@ inline void TiledMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
 // out = alpha * acc + beta * out + bias[n], reading out only if beta != 0.
 HWY_INLINE void ScalarEpilogue(float acc, float* out, size_t n,
                                const MatMulOptions& opt) {
-  float value = opt.alpha * acc;
-  if (opt.beta != 0.0f) value += opt.beta * *out;
-  if (opt.bias) value += opt.bias[n];
-  *out = value;
+  *out = internal::EpilogueValue(opt, acc, out, n);
 }
 
 #if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
@@ -865,21 +842,6 @@ HWY_INLINE void WithMoreVectors(size_t more, const F& f) {
   }
 }
 
-// f(std::integral_constant<size_t, rows>()), rows in [1, 4].
-template <class F>
-HWY_INLINE void WithRows(size_t rows, const F& f) {
-  switch (rows) {
-    case 1:
-      return f(std::integral_constant<size_t, 1>());
-    case 2:
-      return f(std::integral_constant<size_t, 2>());
-    case 3:
-      return f(std::integral_constant<size_t, 3>());
-    default:
-      return f(std::integral_constant<size_t, 4>());
-  }
-}
-
 // Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
 // rows of A times B (B rows contiguous), or dot products with rows of B when
 // it is transposed (Q K^T in decode). kPrefetch: B streams from memory, read
@@ -916,7 +878,7 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
       kBlocks || (c.rows == 1 && sizeof(TB) < 4 && n_end - n_begin >= 8 * N);
   if (opt.transpose_b == Transpose::kNo && (c.rows >= 2 || one_row) &&
       c.rows <= 4) {
-    WithRows(c.rows, [&](auto rows) {
+    internal::WithRowCount<4>(c.rows, [&](auto rows) {
       n_rows_done = RowsTimesB<decltype(rows)::value, kPrefetch>(
           a, 0, b, c, opt, n_begin, n_end);
     });
@@ -1189,16 +1151,9 @@ HWY_INLINE void DotTileRows(D d, size_t rows, const float* a, size_t lda,
   if (rows == kDotRows) {
     return DotTile<kDotRows, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
   }
-  switch (rows) {
-    case 4:
-      return DotTile<4, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
-    case 3:
-      return DotTile<3, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
-    case 2:
-      return DotTile<2, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
-    default:
-      return DotTile<1, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
-  }
+  internal::WithRowCount<4>(rows, [&](auto r) {
+    DotTile<decltype(r)::value, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
+  });
 }
 
 // Columns [n_begin, n_end) of C = A B^T by dot-product tiles: for each

@@ -30,10 +30,10 @@
 
 #include "hwy/base.h"
 #include "simdattn/targets.h"
-#include "src/common/parallel.h"
 #include "src/common/scratch.h"
 #include "src/ops/amx_tiles.h"
 #include "src/ops/bf16_pairs.h"
+#include "src/ops/gemm_driver.h"
 #include "src/ops/kv_store.h"
 #include "src/ops/packed_matrix.h"
 #include "src/ops/target_family.h"
@@ -153,42 +153,23 @@ SIMDATTN_BF16_TARGET void MicroKernel(const uint32_t* a, size_t a_stride,
 
 // MicroKernel<rows, V> for 1 <= rows <= kRows.
 template <size_t V, typename... Args>
-SIMDATTN_BF16_TARGET void RowsOfTile(size_t rows, Args... args) {
-  switch (rows) {
-    case 1:
-      return MicroKernel<1, V>(args...);
-    case 2:
-      return MicroKernel<2, V>(args...);
-    case 3:
-      return MicroKernel<3, V>(args...);
-    case 4:
-      return MicroKernel<4, V>(args...);
-    case 5:
-      return MicroKernel<5, V>(args...);
-    default:
-      return MicroKernel<kRows, V>(args...);
-  }
+void RowsOfTile(size_t rows, Args... args) {
+  WithRowCount<kRows>(
+      rows, [&](auto r) { MicroKernel<decltype(r)::value, V>(args...); });
 }
 
 // Tasks of kRowBlock rows x one panel. K is not blocked: a panel holds
 // K / 2 x 64 pairs (96 KiB at K = 768), which L2 serves at the kernel's
 // pace (blocking K for L1 measured slower: bench/RESULTS.md).
-SIMDATTN_BF16_TARGET void DotProducts(const Operands& packed, Matrix c,
-                                      const MatMulOptions& opt) {
-  const size_t M = c.rows, N = c.cols;
-  const size_t row_blocks = hwy::DivCeil(M, kRowBlock);
-  ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
-    for (size_t task = first; task < last; ++task) {
-      const size_t p = task / row_blocks, m0 = task % row_blocks * kRowBlock;
-      const size_t n0 = p * kPanel, cols = std::min(kPanel, N - n0);
-      const size_t m_end = std::min(M, m0 + kRowBlock);
-      const Epilogue epilogue{opt,
-                              opt.bias != nullptr ? opt.bias + n0 : nullptr};
-      for (size_t m = m0; m < m_end; m += kRows) {
-        RowsOfTile<4>(std::min(kRows, m_end - m), packed.Row(m),
-                      packed.a_stride, packed.Panel(p), kPanel, packed.pairs,
-                      c.Row(m) + n0, c.stride, cols, epilogue);
-      }
+void DotProducts(const Operands& packed, Matrix c, const MatMulOptions& opt) {
+  const auto grid = GemmGrid::PanelMajor(c.rows, c.cols, kRowBlock, kPanel);
+  ForEachGemmTask(grid, [&](const GemmTask& task) {
+    const Epilogue epilogue{opt,
+                            opt.bias != nullptr ? opt.bias + task.n0 : nullptr};
+    for (size_t m = task.m0; m < task.m_end; m += kRows) {
+      RowsOfTile<4>(std::min(kRows, task.m_end - m), packed.Row(m),
+                    packed.a_stride, packed.Panel(task.p), kPanel, packed.pairs,
+                    c.Row(m) + task.n0, c.stride, task.cols, epilogue);
     }
   });
 }
@@ -199,44 +180,45 @@ SIMDATTN_BF16_TARGET void DotProducts(const Operands& packed, Matrix c,
 // DotProducts (blocks of 64 and 128 pairs measured no faster on AMX).
 constexpr size_t kAmxRowBlock = 6 * kTileRows;
 
-SIMDATTN_BF16_TARGET void TileTasks(const Operands& packed, Matrix c,
-                                    const MatMulOptions& opt, size_t first,
-                                    size_t last) {
-  const size_t M = c.rows, N = c.cols, k2 = packed.k2;
-  const size_t row_blocks = hwy::DivCeil(M, kAmxRowBlock);
-  const AmxScope tiles;  // Per task: TBB may run the tasks on any thread.
-  alignas(64) float block[kAmxRowBlock][kPanel];
+// One task; `block` holds kAmxRowBlock x kPanel floats, 64-byte aligned.
+SIMDATTN_BF16_TARGET void AmxTask(const Operands& packed, Matrix c,
+                                  const MatMulOptions& opt,
+                                  const GemmTask& task, float* block) {
+  const size_t rows = hwy::RoundUpTo(task.m_end - task.m0, kTileRows);
   const bool plain =
       opt.alpha == 1.0f && opt.beta == 0.0f && opt.bias == nullptr;
-  for (size_t task = first; task < last; ++task) {
-    const size_t p = task / row_blocks;
-    const size_t m_begin = task % row_blocks * kAmxRowBlock;
-    const size_t m_end = std::min(M, m_begin + kAmxRowBlock);
-    const size_t col = p * kPanel;
-    const Epilogue epilogue{opt,
-                            opt.bias != nullptr ? opt.bias + col : nullptr};
-    const size_t rows = hwy::RoundUpTo(m_end - m_begin, kTileRows);
-    if (plain && rows == m_end - m_begin && N - col >= kPanel) {
-      AmxProduct(packed.Row(m_begin), packed.a_stride, packed.Panel(p), kPanel,
-                 rows, kPanel, k2, c.Row(m_begin) + col, c.stride);
-      continue;
-    }
-    AmxProduct(packed.Row(m_begin), packed.a_stride, packed.Panel(p), kPanel,
-               rows, kPanel, k2, &block[0][0], kPanel);
-    for (size_t r = 0; m_begin + r < m_end; ++r) {
-      const __m512 acc[4] = {
-          _mm512_load_ps(block[r]), _mm512_load_ps(block[r] + 16),
-          _mm512_load_ps(block[r] + 32), _mm512_load_ps(block[r] + 48)};
-      epilogue.Row(acc, std::min(kPanel, N - col), c.Row(m_begin + r) + col);
-    }
+  if (plain && rows == task.m_end - task.m0 && task.cols == kPanel) {
+    AmxProduct(packed.Row(task.m0), packed.a_stride, packed.Panel(task.p),
+               kPanel, rows, kPanel, packed.k2, c.Row(task.m0) + task.n0,
+               c.stride);
+    return;
+  }
+  AmxProduct(packed.Row(task.m0), packed.a_stride, packed.Panel(task.p), kPanel,
+             rows, kPanel, packed.k2, block, kPanel);
+  const Epilogue epilogue{opt,
+                          opt.bias != nullptr ? opt.bias + task.n0 : nullptr};
+  for (size_t r = 0; task.m0 + r < task.m_end; ++r) {
+    const float* row = block + r * kPanel;
+    const __m512 acc[4] = {_mm512_load_ps(row), _mm512_load_ps(row + 16),
+                           _mm512_load_ps(row + 32), _mm512_load_ps(row + 48)};
+    epilogue.Row(acc, task.cols, c.Row(task.m0 + r) + task.n0);
   }
 }
 
 void Tiles(const Operands& packed, Matrix c, const MatMulOptions& opt) {
-  const size_t row_blocks = hwy::DivCeil(c.rows, kAmxRowBlock);
-  ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
-    TileTasks(packed, c, opt, first, last);
-  });
+  // Per chunk of tasks, on its thread: AMX's tile configuration is per
+  // thread, and TBB may run the chunks on any.
+  struct State {
+    State() {}  // The block is written before it is read.
+    AmxScope tiles;
+    alignas(64) float block[kAmxRowBlock * kPanel];
+  };
+  ForEachGemmTask(
+      GemmGrid::PanelMajor(c.rows, c.cols, kAmxRowBlock, kPanel),
+      [] { return State(); },
+      [&](const GemmTask& task, State& state) {
+        AmxTask(packed, c, opt, task, state.block);
+      });
 }
 #endif  // SIMDATTN_HAVE_AVX512_BF16_KERNEL
 

@@ -16,8 +16,8 @@
 #include <cstdint>
 
 #include "hwy/base.h"
-#include "src/common/parallel.h"
 #include "src/ops/bf16_pairs.h"
+#include "src/ops/gemm_driver.h"
 
 namespace simdattn {
 namespace internal {
@@ -47,12 +47,13 @@ SIMDATTN_BFDOT_TARGET void PackRow(const float* row, size_t k, size_t /* k2 */,
 
 using Operands = PairOperands<kPanel>;
 
-// C[0..R, 0..cols) = alpha A B + beta C + bias for R rows of A and a panel.
+// C[0..R, 0..cols) = alpha A B + beta C + bias for R rows of A and panel p,
+// from column n0 of C.
 template <size_t R>
 SIMDATTN_BFDOT_TARGET void MicroKernel(const Operands& packed, size_t m,
-                                       size_t p, float* c, size_t ldc,
-                                       size_t cols, const MatMulOptions& opt,
-                                       const float* bias) {
+                                       size_t p, size_t n0, float* c,
+                                       size_t ldc, size_t cols,
+                                       const MatMulOptions& opt) {
   float32x4_t acc[R][4];
   for (size_t r = 0; r < R; ++r) {
     for (size_t v = 0; v < 4; ++v) acc[r][v] = vdupq_n_f32(0.0f);
@@ -78,10 +79,7 @@ SIMDATTN_BFDOT_TARGET void MicroKernel(const Operands& packed, size_t m,
     for (size_t v = 0; v < 4; ++v) vst1q_f32(sums + 4 * v, acc[r][v]);
     float* out = c + r * ldc;
     for (size_t j = 0; j < cols; ++j) {
-      float value = opt.alpha * sums[j];
-      if (opt.beta != 0.0f) value += opt.beta * out[j];
-      if (bias != nullptr) value += bias[j];
-      out[j] = value;
+      out[j] = EpilogueValue(opt, sums[j], out + j, n0 + j);
     }
   }
 }
@@ -103,32 +101,17 @@ void BfdotTasks(const PairRows& a, const uint32_t* b_pairs, size_t k2, Matrix c,
                 const MatMulOptions& opt) {
   const Operands packed{a.data(), a.stride(), b_pairs,
                         k2,       k2,         hwy::DivCeil(c.cols, kPanel)};
-  const size_t row_blocks = hwy::DivCeil(c.rows, kRowBlock);
-  ParallelFor(0, row_blocks * packed.panels, 1, [&](size_t first, size_t last) {
-    for (size_t task = first; task < last; ++task) {
-      const size_t p = task / row_blocks, m0 = task % row_blocks * kRowBlock;
-      const size_t n0 = p * kPanel, cols = std::min(kPanel, c.cols - n0);
-      const float* bias = opt.bias != nullptr ? opt.bias + n0 : nullptr;
-      const size_t m_end = std::min(c.rows, m0 + kRowBlock);
-      for (size_t m = m0; m < m_end; m += kRows) {
-        float* out = c.Row(m) + n0;
-        switch (std::min(kRows, m_end - m)) {
-          case 1:
-            MicroKernel<1>(packed, m, p, out, c.stride, cols, opt, bias);
-            break;
-          case 2:
-            MicroKernel<2>(packed, m, p, out, c.stride, cols, opt, bias);
-            break;
-          case 3:
-            MicroKernel<3>(packed, m, p, out, c.stride, cols, opt, bias);
-            break;
-          default:
-            MicroKernel<4>(packed, m, p, out, c.stride, cols, opt, bias);
-            break;
+  ForEachGemmTask(
+      GemmGrid::PanelMajor(c.rows, c.cols, kRowBlock, kPanel),
+      [&](const GemmTask& task) {
+        for (size_t m = task.m0; m < task.m_end; m += kRows) {
+          WithRowCount<kRows>(std::min(kRows, task.m_end - m), [&](auto r) {
+            MicroKernel<decltype(r)::value>(packed, m, task.p, task.n0,
+                                            c.Row(m) + task.n0, c.stride,
+                                            task.cols, opt);
+          });
         }
-      }
-    }
-  });
+      });
 }
 
 }  // namespace
