@@ -207,8 +207,8 @@ constexpr ExpScaling ClampedAt(ExpScaling s, float floor_value) {
   return s;
 }
 template <class D>
-constexpr ExpScaling kFlushScaling =
-    ClampedAt(MakeExpScaling(D(), 1.0f), kFlushBelow);
+constexpr ExpScaling kFlushScaling = ClampedAt(MakeExpScaling(D(), 1.0f),
+                                               kFlushBelow);
 
 // p * 2^(n + kLog2Extra) for integral n in [-152, 0]; t holds n as
 // described at kShifter. 2^n may be below the normal range, so it is

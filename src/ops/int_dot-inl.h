@@ -294,7 +294,7 @@ HWY_NOINLINE void RowTile(const QuantizedQueries& q, const int8_t* keys,
 // Block keys: one query row four keys at a time, else each key for every
 // row. int8 rows: tiles of every row and kRowTileKeys keys, each key's
 // lines asked for kAhead keys ahead (the float path's DotTile asks too);
-// ggml's blocks, measured without it, are left so.
+// ggml's blocks ask for none (it did not pay there: bench/RESULTS.md).
 template <typename T>
 inline void Scores(const QuantizedQueries& q, const internal::KVRows<T>& k,
                    size_t j0, size_t cols, float* scores, size_t stride) {

@@ -789,7 +789,8 @@ HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
   // The widest passes first (at most four pairs, as many as the
   // accumulators allow: with 32 registers and 8- or 16-bit rows four pairs
   // for two rows, two for three or four), then narrower ones for the rest.
-  // Float rows keep eight accumulators: sixteen ran 10-17% slower.
+  // Float rows keep eight accumulators (sixteen measured slower:
+  // bench/RESULTS.md, "Wider passes").
   constexpr size_t kAccumulators =
       sizeof(ElementOf<B>) < 4 ? kPassAccumulators : 8;
   constexpr size_t kFit = kAccumulators / (2 * R);
@@ -850,11 +851,9 @@ HWY_INLINE void WithMoreVectors(size_t more, const F& f) {
 // to L1 a step ahead. Float rows need none, and a KV cache's short keys are
 // together one sequential run the hardware follows; its own instantiation
 // keeps the test out of their loop. Rows of B (decode's V tiles) are asked
-// for whole by RowsTimesB's first pass: a group's four heads over int8 value
-// rows of 128 ran 28% faster for it on Zen 5, float ones 15-22%
-// (bench/RESULTS.md, "Value rows whole in P V's first pass"); weight
-// matrices of 768 x 768 ran up to 18% slower (their passes find the rows
-// in L2).
+// for whole by RowsTimesB's first pass, which pays where they come from
+// memory and costs where the later passes would find them in L2 (weight
+// matrices): bench/RESULTS.md, "Value rows whole in P V's first pass".
 template <bool kPrefetch = false, class B>
 inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
                           const MatMulOptions& opt, size_t n_begin,
@@ -868,10 +867,9 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
   const size_t K = a.cols;
   // Several rows of A times B together, their whole vectors; one row too
   // where it takes block rows, or narrow rows (8 or 16 bits) that fill
-  // RowsTimesB's widest pass: an int8 or fp8 value row of 128 in one pass
-  // rather than two of 64 read 30% faster from memory on Zen 5. Float rows
-  // stay below: one pass ran 15% faster at one thread and 21% slower at two
-  // (decode 8x8x4096x128); rows of 64 ran 4-11% slower by pairs.
+  // RowsTimesB's widest pass, so that a row streams from memory in one
+  // pass. Float rows stay below, where one pass gained at one thread and
+  // lost at two (bench/RESULTS.md, "Wider passes").
   size_t n_rows_done = n_begin;
   constexpr bool kBlocks = internal::kBlockValues < TB >> 1;
   const bool one_row =
