@@ -623,6 +623,56 @@ TEST_P(KVCacheTest, AttentionWidensEveryFp8Code) {
   }
 }
 
+// Attention reads every finite fp8 code of a key exactly: a key row holding
+// each code once, queries one-hot at a code, so that each score is that
+// code's value; the log-sum-exp gives it back (plus log n over n equal
+// keys). One query row over one and four keys, and three rows over three,
+// cover the kernels' dot products of a row with one key and with four, and
+// of a tile of rows.
+TEST_P(KVCacheTest, AttentionReadsEveryFp8CodeInKeys) {
+  constexpr size_t kCodes = 256;
+  for (const Fp8Format& format : kFp8Formats) {
+    std::vector<float> codes(kCodes);
+    for (size_t code = 0; code < kCodes; ++code) {
+      codes[code] = static_cast<float>(format.Value(static_cast<int>(code)));
+      if (!std::isfinite(codes[code])) codes[code] = 0.0f;
+    }
+    for (const auto& [rows, keys] :
+         {std::pair<size_t, size_t>{1, 1}, std::pair<size_t, size_t>{1, 4},
+          std::pair<size_t, size_t>{3, 3}}) {
+      KVCacheConfig config;
+      config.type = format.type;
+      KVCache cache(1, 1, keys, kCodes, config);
+      for (size_t j = 0; j < keys; ++j) {
+        const std::vector<float> zeros(kCodes, 0.0f);
+        cache.Append(ConstTensor4::Dense(codes.data(), 1, 1, 1, kCodes),
+                     ConstTensor4::Dense(zeros.data(), 1, 1, 1, kCodes));
+      }
+      std::vector<float> q(rows * kCodes), out(rows * kCodes), lse(rows);
+      AttentionOptions options;
+      options.scale = 1.0f;
+      options.log_sum_exp = lse.data();
+      for (size_t first = 0; first < kCodes; first += rows) {
+        std::fill(q.begin(), q.end(), 0.0f);
+        for (size_t r = 0; r < rows; ++r) {
+          q[r * kCodes + (first + r) % kCodes] = 1.0f;
+        }
+        ScaledDotProductAttention(
+            ConstTensor4::Dense(q.data(), 1, 1, rows, kCodes), cache.View(),
+            Tensor4::Dense(out.data(), 1, 1, rows, kCodes), options);
+        for (size_t r = 0; r < rows; ++r) {
+          const float value = codes[(first + r) % kCodes];
+          const float expected =
+              keys == 1 ? value : value + std::log(static_cast<float>(keys));
+          EXPECT_EQ(lse[r], expected)
+              << Name({format.type, 0}) << " code " << (first + r) % kCodes
+              << " rows " << rows << " keys " << keys;
+        }
+      }
+    }
+  }
+}
+
 // Decode reads a tile's E4M3 rows without the per-vector NaN test where a
 // scan of the tile finds no NaN code (attention-inl.h, HasNaNCodes). One NaN
 // code in reach, in a key or a value row, in the first or the second tile of
