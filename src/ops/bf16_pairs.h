@@ -114,7 +114,7 @@ struct PairOperands {
   const uint32_t* a;
   size_t a_stride;
   const uint32_t* b;
-  size_t k2, pairs, panels;
+  size_t k2, pairs;
   const uint32_t* Row(size_t m) const { return a + m * a_stride; }
   const uint32_t* Panel(size_t p) const { return b + p * k2 * kPanel; }
 };

@@ -333,9 +333,7 @@ void NativeProduct(BFloat16DotKernelKind kernel, MatrixView<const TA> a,
   } else {
     rows.emplace(a, a_pairs, a_rows);
   }
-  const Operands operands{rows->data(), rows->stride(),
-                          b_pairs,      k2,
-                          pairs,        hwy::DivCeil(c.cols, kPanel)};
+  const Operands operands{rows->data(), rows->stride(), b_pairs, k2, pairs};
   if (amx) return Tiles(operands, c, options);
   DotProducts(operands, c, options);
 #else

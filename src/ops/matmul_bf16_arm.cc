@@ -99,8 +99,7 @@ namespace {
 // pairs each).
 void BfdotTasks(const PairRows& a, const uint32_t* b_pairs, size_t k2, Matrix c,
                 const MatMulOptions& opt) {
-  const Operands packed{a.data(), a.stride(), b_pairs,
-                        k2,       k2,         hwy::DivCeil(c.cols, kPanel)};
+  const Operands packed{a.data(), a.stride(), b_pairs, k2, k2};
   ForEachGemmTask(
       GemmGrid::PanelMajor(c.rows, c.cols, kRowBlock, kPanel),
       [&](const GemmTask& task) {
