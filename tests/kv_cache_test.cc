@@ -673,6 +673,67 @@ TEST_P(KVCacheTest, AttentionReadsEveryFp8CodeInKeys) {
   }
 }
 
+// Every q4_0 code in a block's low nibbles and in its high ones (rows of
+// 64, two blocks), read exactly: as keys, through the float and the integer
+// (kInt8) scores of one row with one key and with four and of a tile of
+// rows (log-sum-exp of one-hot queries: the code's value, plus log n); as
+// values, one key's row as the output. Appended values c - 8 with a -8 in
+// each block store the codes c with scale 1 (ggml's quantizer).
+TEST_P(KVCacheTest, AttentionReadsEveryQ4_0CodeInBothNibbles) {
+  constexpr size_t kDim = 64;
+  std::vector<float> row(kDim);
+  for (size_t i = 0; i < kDim; ++i) {
+    // Element i of a block is a low nibble for i < 16, a high one after:
+    // each code c at some i < 16 and some i >= 16 of each block.
+    const size_t c = i % 32 < 16 ? i % 16 : (i * 7 + 3 + i / 32) % 16;
+    row[i] = static_cast<float>(c) - 8.0f;
+  }
+  for (size_t block = 0; block < kDim / 32; ++block) {
+    ASSERT_EQ(row[block * 32], -8.0f);
+  }
+  KVCacheConfig config;
+  config.type = KVType::kQ4_0;
+  for (const auto& [rows, keys] :
+       {std::pair<size_t, size_t>{1, 1}, std::pair<size_t, size_t>{1, 4},
+        std::pair<size_t, size_t>{3, 3}}) {
+    KVCache cache(1, 1, keys, kDim, config);
+    for (size_t j = 0; j < keys; ++j) {
+      cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, kDim),
+                   ConstTensor4::Dense(row.data(), 1, 1, 1, kDim));
+    }
+    std::vector<float> q(rows * kDim), out(rows * kDim), lse(rows);
+    for (const ComputeType compute :
+         {ComputeType::kFloat32, ComputeType::kInt8}) {
+      AttentionOptions options;
+      options.scale = 1.0f;
+      options.compute = compute;
+      options.log_sum_exp = lse.data();
+      for (size_t first = 0; first < kDim; first += rows) {
+        std::fill(q.begin(), q.end(), 0.0f);
+        for (size_t r = 0; r < rows; ++r) q[r * kDim + (first + r) % kDim] = 1;
+        ScaledDotProductAttention(
+            ConstTensor4::Dense(q.data(), 1, 1, rows, kDim), cache.View(),
+            Tensor4::Dense(out.data(), 1, 1, rows, kDim), options);
+        for (size_t r = 0; r < rows; ++r) {
+          const size_t i = (first + r) % kDim;
+          const float expected =
+              keys == 1 ? row[i] : row[i] + std::log(static_cast<float>(keys));
+          // kInt8 scales the exact code product by 1 / 127 (the query's
+          // d), rounded: within an ulp of 8 or so.
+          EXPECT_NEAR(lse[r], expected,
+                      compute == ComputeType::kInt8 ? 4e-6f : 0.0f)
+              << "element " << i << " rows " << rows << " keys " << keys;
+          if (keys == 1) {
+            for (size_t c = 0; c < kDim; ++c) {
+              EXPECT_EQ(out[r * kDim + c], row[c]) << "value element " << c;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Decode reads a tile's E4M3 rows without the per-vector NaN test where a
 // scan of the tile finds no NaN code (attention-inl.h, HasNaNCodes). One NaN
 // code in reach, in a key or a value row, in the first or the second tile of

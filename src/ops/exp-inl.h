@@ -58,6 +58,7 @@
 #include <cstdint>
 
 #include "hwy/highway.h"
+#include "src/ops/lanes-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace simdattn {
@@ -122,27 +123,9 @@ struct TableExp<8> {
       0x5F7504F3, 0x5F75672A, 0x5F7744FD, 0x5F7AC0C7};
 };
 
-// x86's whole-register permutes read only the index bits they need, k mod
-// kLanes, so t's bits index the table as they are. (Highway 1.0.3's
-// TableLookupLanes wants indices below the lane count.)
-#if HWY_TARGET <= HWY_AVX2
-constexpr bool kHaveTableExp = true;
-#if HWY_TARGET <= HWY_AVX3
-HWY_INLINE hn::Vec512<int32_t> LookUp(hn::Vec512<int32_t> table,
-                                      hn::Vec512<int32_t> index) {
-  // The maskz form with every lane set: g++ 12's plain one reads an
-  // undefined vector and trips -Wmaybe-uninitialized.
-  return hn::Vec512<int32_t>{
-      _mm512_maskz_permutexvar_epi32(0xFFFF, index.raw, table.raw)};
-}
-#endif
-HWY_INLINE hn::Vec256<int32_t> LookUp(hn::Vec256<int32_t> table,
-                                      hn::Vec256<int32_t> index) {
-  return hn::Vec256<int32_t>{_mm256_permutevar8x32_epi32(table.raw, index.raw)};
-}
-#else
-constexpr bool kHaveTableExp = false;
-#endif
+// The table's lanes are looked up by t's bits as they are (LookUp,
+// lanes-inl.h).
+constexpr bool kHaveTableExp = kHaveLookUp;
 
 // The exp's constants for exp(s x), s in [2^-24, 2^24] a run-time factor (s
 // = 1 for plain exp; softmax's scale, or the part of it that is not a power

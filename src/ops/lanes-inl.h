@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "hwy/highway.h"
 
@@ -87,6 +88,34 @@ HWY_INLINE hn::Vec<D> PromoteF16(D d,
                           wide);
   }
 }
+
+// table's lane (index mod Lanes) for each lane of index, by x86's
+// whole-register permutes, which read only the index bits they need: the
+// bits above pass as they are. (Highway 1.0.3's TableLookupLanes wants
+// indices below the lane count.)
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+constexpr bool kHaveLookUp = true;
+#if HWY_TARGET <= HWY_AVX3
+// The maskz forms with every lane set: g++ 12's plain ones read an undefined
+// vector and trip -Wmaybe-uninitialized.
+HWY_INLINE hn::Vec512<int32_t> LookUp(hn::Vec512<int32_t> table,
+                                      hn::Vec512<int32_t> index) {
+  return hn::Vec512<int32_t>{
+      _mm512_maskz_permutexvar_epi32(0xFFFF, index.raw, table.raw)};
+}
+HWY_INLINE hn::Vec512<int16_t> LookUp(hn::Vec512<int16_t> table,
+                                      hn::Vec512<int16_t> index) {
+  return hn::Vec512<int16_t>{
+      _mm512_maskz_permutexvar_epi16(0xFFFFFFFFu, index.raw, table.raw)};
+}
+#endif
+HWY_INLINE hn::Vec256<int32_t> LookUp(hn::Vec256<int32_t> table,
+                                      hn::Vec256<int32_t> index) {
+  return hn::Vec256<int32_t>{_mm256_permutevar8x32_epi32(table.raw, index.raw)};
+}
+#else
+constexpr bool kHaveLookUp = false;
+#endif
 
 }  // namespace HWY_NAMESPACE
 }  // namespace simdattn
