@@ -1,4 +1,5 @@
-// Per-target vector sizes shared by the kernels' -inl.h files.
+// Per-target vector sizes, tails and table lookups shared by the kernels'
+// -inl.h files.
 
 #if defined(SIMDATTN_SRC_OPS_LANES_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SIMDATTN_SRC_OPS_LANES_INL_H_
