@@ -718,8 +718,9 @@ TEST_P(KVCacheTest, AttentionReadsEveryQ4_0CodeInBothNibbles) {
           const size_t i = (first + r) % kDim;
           const float expected =
               keys == 1 ? row[i] : row[i] + std::log(static_cast<float>(keys));
-          // kInt8 scales the exact code product by 1 / 127 (the query's
-          // d), rounded: within an ulp of 8 or so.
+          // kInt8 scales the exact code product 127 (c - 8) by the query's
+          // d, 1 / 127 rounded (relative error 2^-24), then adds log n:
+          // within 2e-6 for |c - 8| <= 8.
           EXPECT_NEAR(lse[r], expected,
                       compute == ComputeType::kInt8 ? 4e-6f : 0.0f)
               << "element " << i << " rows " << rows << " keys " << keys;
