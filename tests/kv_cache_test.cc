@@ -674,22 +674,24 @@ TEST_P(KVCacheTest, AttentionReadsEveryFp8CodeInKeys) {
 }
 
 // Every q4_0 code in a block's low nibbles and in its high ones (rows of
-// 64, two blocks), read exactly: as keys, through the float and the integer
-// (kInt8) scores of one row with one key and with four and of a tile of
-// rows (log-sum-exp of one-hot queries: the code's value, plus log n); as
-// values, one key's row as the output. Appended values c - 8 with a -8 in
-// each block store the codes c with scale 1 (ggml's quantizer).
+// 96: three blocks, a pair and one alone for AVX-512's pairs of blocks),
+// read exactly: as keys, through the float and the integer (kInt8) scores
+// of one row with one key and with four and of a tile of rows (log-sum-exp
+// of one-hot queries: the code's value, plus log n); as values, one key's
+// row as the output. Appended values (c - 8) 2^b in block b, with a -8 2^b
+// in each, store the codes c with scale 2^b (ggml's quantizer): each
+// block's scale is its own.
 TEST_P(KVCacheTest, AttentionReadsEveryQ4_0CodeInBothNibbles) {
-  constexpr size_t kDim = 64;
+  constexpr size_t kDim = 96;
   std::vector<float> row(kDim);
   for (size_t i = 0; i < kDim; ++i) {
     // Element i of a block is a low nibble for i < 16, a high one after:
     // each code c at some i < 16 and some i >= 16 of each block.
     const size_t c = i % 32 < 16 ? i % 16 : (i * 7 + 3 + i / 32) % 16;
-    row[i] = static_cast<float>(c) - 8.0f;
+    row[i] = std::ldexp(static_cast<float>(c) - 8.0f, static_cast<int>(i / 32));
   }
   for (size_t block = 0; block < kDim / 32; ++block) {
-    ASSERT_EQ(row[block * 32], -8.0f);
+    ASSERT_EQ(row[block * 32], std::ldexp(-8.0f, static_cast<int>(block)));
   }
   KVCacheConfig config;
   config.type = KVType::kQ4_0;
@@ -718,11 +720,13 @@ TEST_P(KVCacheTest, AttentionReadsEveryQ4_0CodeInBothNibbles) {
           const size_t i = (first + r) % kDim;
           const float expected =
               keys == 1 ? row[i] : row[i] + std::log(static_cast<float>(keys));
-          // kInt8 scales the exact code product 127 (c - 8) by the query's
-          // d, 1 / 127 rounded (relative error 2^-24), then adds log n:
-          // within 2e-6 for |c - 8| <= 8.
+          // kInt8 scales the exact code product 127 (c - 8) by the key's
+          // 2^b and the query's d, 1 / 127 rounded (relative error 2^-24),
+          // then adds log n: within 2e-6 2^b for |c - 8| <= 8.
           EXPECT_NEAR(lse[r], expected,
-                      compute == ComputeType::kInt8 ? 4e-6f : 0.0f)
+                      compute == ComputeType::kInt8
+                          ? std::ldexp(4e-6f, static_cast<int>(i / 32))
+                          : 0.0f)
               << "element " << i << " rows " << rows << " keys " << keys;
           if (keys == 1) {
             for (size_t c = 0; c < kDim; ++c) {

@@ -1,9 +1,10 @@
 // Per-target integer scores (ComputeType::kInt8). Over ggml's q8_0 and q4_0
-// key blocks (DotTile): query rows quantized to blocks of 32 int8 codes, each
-// block's code products summed exactly in int32, as llama.cpp's
-// vec_dot_q8_0_q8_0 and vec_dot_q4_0_q8_0 do, then scaled by both blocks'
-// scales in float32. Over int8 key rows (RowTile): query rows quantized per
-// row, one exact int32 sum per score, converted once, then scaled.
+// key blocks (DotTile; q4_0 on AVX-512 by pairs of blocks, NibblePairTile):
+// query rows quantized to blocks of 32 int8 codes, each block's code
+// products summed exactly in int32, as llama.cpp's vec_dot_q8_0_q8_0 and
+// vec_dot_q4_0_q8_0 do, then scaled by both blocks' scales in float32.
+// Over int8 key rows (RowTile): query rows quantized per row, one exact
+// int32 sum per score, converted once, then scaled.
 
 #if defined(SIMDATTN_SRC_OPS_INT_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SIMDATTN_SRC_OPS_INT_DOT_INL_H_
@@ -42,19 +43,41 @@ inline constexpr bool kBlockKeys =
 template <typename T>
 inline constexpr bool kIntegerKeys = kBlockKeys<T> || std::is_same_v<T, int8_t>;
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// q4_0 keys on AVX-512 go by pairs of blocks: a pair's 64 nibbles as
+// unsigned bytes times the query's int8 codes, summed by fours into int32
+// lanes (vpmaddubsw, then vpmaddwd by ones: Highway 1.0.3's AVX3 target has
+// no VNNI), the pair's scales converted by one vector. 7 vector ops a block
+// where int16 codes (DotTile) take about 13, converting and broadcasting
+// each block's scale alone.
+#define SIMDATTN_NIBBLE_PAIRS 1
+constexpr size_t kPairLanes = 16;  // int32 lanes of a pair's sums.
+#else
+#define SIMDATTN_NIBBLE_PAIRS 0
+constexpr size_t kPairLanes = 0;
+#endif
+
 // Up to kMaxRows query rows as int16 codes (int8 values, widened once here
 // rather than per key), with a scale per group of `group` elements (alpha d:
 // the scores' scale folded in). Each row's codes are zero-padded to
-// `stride`, a multiple of the vector length.
+// `stride`, a multiple of the vector length. For q4_0 keys where
+// SIMDATTN_NIBBLE_PAIRS, also per row and pair of blocks (a, b; b zero past
+// the last block) kPairFloats floats: the pair's 64 codes as int8 in
+// PairNibbles' order (a's elements 0-15, b's 0-15, a's 16-31, b's 16-31);
+// per int32 lane l of the pair's sums, -8 times codes 4l to 4l + 3 summed
+// (the nibbles' offset: q4_0's values are its codes minus 8); and lane l's
+// block's scale (0 for b past the last).
 struct QuantizedQueries {
   static constexpr size_t kMaxRows = 4;
-  int16_t* codes;  // rows x stride.
-  float* scales;   // rows x groups.
-  size_t rows, group, groups, stride;
+  static constexpr size_t kPairFloats = 3 * kPairLanes;
+  int16_t* codes;    // rows x stride.
+  float* scales;     // rows x groups.
+  float* pair_data;  // rows x pairs x kPairFloats.
+  size_t rows, group, groups, stride, pairs;
 
   // Groups of kQuantBlock for block keys (head_dim a multiple of it), one
-  // per row for int8 keys. scratch: kMaxRows * (stride / 2 + groups)
-  // floats.
+  // per row for int8 keys. scratch: kMaxRows * (stride / 2 + groups + pairs
+  // * kPairFloats) + 16 floats.
   template <typename T>
   static QuantizedQueries For(float* scratch, size_t head_dim) {
     const size_t lanes = hn::Lanes(hn::ScalableTag<int16_t>());
@@ -65,6 +88,10 @@ struct QuantizedQueries {
     q.groups = hwy::DivCeil(head_dim, q.group);
     q.stride = hwy::DivCeil(head_dim, lanes) * lanes;
     q.scales = scratch + kMaxRows * q.stride / 2;
+    q.pairs = std::is_same_v<T, BlockQ4_0> && SIMDATTN_NIBBLE_PAIRS
+                  ? hwy::DivCeil(q.groups, 2)
+                  : 0;
+    q.pair_data = q.scales + hwy::RoundUpTo(kMaxRows * q.groups, 16);
     return q;
   }
 
@@ -74,7 +101,33 @@ struct QuantizedQueries {
   float Scale(size_t r, size_t group_index) const {
     return scales[r * groups + group_index];
   }
+  const float* Pair(size_t r, size_t pair) const {
+    return pair_data + (r * pairs + pair) * kPairFloats;
+  }
 };
+
+// Row r's pair data (see QuantizedQueries) from its codes and scales.
+inline void FillPairs(QuantizedQueries& q, size_t r) {
+  for (size_t p = 0; p < q.pairs; ++p) {
+    float* data = q.pair_data + (r * q.pairs + p) * q.kPairFloats;
+    int8_t* codes = reinterpret_cast<int8_t*>(data);
+    int32_t* offsets = reinterpret_cast<int32_t*>(data + kPairLanes);
+    float* scales = data + 2 * kPairLanes;
+    for (size_t lane = 0; lane < kPairLanes; ++lane) {
+      // Lanes 0-3 and 8-11 hold block 2p's elements, 4-7 and 12-15 2p + 1's.
+      const size_t g = 2 * p + lane / 4 % 2;
+      int32_t sum = 0;
+      for (size_t i = 4 * lane; i < 4 * lane + 4; ++i) {
+        const size_t element = i / 32 * 16 + i % 16;
+        codes[i] = g < q.groups ? static_cast<int8_t>(q.Codes(r, g)[element])
+                                : int8_t{0};
+        sum += codes[i];
+      }
+      offsets[lane] = -8 * sum;
+      scales[lane] = g < q.groups ? q.Scale(r, g) : 0.0f;
+    }
+  }
+}
 
 // Quantizes `queries` (at most kMaxRows rows) into q: per group d = max |x|
 // / 127 and codes round(x 127 / max) (nearest even; 0 where the group is 0;
@@ -110,6 +163,7 @@ inline bool Quantize(ConstMatrix queries, float alpha, QuantizedQueries& q) {
       q.scales[r * q.groups + g] = alpha * d;
     }
     std::fill(row_codes + queries.cols, row_codes + q.stride, int16_t{0});
+    FillPairs(q, r);
   }
   q.rows = queries.rows;
   return true;
@@ -126,6 +180,96 @@ HWY_INLINE hn::Vec<DI> RowCodes(DI di, const int8_t* key, size_t h,
                                : LoadTail(d8, key + h, count));
 }
 
+#if SIMDATTN_NIBBLE_PAIRS
+// The nibbles of blocks a and b (null: zeros) as bytes, in the order of
+// QuantizedQueries' pair codes.
+HWY_INLINE hn::Vec512<uint8_t> PairNibbles(const BlockQ4_0& a,
+                                           const BlockQ4_0* b) {
+  const hn::Full128<uint8_t> d16;
+  const hn::Full256<uint8_t> d32;
+  const hn::Full512<uint8_t> d64;
+  const auto packed =
+      hn::Combine(d32, b != nullptr ? hn::LoadU(d16, b->qs) : hn::Zero(d16),
+                  hn::LoadU(d16, a.qs));
+  const auto high = hn::BitCast(
+      d32, hn::ShiftRight<4>(hn::BitCast(hn::Full256<uint16_t>(), packed)));
+  return hn::And(hn::Combine(d64, high, packed), hn::Set(d64, uint8_t{15}));
+}
+
+// The scales of blocks a[0] and a[1] (pair false: a[0]'s, zeros for a[1]'s)
+// in the lanes of their sums: a[0]'s 0-3 and 8-11, a[1]'s 4-7 and 12-15.
+HWY_INLINE hn::Vec512<float> PairScales(const BlockQ4_0* a, bool pair) {
+  const hn::Full512<float> df;
+  if (!pair) {
+    return hn::Vec512<float>{_mm512_maskz_mov_ps(
+        0x0F0F, hn::Set(df, matmul_detail::BlockScale(*a)).raw)};
+  }
+  // 32 bytes from a hold both: a[0]'s scale is 16-bit word 0, a[1]'s word 9.
+  const hn::Full256<int16_t> dw;
+  HWY_ALIGN static constexpr int16_t kWords[16] = {0, 0, 0, 0, 9, 9, 9, 9,
+                                                   0, 0, 0, 0, 9, 9, 9, 9};
+  const auto halves = LookUp(hn::LoadU(dw, reinterpret_cast<const int16_t*>(a)),
+                             hn::Load(dw, kWords));
+  return PromoteF16(df, hn::BitCast(hn::Full256<hwy::float16_t>(), halves));
+}
+
+// DotTile over q4_0 keys by pairs of blocks: per pair and key, the code
+// products summed by fours in int32 (exact: at most 4 15 127 in magnitude),
+// plus the query's offsets, converted, times the key's scales, then times
+// the query's; summed in float32 over the pairs, then over the lanes.
+template <size_t R, size_t C>
+HWY_INLINE void NibblePairTile(const QuantizedQueries& q,
+                               const BlockQ4_0* const* keys,
+                               float* HWY_RESTRICT out, size_t out_stride) {
+  const hn::Full512<float> df;
+  const hn::Full512<int32_t> d32;
+  const hn::Full512<int16_t> d16;
+  const hn::Full512<int8_t> d8;
+  using VF = hn::Vec<decltype(df)>;
+  const auto ones = hn::Set(d16, int16_t{1});
+  const BlockQ4_0* const key0 = keys[0];
+  const BlockQ4_0* const key1 = C > 1 ? keys[1] : key0;
+  const BlockQ4_0* const key2 = C > 2 ? keys[2] : key0;
+  const BlockQ4_0* const key3 = C > 3 ? keys[3] : key0;
+  VF f0 = hn::Zero(df), f1 = f0, f2 = f0, f3 = f0;
+  for (size_t g = 0, p = 0; g < q.groups; g += 2, ++p) {
+    const bool pair = g + 1 < q.groups;
+#define SIMDATTN_PAIR_KEY(c)                                                \
+  const auto n##c =                                                         \
+      C > c ? PairNibbles(key##c[g], pair ? &key##c[g + 1] : nullptr) : n0; \
+  const auto k##c = C > c ? PairScales(&key##c[g], pair) : k0;
+    const auto n0 = PairNibbles(key0[g], pair ? &key0[g + 1] : nullptr);
+    const auto k0 = PairScales(&key0[g], pair);
+    SIMDATTN_PAIR_KEY(1)
+    SIMDATTN_PAIR_KEY(2)
+    SIMDATTN_PAIR_KEY(3)
+#undef SIMDATTN_PAIR_KEY
+#define SIMDATTN_PAIR_TERM(i)                                                \
+  if (R * C > i) {                                                           \
+    const float* data = q.Pair(C == 1 ? i : 0, p);                           \
+    const hn::Vec512<int16_t> products{_mm512_maddubs_epi16(                 \
+        (C == 1 ? n0 : n##i).raw,                                            \
+        hn::LoadU(d8, reinterpret_cast<const int8_t*>(data)).raw)};          \
+    hn::Vec512<int32_t> unused;                                              \
+    const auto sums = hn::ReorderWidenMulAccumulate(                         \
+        d32, products, ones,                                                 \
+        hn::LoadU(d32, reinterpret_cast<const int32_t*>(data + kPairLanes)), \
+        unused);                                                             \
+    f##i = hn::MulAdd(hn::Mul(hn::ConvertTo(df, sums), C == 1 ? k0 : k##i),  \
+                      hn::LoadU(df, data + 2 * kPairLanes), f##i);           \
+  }
+    SIMDATTN_PAIR_TERM(0)
+    SIMDATTN_PAIR_TERM(1)
+    SIMDATTN_PAIR_TERM(2)
+    SIMDATTN_PAIR_TERM(3)
+#undef SIMDATTN_PAIR_TERM
+  }
+  float sums[4];
+  matmul_detail::SumsOfLanes<R * C>(df, f0, f1, f2, f3, sums);
+  for (size_t i = 0; i < R * C; ++i) out[i * out_stride] = sums[i];
+}
+#endif  // SIMDATTN_NIBBLE_PAIRS
+
 // out[i * out_stride] for i < R * C: the score of query row (C == 1 ? i :
 // 0) and key block row keys[C == 1 ? 0 : i], C == 1 or R == 1. Per block,
 // the int32 sum of the code products (exact: at most 32 127^2 in
@@ -137,6 +281,11 @@ template <size_t R, size_t C, typename T>
 HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
                           float* HWY_RESTRICT out, size_t out_stride) {
   static_assert(R * C <= 4 && (R == 1 || C == 1), "one row or one key");
+#if SIMDATTN_NIBBLE_PAIRS
+  if constexpr (std::is_same_v<T, BlockQ4_0>) {
+    return NibblePairTile<R, C>(q, keys, out, out_stride);
+  }
+#endif
   // A whole block per vector where it fits (AVX-512: 32 lanes).
   const hn::CappedTag<int16_t, kQuantBlock> d16;
   const hn::RepartitionToWide<decltype(d16)> d32;
@@ -348,4 +497,5 @@ inline void Scores(const QuantizedQueries& q, const internal::KVRows<T>& k,
 }  // namespace simdattn
 HWY_AFTER_NAMESPACE();
 
+#undef SIMDATTN_NIBBLE_PAIRS
 #endif  // SIMDATTN_SRC_OPS_INT_DOT_INL_H_

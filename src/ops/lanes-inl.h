@@ -104,10 +104,10 @@ HWY_INLINE hn::Vec512<int32_t> LookUp(hn::Vec512<int32_t> table,
   return hn::Vec512<int32_t>{
       _mm512_maskz_permutexvar_epi32(0xFFFF, index.raw, table.raw)};
 }
-HWY_INLINE hn::Vec512<int16_t> LookUp(hn::Vec512<int16_t> table,
-                                      hn::Vec512<int16_t> index) {
-  return hn::Vec512<int16_t>{
-      _mm512_maskz_permutexvar_epi16(0xFFFFFFFFu, index.raw, table.raw)};
+HWY_INLINE hn::Vec256<int16_t> LookUp(hn::Vec256<int16_t> table,
+                                      hn::Vec256<int16_t> index) {
+  return hn::Vec256<int16_t>{
+      _mm256_maskz_permutexvar_epi16(0xFFFF, index.raw, table.raw)};
 }
 #endif
 HWY_INLINE hn::Vec256<int32_t> LookUp(hn::Vec256<int32_t> table,

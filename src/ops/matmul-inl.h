@@ -114,23 +114,6 @@ HWY_INLINE hn::Vec<DI> BlockCodes(DI di, const internal::BlockQ4_0& block,
       const hn::Half<DI> dh;
       const hn::Rebind<uint8_t, decltype(dh)> d8;
       const auto packed = hn::LoadU(d8, block.qs);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-      if constexpr (std::is_same_v<hn::TFromD<DI>, int16_t>) {
-        // Each nibble indexes a table of the codes minus 8; LookUp reads an
-        // index's low 5 bits, and the table's second half repeats its first,
-        // so a low nibble needs no mask. 4 ops where masks, widening and a
-        // subtraction take 7.
-        HWY_ALIGN static constexpr int16_t kCodes[32] = {
-            -8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7,
-            -8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
-        const auto bytes =
-            hn::PromoteTo(hn::RebindToUnsigned<decltype(dh)>(), packed);
-        const auto index =
-            hn::BitCast(di, hn::Combine(hn::RebindToUnsigned<DI>(),
-                                        hn::ShiftRight<4>(bytes), bytes));
-        return LookUp(hn::Load(di, kCodes), index);
-      }
-#endif
       const auto low = hn::PromoteTo(dh, hn::And(packed, hn::Set(d8, 15)));
       const auto high = hn::PromoteTo(dh, hn::ShiftRight<4>(packed));
       return hn::Sub(hn::Combine(di, high, low), hn::Set(di, 8));
