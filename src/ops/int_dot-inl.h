@@ -180,6 +180,15 @@ HWY_INLINE hn::Vec<DI> RowCodes(DI di, const int8_t* key, size_t h,
                                : LoadTail(d8, key + h, count));
 }
 
+// out[i * out_stride] = the sum of v<i>'s lanes, i < kCount <= 4.
+template <size_t kCount, class D, class V = hn::Vec<D>>
+HWY_INLINE void StoreLaneSums(D d, V v0, V v1, V v2, V v3,
+                              float* HWY_RESTRICT out, size_t out_stride) {
+  float sums[4];
+  matmul_detail::SumsOfLanes<kCount>(d, v0, v1, v2, v3, sums);
+  for (size_t i = 0; i < kCount; ++i) out[i * out_stride] = sums[i];
+}
+
 #if SIMDATTN_NIBBLE_PAIRS
 // The nibbles of blocks a and b (null: zeros) as bytes, in the order of
 // QuantizedQueries' pair codes.
@@ -264,9 +273,7 @@ HWY_INLINE void NibblePairTile(const QuantizedQueries& q,
     SIMDATTN_PAIR_TERM(3)
 #undef SIMDATTN_PAIR_TERM
   }
-  float sums[4];
-  matmul_detail::SumsOfLanes<R * C>(df, f0, f1, f2, f3, sums);
-  for (size_t i = 0; i < R * C; ++i) out[i * out_stride] = sums[i];
+  StoreLaneSums<R * C>(df, f0, f1, f2, f3, out, out_stride);
 }
 #endif  // SIMDATTN_NIBBLE_PAIRS
 
@@ -341,9 +348,7 @@ HWY_NOINLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
     SIMDATTN_INT_GROUP(3)
 #undef SIMDATTN_INT_GROUP
   }
-  float sums[4];
-  matmul_detail::SumsOfLanes<R * C>(df, f0, f1, f2, f3, sums);
-  for (size_t i = 0; i < R * C; ++i) out[i * out_stride] = sums[i];
+  StoreLaneSums<R * C>(df, f0, f1, f2, f3, out, out_stride);
 }
 
 // Keys per tile of int8 rows: R <= 4 query rows times kRowTileKeys keys of
