@@ -83,13 +83,17 @@ HWY_INLINE auto LanesBetween(D d, size_t j, size_t begin, size_t end) {
 // MaskedScores with the score terms: for scaled scores s of columns
 // [j, j + Lanes(d)), softcap * tanh(s / softcap) (tanh within 4 ulp,
 // Highway's), plus the additive mask, minus ALiBi's slope * |position - j|;
-// -inf where masked.
+// -inf where masked. NaN stays NaN; Highway's Tanh gets no NaN, which it
+// converts to an integer (undefined behaviour on EMU128 and SCALAR).
 template <bool kAdditive, bool kBoolean, class D, class V = hn::Vec<D>>
 HWY_INLINE V ScoresWithTerms(D d, const Softcap& softcap, V s,
                              const internal::RowMasks& m, size_t j) {
   if (softcap.cap > 0.0f) {
-    s = hn::Mul(hn::Set(d, softcap.cap),
-                hn::Tanh(d, hn::Mul(s, hn::Set(d, softcap.inverse))));
+    const auto nan = hn::IsNaN(s);
+    const V x =
+        hn::IfThenZeroElse(nan, hn::Mul(s, hn::Set(d, softcap.inverse)));
+    s = hn::IfThenElse(nan, s,
+                       hn::Mul(hn::Set(d, softcap.cap), hn::Tanh(d, x)));
   }
   s = MaskedScores<kAdditive, kBoolean, false>(d, hn::Set(d, 1.0f), s, m, j);
   if (m.alibi_slope != 0.0f) {
