@@ -1,5 +1,5 @@
 // Per-target fused attention, softmax(scale * Q K^T + mask) V, included once
-// per SIMD target by attention.cc.
+// per SIMD target by each of attend_*.cc (attend.h).
 //
 // Schedule (FlashAttention-2 on a CPU): a task owns up to kTaskRows query
 // rows of one batch item, the query heads of one key/value group stacked
@@ -40,6 +40,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -390,9 +391,9 @@ HWY_INLINE float MaskRow(D d, const Problem& pr,
 // Row i of item b's boolean mask over keys j0 + [0, kKeyBlock) in
 // ws.masked (masks.boolean's copy there, if any): its draft tree hides the
 // new tokens its bits do not show. Out of line: trees are rare.
-HWY_NOINLINE const uint8_t* TreeRowMask(const Problem& pr, Workspace& ws,
-                                        const internal::RowMasks& masks,
-                                        size_t b, size_t i, size_t j0) {
+inline HWY_NOINLINE const uint8_t* TreeRowMask(const Problem& pr, Workspace& ws,
+                                               const internal::RowMasks& masks,
+                                               size_t b, size_t i, size_t j0) {
   if (masks.boolean == nullptr) {
     std::fill(ws.masked, ws.masked + kKeyBlock, uint8_t{0});
   }
@@ -1425,18 +1426,22 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
 
 }  // namespace attention_detail
 
-// Same-target entry point; arguments were validated by the caller (shapes
+// Same-target entry point for caches of the element types Ts (attend.h: a
+// file compiles a group); arguments were validated by the caller (shapes
 // consistent, out disjoint from the inputs, 0 <= dropout <= 1, the cache's
-// rows and table entries in bounds).
-inline void AttentionImpl(ConstTensor4 q, const internal::QueryLayout& layout,
-                          const internal::KVSource& kv, Tensor4 out,
-                          float scale, const AttentionMask& mask, float dropout,
-                          PhiloxKey dropout_key, float* log_sum_exp,
-                          const internal::AttentionArithmetic& arith) {
+// rows and table entries in bounds, kv.type one of Ts).
+template <typename... Ts>
+void AttentionOf(ConstTensor4 q, const internal::QueryLayout& layout,
+                 const internal::KVSource& kv, Tensor4 out, float scale,
+                 const AttentionMask& mask, float dropout,
+                 PhiloxKey dropout_key, float* log_sum_exp,
+                 const internal::AttentionArithmetic& arith) {
   internal::VisitElementType(kv.type, [&](auto tag) {
-    attention_detail::AttendAll<typename decltype(tag)::type>(
-        q, layout, kv, out, scale, mask, dropout, dropout_key, log_sum_exp,
-        arith);
+    using T = typename decltype(tag)::type;
+    if constexpr ((std::is_same_v<T, Ts> || ...)) {
+      attention_detail::AttendAll<T>(q, layout, kv, out, scale, mask, dropout,
+                                     dropout_key, log_sum_exp, arith);
+    }
   });
 }
 

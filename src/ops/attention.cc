@@ -11,23 +11,17 @@
 #include <utility>
 #include <vector>
 
+#include "hwy/base.h"
 #include "simdattn/kernels.h"
 #include "simdattn/random.h"
 #include "src/common/check.h"
 #include "src/common/scratch.h"
+#include "src/ops/attend.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/kv_store.h"
 #include "src/ops/matmul_bf16.h"
 
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "src/ops/attention.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-#include "src/ops/attention-inl.h"
-
-#if HWY_ONCE
 namespace simdattn {
-HWY_EXPORT(AttentionImpl);
 
 using internal::Footprint;
 using internal::KVSource;
@@ -200,10 +194,10 @@ void Attend(const char* kFn, ConstTensor4 q,
   arith.inputs_rounded = round_inputs || !bf16;
   arith.integer_scores = int8;
   arith.prefetch_contiguous = PrefetchContiguous(kv, layout.batch);
-  HWY_DYNAMIC_DISPATCH(AttentionImpl)
-  (q, layout, kv, out, scale, mask, dropout,
-   DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
-   options.log_sum_exp, arith);
+  internal::AttentionFor(kv.type)(
+      q, layout, kv, out, scale, mask, dropout,
+      DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
+      options.log_sum_exp, arith);
 }
 
 // A float tensor's rows as a contiguous KV source's.
@@ -370,4 +364,3 @@ void VarlenAttention(ConstTensor4 q, const size_t* query_starts,
 }
 
 }  // namespace simdattn
-#endif  // HWY_ONCE
