@@ -1441,6 +1441,11 @@ void AttentionOf(ConstTensor4 q, const internal::QueryLayout& layout,
     if constexpr ((std::is_same_v<T, Ts> || ...)) {
       attention_detail::AttendAll<T>(q, layout, kv, out, scale, mask, dropout,
                                      dropout_key, log_sum_exp, arith);
+    } else {
+      // attend.h routes each type to its group's file: a bug there, not
+      // bad input, and no output may be left unwritten silently.
+      HWY_ABORT("AttentionOf: cache element type %d outside this group",
+                static_cast<int>(kv.type));
     }
   });
 }
