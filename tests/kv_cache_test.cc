@@ -1001,6 +1001,21 @@ TEST_P(KVCacheTest, SequenceOperations) {
     AppendRandom(cache, {0}, 9, 11);
     ExpectSameBits(Read(cache, 1).values, held1.values,
                    Name(kind) + " copy on write");
+    // The appending side's copy of the shared block kept every head's rows
+    // (and int8 scales): its first 300 tokens read as before.
+    const Held copied = Read(cache, 0);
+    for (size_t h = 0; h < kKVHeads; ++h) {
+      const size_t old_at = h * 300 * dim, new_at = h * 309 * dim;
+      for (const auto& [now, was] :
+           {std::pair{&copied.keys, &held1.keys},
+            std::pair{&copied.values, &held1.values}}) {
+        ExpectSameBits(std::vector<float>(now->begin() + new_at,
+                                          now->begin() + new_at + 300 * dim),
+                       std::vector<float>(was->begin() + old_at,
+                                          was->begin() + old_at + 300 * dim),
+                       Name(kind) + " copied block, head " + std::to_string(h));
+      }
+    }
     AppendRandom(cache, {1}, 3, 12);
     const Held held0 = Read(cache, 0);
     EXPECT_EQ(cache.length(0), 309u);

@@ -115,7 +115,9 @@ struct KVCacheConfig {
   KVType type = KVType::kF32;  // kernels.h states each type's error.
   // 0: contiguous, `capacity` tokens reserved per sequence. Otherwise paged:
   // blocks of block_size tokens (a power of two, 16 to 256) taken from one
-  // pool as sequences grow, and given back when they shrink.
+  // pool as sequences grow, and given back when they shrink. The pool keeps
+  // each kv head's rows of all blocks together (View()'s head_stride spans
+  // the pool): decode reads a head's blocks taken in order as one stream.
   size_t block_size = 0;
   // Paged: blocks in the pool; 0: enough for every sequence's capacity.
   size_t num_blocks = 0;
