@@ -377,9 +377,9 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
   // paged pool holds each kv head's blocks together ([head][block][row]):
   // a task of decode reads one head, and a sequence's blocks taken in order
   // are then one stream to the hardware prefetchers. Blocks of every head
-  // ([block][head][row], as engines' pages often are) left it runs of 1-2
-  // KiB 12-24 KiB apart: 1.3-1.7 times contiguous decode's time, against
-  // 0.95-1.1 (bench/RESULTS.md, "Paged decode's prefetch, again").
+  // ([block][head][row], as engines' pages often are) leave it short runs
+  // far apart, which no prefetch rule made as fast (bench/RESULTS.md, "A
+  // paged pool by kv head").
   s.row_stride = std::max(head_dim, value_dim_);
   const size_t run =
       CheckedMul(kFn, "block_size * row length", s.block_size, s.row_stride);
