@@ -491,6 +491,20 @@ TEST_P(MatMulTest, EveryColumnCountAroundThePanel) {
   }
 }
 
+// One row with half a vector past the last whole one, in the depth (B^T:
+// dot products, after an even or odd count of vectors) or the columns (a
+// pass of four vectors and the half): 18, 36 and 72 are 4.5 vectors of 4, 8
+// and 16 lanes; the depths end in half of one of those.
+TEST_P(MatMulTest, HalfVectorTails) {
+  for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
+    for (size_t n : {18, 36, 72}) {
+      for (size_t k : {2, 4, 6, 8, 12, 20, 24, 40, 72}) {
+        RunCase({1, k, n, t}, n + k);
+      }
+    }
+  }
+}
+
 TEST_P(MatMulTest, DepthsAroundTheBlock) {
   for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
     for (size_t k : {0, 1, 2, 3, 5, 8, 17, 255, 256, 257, 513}) {

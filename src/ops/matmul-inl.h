@@ -650,6 +650,23 @@ HWY_INLINE float TailDot(const float* HWY_RESTRICT a, const TB* HWY_RESTRICT b,
   return hn::GetLane(sum);
 }
 
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+// Where a[k, K) and b[k, K) are half a vector (a head dim of 72 on AVX-512),
+// adds their products, zero-extended, to the row's vector sum v before its
+// one reduction (TailDot would reduce them alone: a third of such a key's
+// dot product) and returns K; else returns k, where TailDot starts.
+template <class D, typename TB>
+HWY_INLINE size_t AddHalfTail(D d, const float* HWY_RESTRICT a,
+                              const TB* HWY_RESTRICT b, size_t k, size_t K,
+                              hn::Vec<D>& v) {
+  const hn::Half<D> dh;
+  if (K - k != hn::Lanes(dh)) return k;
+  v = hn::Add(v, hn::ZeroExtendVector(
+                     d, hn::Mul(hn::LoadU(dh, a + k), LoadB(dh, b, k))));
+  return K;
+}
+#endif
+
 // A row of B's two vectors of columns [n, n + 2 Lanes(d)) as floats, in b0
 // and b1, and the factor that joins A's element instead: a q8_0 or q4_0
 // block's scale, its codes widened alone (once per two vectors, not a
@@ -826,26 +843,37 @@ HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
 
 // Columns [n, n + V Lanes(d)) of one row of C = A B, 0 < V < 8, by V
 // independent accumulators (their multiply-adds overlap), each the sum over
-// k in order of a_at(k) B[k]; finish(sum, column) stores one.
-template <size_t V, class D, class B, class AAt, class Finish>
+// k in order of a_at(k) B[k]; kHalf: and the half vector of columns after
+// them (a head dim of 72 on AVX-512), which alone would be a chain of
+// dependent multiply-adds. finish(sum, column) stores one, of either width.
+template <size_t V, bool kHalf = false, class D, class B, class AAt,
+          class Finish>
 HWY_INLINE void ColumnVectors(D d, const B& b, size_t K, const AAt& a_at,
                               size_t n, const Finish& finish) {
   static_assert(V >= 1 && V <= 7, "one to seven vectors");
   const size_t N = hn::Lanes(d);
   using Vec = hn::Vec<D>;
+  using DH = std::conditional_t<kHalf, hn::Half<D>, D>;
+  const DH dh;
   Vec s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0;
+  hn::Vec<DH> s_half = hn::Zero(dh);
   const auto acc = [&](auto i) -> Vec& {
     return Slot<decltype(i)::value>(s0, s1, s2, s3, s4, s5, s6);
   };
   for (size_t k = 0; k < K; ++k) {
-    const Vec ak = hn::Set(d, a_at(k));
+    const float ak = a_at(k);
+    const Vec ak_v = hn::Set(d, ak);
     const auto* HWY_RESTRICT b_row = b.Row(k);
     ForIndex<V>([&](auto i) {
       Vec& sum = acc(i);
-      sum = hn::MulAdd(ak, LoadB(d, b_row, n + decltype(i)::value * N), sum);
+      sum = hn::MulAdd(ak_v, LoadB(d, b_row, n + decltype(i)::value * N), sum);
     });
+    if constexpr (kHalf) {
+      s_half = hn::MulAdd(hn::Set(dh, ak), LoadB(dh, b_row, n + V * N), s_half);
+    }
   }
   ForIndex<V>([&](auto i) { finish(acc(i), n + decltype(i)::value * N); });
+  if constexpr (kHalf) finish(s_half, n + V * N);
 }
 
 // f(std::integral_constant<size_t, 4 + more>()), more in [1, 3].
@@ -944,12 +972,16 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
           s20 = hn::MulAdd(a0, LoadB(d, r2, k), s20);
           s30 = hn::MulAdd(a0, LoadB(d, r3, k), s30);
         }
+        const size_t tail_k = AddHalfTail(d, a_row, r0, vector_k, K, s01);
+        AddHalfTail(d, a_row, r1, vector_k, K, s11);
+        AddHalfTail(d, a_row, r2, vector_k, K, s21);
+        AddHalfTail(d, a_row, r3, vector_k, K, s31);
         HWY_ALIGN float sums[4];
         SumOfLanes4(d, hn::Add(s00, s01), hn::Add(s10, s11), hn::Add(s20, s21),
                     hn::Add(s30, s31), sums);
         const TB* const rows[4] = {r0, r1, r2, r3};
         for (size_t j = 0; j < 4; ++j) {
-          const float dot = TailDot(a_row, rows[j], vector_k, K, sums[j]);
+          const float dot = TailDot(a_row, rows[j], tail_k, K, sums[j]);
           ScalarEpilogue(TimesRowScale(dot, b, n + j), c_row + n + j, n + j,
                          opt);
         }
@@ -967,6 +999,9 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
         for (; k + N <= K; k += N) {
           sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row, k), sum0);
         }
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+        k = AddHalfTail(d, a_row, b_row, k, K, sum1);
+#endif
         const float dot =
             TailDot(a_row, b_row, k, K,
                     hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1))));
@@ -976,9 +1011,10 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
     }
     HWY_ALIGN float lanes[kMaxLanes];
     float lanes_of_tail[8];
-    const auto finish = [&](decltype(hn::Zero(d)) sum, size_t n0) {
-      hn::Store(sum, d, lanes);
-      for (size_t i = 0; i < N; ++i) {
+    const auto finish = [&](auto sum, size_t n0) {
+      const hn::DFromV<decltype(sum)> dv;
+      hn::Store(sum, dv, lanes);
+      for (size_t i = 0; i < hn::Lanes(dv); ++i) {
         ScalarEpilogue(lanes[i], c_row + n0 + i, n0 + i, opt);
       }
     };
@@ -986,8 +1022,9 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
     const auto a_at = [&](size_t k) { return TimesRowScale(a_row[k], b, k); };
     size_t n = n_rows_done;
     // Passes of four vectors, the first taking five to seven where the
-    // count is not a multiple of four: one to three more alone would each be
-    // a chain of dependent multiply-adds (head dims 80-112). The passes of
+    // count is not a multiple of four, or a half vector more: one to three
+    // more alone would each be a chain of dependent multiply-adds (head dims
+    // 72-112). The passes of
     // four could be ColumnVectors<4>: not done, as its one A/B (bf16 rows of
     // 72 20% slower, f32 13% faster) could not be told from placement.
     const size_t vectors = (n_end - n) / N;
@@ -997,6 +1034,12 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
         n += decltype(v)::value * N;
       });
     }
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+    if (vectors % 4 == 0 && vectors != 0 && (n_end - n) % N == N / 2) {
+      ColumnVectors<4, true>(d, b, K, a_at, n, finish);
+      n += 4 * N + N / 2;
+    }
+#endif
     for (; n + 4 * N <= n_end; n += 4 * N) {
       auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
       for (size_t k = 0; k < K; ++k) {
