@@ -521,6 +521,10 @@ TEST_P(MatMulTest, AlphaBetaBias) {
         for (bool bias : {false, true}) {
           RunCase({33, 300, 45, t, alpha, beta, bias}, 7);
           RunCase({3, 20, 45, t, alpha, beta, bias}, 8);
+          // A depth of whole vectors on every target: dot-product tiles
+          // store each row's sums as one vector.
+          RunCase({3, 64, 45, t, alpha, beta, bias}, 9);
+          RunCase({8, 64, 46, t, alpha, beta, bias}, 10);
         }
       }
     }

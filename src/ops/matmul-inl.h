@@ -577,6 +577,19 @@ HWY_INLINE void ScalarEpilogue(float acc, float* out, size_t n,
   *out = internal::EpilogueValue(opt, acc, out, n);
 }
 
+// out[0, count) = ScalarEpilogue of v's first count lanes, columns n + [0,
+// count): the same operations in the same order, by vectors.
+template <class D>
+HWY_INLINE void StoreLanes(D d, hn::Vec<D> v, float* HWY_RESTRICT out,
+                           size_t count, size_t n, const MatMulOptions& opt) {
+  v = hn::Mul(hn::Set(d, opt.alpha), v);
+  if (opt.beta != 0.0f) {
+    v = hn::Add(v, hn::Mul(hn::Set(d, opt.beta), LoadTail(d, out, count)));
+  }
+  if (opt.bias != nullptr) v = hn::Add(v, LoadTail(d, opt.bias + n, count));
+  StoreTail(v, d, out, count);
+}
+
 #if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
 // The sum of v's 128-bit blocks (four lanes of float or int32).
 template <class D>
@@ -1168,6 +1181,32 @@ HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
     SIMDATTN_DOT_ROW(7)
 #undef SIMDATTN_DOT_ROW
   }
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+  if constexpr (C > 1) {
+    if (k == K) {
+      // No elements past the vectors: each row's C sums, one transposing
+      // reduction's lanes, stored as a vector (through memory, one at a
+      // time, they took as long as the loop: forwarding stalls, and a
+      // branchy scalar epilogue per sum). The same values.
+      const hn::CappedTag<float, 4> d4;
+#define SIMDATTN_DOT_STORE(r)                                 \
+  if constexpr (R > r) {                                      \
+    StoreLanes(d4, Sums4(d, s##r##0, s##r##1, s##r##2, zero), \
+               c + r * ldc + n0, C, n0, opt);                 \
+  }
+      SIMDATTN_DOT_STORE(0)
+      SIMDATTN_DOT_STORE(1)
+      SIMDATTN_DOT_STORE(2)
+      SIMDATTN_DOT_STORE(3)
+      SIMDATTN_DOT_STORE(4)
+      SIMDATTN_DOT_STORE(5)
+      SIMDATTN_DOT_STORE(6)
+      SIMDATTN_DOT_STORE(7)
+#undef SIMDATTN_DOT_STORE
+      return;
+    }
+  }
+#endif
   // sums[r * C + j], up to four reductions at a time: a row's C <= 4 sums,
   // or the sums of four rows when C = 1.
   float sums[R * C];
