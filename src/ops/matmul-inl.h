@@ -666,8 +666,8 @@ HWY_INLINE float TailDot(const float* HWY_RESTRICT a, const TB* HWY_RESTRICT b,
 #if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
 // Where a[k, K) and b[k, K) are half a vector (a head dim of 72 on AVX-512),
 // adds their products, zero-extended, to the row's vector sum v before its
-// one reduction (TailDot would reduce them alone: a third of such a key's
-// dot product) and returns K; else returns k, where TailDot starts.
+// one reduction (TailDot would reduce them alone: a second reduction per
+// key) and returns K; else returns k, where TailDot starts.
 template <class D, typename TB>
 HWY_INLINE size_t AddHalfTail(D d, const float* HWY_RESTRICT a,
                               const TB* HWY_RESTRICT b, size_t k, size_t K,
