@@ -1037,9 +1037,9 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
     // Passes of four vectors, the first taking five to seven where the
     // count is not a multiple of four, or a half vector more: one to three
     // more alone would each be a chain of dependent multiply-adds (head dims
-    // 72-112). The passes of
-    // four could be ColumnVectors<4>: not done, as its one A/B (bf16 rows of
-    // 72 20% slower, f32 13% faster) could not be told from placement.
+    // 72-112). The passes of four could be ColumnVectors<4>: not done, as its
+    // one A/B (bf16 rows of 72 20% slower, f32 13% faster) could not be told
+    // from placement.
     const size_t vectors = (n_end - n) / N;
     if (vectors > 4 && vectors % 4 != 0) {
       WithMoreVectors(vectors % 4, [&](auto v) {
