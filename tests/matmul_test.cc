@@ -522,9 +522,11 @@ TEST_P(MatMulTest, AlphaBetaBias) {
           RunCase({33, 300, 45, t, alpha, beta, bias}, 7);
           RunCase({3, 20, 45, t, alpha, beta, bias}, 8);
           // A depth of whole vectors on every target: dot-product tiles
-          // store each row's sums as one vector.
+          // store each row's sums as one vector, and one row against B^T
+          // four keys' sums.
           RunCase({3, 64, 45, t, alpha, beta, bias}, 9);
           RunCase({8, 64, 46, t, alpha, beta, bias}, 10);
+          RunCase({1, 64, 45, t, alpha, beta, bias}, 11);
         }
       }
     }

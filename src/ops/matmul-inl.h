@@ -989,9 +989,24 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
         AddHalfTail(d, a_row, r1, vector_k, K, s11);
         AddHalfTail(d, a_row, r2, vector_k, K, s21);
         AddHalfTail(d, a_row, r3, vector_k, K, s31);
+        const auto sums4 = Sums4(d, hn::Add(s00, s01), hn::Add(s10, s11),
+                                 hn::Add(s20, s21), hn::Add(s30, s31));
+        const hn::CappedTag<float, 4> d4;
+        if (tail_k == K) {
+          // No elements past the vectors: the four sums stored as a vector
+          // (StoreLanes, as DotTile does; one at a time through memory and a
+          // scalar epilogue each they took as long as the products).
+          auto dots = sums4;
+          if constexpr (kScaledRows<B>) {
+            HWY_ALIGN float scales[4];
+            for (size_t j = 0; j < 4; ++j) scales[j] = b.Scale(n + j);
+            dots = hn::Mul(dots, hn::Load(d4, scales));
+          }
+          StoreLanes(d4, dots, c_row + n, 4, n, opt);
+          continue;
+        }
         HWY_ALIGN float sums[4];
-        SumOfLanes4(d, hn::Add(s00, s01), hn::Add(s10, s11), hn::Add(s20, s21),
-                    hn::Add(s30, s31), sums);
+        hn::Store(sums4, d4, sums);
         const TB* const rows[4] = {r0, r1, r2, r3};
         for (size_t j = 0; j < 4; ++j) {
           const float dot = TailDot(a_row, rows[j], tail_k, K, sums[j]);
