@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -357,6 +358,54 @@ TEST_P(KVCacheTest, ContiguousRowsAskedForAheadKeepTheirBits) {
       const std::vector<float> ahead = Attend(cache, q, q_tokens, true);
       internal::SetPrefetchContiguousBytes(0);
       ExpectSameBits(ahead, plain, Name({type, 0}));
+    }
+  }
+}
+
+// Decode reads E4M3 rows straight as float32 bits where the CPU takes
+// denormal operands at full speed, else through float16: the same bits,
+// with values over E4M3's range (subnormal codes, zeros, saturated ones, a
+// NaN code past the first tile), head dims with and without tails, one
+// query row per kv head and groups of two and four, contiguous and paged;
+// queries of 2^16 or more, whose products could overflow, decline it.
+TEST_P(KVCacheTest, DirectE4M3KeepsTheFloat16RoutesBits) {
+  constexpr size_t kTokens = 300;
+  for (const size_t dim : {size_t{20}, size_t{72}, size_t{128}}) {
+    std::vector<float> k = RandomVector(kKVHeads * kTokens * dim, 11),
+                       v = RandomVector(kKVHeads * kTokens * dim, 12);
+    for (size_t i = 0; i < k.size(); ++i) {
+      const int e = static_cast<int>(i * 7 % 19) - 11;  // -11 to 7.
+      k[i] = i % 29 == 0 ? 0.0f : std::ldexp(k[i], e);
+      v[i] = i % 31 == 0 ? 0.0f : std::ldexp(v[i], -e);
+    }
+    v[(kTokens + 280) * dim + 3] = kNaN;  // kv head 1, the second tile.
+    for (const size_t block_size : {size_t{0}, size_t{16}}) {
+      KVCacheConfig config;
+      config.type = KVType::kFp8E4M3;
+      config.block_size = block_size;
+      KVCache cache(1, kKVHeads, kTokens, dim, config);
+      cache.Append(ConstTensor4::Dense(k.data(), 1, kKVHeads, kTokens, dim),
+                   ConstTensor4::Dense(v.data(), 1, kKVHeads, kTokens, dim));
+      for (const size_t heads : {kKVHeads, 2 * kKVHeads, 4 * kKVHeads}) {
+        for (const float magnitude : {1.0f, 1e5f}) {
+          const std::vector<float> q =
+              RandomVector(heads * dim, 13, -magnitude, magnitude);
+          const auto attend = [&](bool direct) {
+            internal::SetDirectE4M3(direct);
+            std::vector<float> out(q.size());
+            ScaledDotProductAttention(
+                ConstTensor4::Dense(q.data(), 1, heads, 1, dim), cache.View(),
+                Tensor4::Dense(out.data(), 1, heads, 1, dim));
+            internal::SetDirectE4M3(std::nullopt);
+            return out;
+          };
+          ExpectSameBits(attend(true), attend(false),
+                         "dim " + std::to_string(dim) + " block " +
+                             std::to_string(block_size) + " heads " +
+                             std::to_string(heads) + " |q| " +
+                             std::to_string(magnitude));
+        }
+      }
     }
   }
 }

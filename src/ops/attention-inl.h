@@ -129,6 +129,8 @@ struct Problem {
   bool integer_scores = false;
   // The few-rows walk asks for contiguous rows ahead too.
   bool prefetch_contiguous = false;
+  // The few-rows walk reads E4M3 rows as DirectE4M3 (matmul-inl.h).
+  bool direct_e4m3 = false;
 
   template <typename T>
   internal::KVRows<T> Keys(size_t b, size_t h) const {
@@ -232,6 +234,35 @@ HWY_INLINE bool HasNaNCodes(const internal::KVRows<internal::Fp8E4M3>& rows,
 inline internal::KVRows<matmul_detail::FiniteE4M3> FiniteRows(
     const internal::KVRows<internal::Fp8E4M3>& rows) {
   return rows.As<matmul_detail::FiniteE4M3>();
+}
+
+// As FiniteE4M3, read as DirectE4M3: the products' operands must carry
+// kOperandScale (ScaledForDirectE4M3).
+inline internal::KVRows<matmul_detail::DirectE4M3> DirectRows(
+    const internal::KVRows<internal::Fp8E4M3>& rows) {
+  return rows.As<matmul_detail::DirectE4M3>();
+}
+
+// m's rows times DirectE4M3's kOperandScale (2^112) into `out`, dense (m.cols
+// apart); false where an element's magnitude is 2^16 or more (its products
+// could overflow) or NaN: the float16 route then stands in, with the same
+// results.
+HWY_INLINE bool ScaledForDirectE4M3(ConstMatrix m, float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto factor =
+      hn::Set(d, matmul_detail::kOperandScale<matmul_detail::DirectE4M3>);
+  const auto bound = hn::Set(d, 65536.0f);
+  auto in_range = hn::Eq(bound, bound);  // Every lane.
+  for (size_t r = 0; r < m.rows; ++r) {
+    for (size_t c = 0; c < m.cols; c += N) {
+      const size_t count = std::min(N, m.cols - c);
+      const auto x = LoadTail(d, m.Row(r) + c, count);
+      in_range = hn::And(in_range, hn::Lt(hn::Abs(x), bound));
+      StoreTail(hn::Mul(x, factor), d, out + r * m.cols + c, count);
+    }
+  }
+  return hn::AllTrue(d, in_range);
 }
 
 // acc[r] += P[r][jj] V[j0 + jj] for the listed keys and the rows r (row
@@ -617,13 +648,21 @@ template <typename T>
 inline void TileScores(ConstMatrix queries,
                        const int_dot_detail::QuantizedQueries* quantized,
                        const internal::KVRows<T>& k, size_t j0, size_t cols,
-                       const MatMulOptions& options, float* scores) {
+                       const MatMulOptions& options, float* scores,
+                       const float* direct_queries = nullptr) {
   using namespace matmul_detail;
   if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
-    // The rows read as FiniteE4M3, then scanned where they are in cache now
-    // (scanning first made decode from memory wait for the scan); read
-    // again with the test where a NaN code is found.
-    TileScores(queries, quantized, FiniteRows(k), j0, cols, options, scores);
+    // The rows read as FiniteE4M3 (or DirectE4M3, with the queries times
+    // its operand scale in direct_queries), then scanned where they are in
+    // cache now (scanning first made decode from memory wait for the scan);
+    // read again with the test where a NaN code is found.
+    if (direct_queries != nullptr) {
+      TileScores(
+          ConstMatrix(direct_queries, queries.rows, queries.cols, queries.cols),
+          nullptr, DirectRows(k), j0, cols, options, scores);
+    } else {
+      TileScores(queries, quantized, FiniteRows(k), j0, cols, options, scores);
+    }
     if (!HasNaNCodes(k, j0, cols)) return;
   }
   if constexpr (int_dot_detail::kIntegerKeys<T>) {
@@ -661,15 +700,22 @@ inline void TileScores(ConstMatrix queries,
 
 // acc (+)= P V over value rows from j0 (P's columns), read where they lie,
 // every row of acc seeing every key (a full tile, or one without NaN). E4M3
-// rows are read as FiniteE4M3, then scanned (see TileScores); a NaN code
-// makes its column of every row NaN, as P times it does on the tested path.
+// rows are read as FiniteE4M3 (or DirectE4M3, P scaled into direct_weights
+// where it is not null), then scanned (see TileScores); a NaN code makes its
+// column of every row NaN, as P times it does on the tested path.
 template <typename T>
 HWY_INLINE void AddTileProduct(ConstMatrix p, const internal::KVRows<T>& v,
                                size_t j0, Matrix acc,
-                               const MatMulOptions& options) {
+                               const MatMulOptions& options,
+                               float* direct_weights = nullptr) {
   using matmul_detail::DirectColumns;
   if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
-    DirectColumns<true>(p, FiniteRows(v).From(j0), acc, options, 0, acc.cols);
+    if (direct_weights != nullptr && ScaledForDirectE4M3(p, direct_weights)) {
+      DirectColumns<true>(ConstMatrix(direct_weights, p.rows, p.cols, p.cols),
+                          DirectRows(v).From(j0), acc, options, 0, acc.cols);
+    } else {
+      DirectColumns<true>(p, FiniteRows(v).From(j0), acc, options, 0, acc.cols);
+    }
     if (!HasNaNCodes(v, j0, p.cols)) return;
     for (size_t j = j0; j < j0 + p.cols; ++j) {
       const internal::Fp8E4M3* row = v.Row(j);
@@ -720,6 +766,18 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
       }
     }
   }
+  // E4M3 rows read as DirectE4M3 (Problem::direct_e4m3): the queries times
+  // its operand scale in the K panels' scratch (this path packs none), each
+  // tile's weights in the rows of S past the task's.
+  const float* direct_queries = nullptr;
+  float* direct_weights = nullptr;
+  if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
+    static_assert(2 * kSkinnyRows <= kQueryBlock, "S holds both");
+    if (pr.direct_e4m3 && ScaledForDirectE4M3(queries, ws.k_panels)) {
+      direct_queries = ws.k_panels;
+      direct_weights = ws.scores + kSkinnyRows * kKeyBlock;
+    }
+  }
   const bool contiguous = pr.prefetch_contiguous;
   const size_t chunk = PrefetchChunk(k, contiguous);
   for (size_t j0 = j_start; j0 < j_stop; j0 += kKeyBlock) {
@@ -729,7 +787,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     if (chunk == kKeyBlock) {
       PrefetchPagedRows(k, contiguous, next, next_end);
       TileScores(queries, quantized ? &*quantized : nullptr, k, j0, cols,
-                 scores_options, ws.scores);
+                 scores_options, ws.scores, direct_queries);
     } else {
       // The scores chunk by chunk, each asking for its keys' V rows and the
       // next tile's K rows as far (each score is its own dot product: the
@@ -740,7 +798,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
                           std::min(next_end, next + n + width));
         PrefetchPagedRows(v, contiguous, j0 + n, j0 + n + width);
         TileScores(queries, quantized ? &*quantized : nullptr, k, j0 + n, width,
-                   scores_options, ws.scores + n);
+                   scores_options, ws.scores + n, direct_queries);
       }
     }
     SoftmaxTile(pr, t, 0, rows, j0, cols, st, ws);
@@ -757,7 +815,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
     const Matrix acc_rows(acc, rows, value_dim, acc_stride);
     if (ws.nonfinite.count == 0) {
-      AddTileProduct(p, v, j0, acc_rows, accumulate);
+      AddTileProduct(p, v, j0, acc_rows, accumulate, direct_weights);
     } else if constexpr (std::is_same_v<T, int8_t>) {  // Scales zeroed.
       for (size_t jj = 0; jj < cols; ++jj) ws.scales[jj] = v.Scale(j0 + jj);
       for (size_t n = 0; n < ws.nonfinite.count; ++n) {
@@ -1236,6 +1294,7 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   pr.round_inputs = arith.round_weights && !arith.inputs_rounded;
   pr.integer_scores = arith.integer_scores;
   pr.prefetch_contiguous = arith.prefetch_contiguous;
+  pr.direct_e4m3 = arith.direct_e4m3;
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);

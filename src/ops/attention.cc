@@ -4,12 +4,17 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "hwy/base.h"
 #include "simdattn/kernels.h"
@@ -72,6 +77,35 @@ bool PrefetchContiguous(const KVSource& kv, size_t batch) {
       batch * kv.kv_heads * kv.tokens * (kv.keys.cols + kv.values.cols) * 2;
   const size_t threshold = prefetch_contiguous_bytes.load();
   return bytes > (threshold != 0 ? threshold : LastLevelCacheBytes());
+}
+
+// -1: by the CPU; else SetDirectE4M3's choice.
+std::atomic<int> direct_e4m3_choice{-1};
+
+// Whether the CPU's multiply-adds take denormal operands at full speed: AMD's
+// x86 cores (Zen 5 measured: bench/RESULTS.md, "E4M3 widened to float32"),
+// not Intel's, which take a microcode assist for each such instruction.
+bool DenormalOperandsAreFree() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool amd = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    char vendor[12];
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    return std::memcmp(vendor, "AuthenticAMD", sizeof(vendor)) == 0;
+  }();
+  return amd;
+#else
+  return false;
+#endif
+}
+
+bool DirectE4M3(const KVSource& kv) {
+  if (kv.type != KVType::kFp8E4M3) return false;
+  const int choice = direct_e4m3_choice.load();
+  return choice >= 0 ? choice != 0 : DenormalOperandsAreFree();
 }
 
 // Float keys or values (tensor memory, `heads` per batch item of `tokens`
@@ -194,6 +228,7 @@ void Attend(const char* kFn, ConstTensor4 q,
   arith.inputs_rounded = round_inputs || !bf16;
   arith.integer_scores = int8;
   arith.prefetch_contiguous = PrefetchContiguous(kv, layout.batch);
+  arith.direct_e4m3 = DirectE4M3(kv);
   internal::AttentionFor(kv.type)(
       q, layout, kv, out, scale, mask, dropout,
       DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
@@ -326,6 +361,9 @@ void AttendCache(const char* kFn, ConstTensor4 q,
 namespace internal {
 void SetPrefetchContiguousBytes(size_t bytes) {
   prefetch_contiguous_bytes = bytes;
+}
+void SetDirectE4M3(std::optional<bool> direct) {
+  direct_e4m3_choice = direct ? int{*direct} : -1;
 }
 }  // namespace internal
 

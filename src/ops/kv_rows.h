@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "simdattn/kernels.h"
 #include "simdattn/tensor.h"
@@ -145,11 +146,18 @@ struct AttentionArithmetic {
   bool integer_scores = false;
   // Decode asks for contiguous rows ahead, as for paged ones.
   bool prefetch_contiguous = false;
+  // Decode reads E4M3 rows straight as float32 bits (attention-inl.h).
+  bool direct_e4m3 = false;
 };
 
 // Bytes of K and V above which decode asks for contiguous 16-bit rows
 // ahead; 0 (the default): the last-level cache's size. For tests.
 void SetPrefetchContiguousBytes(size_t bytes);
+
+// Whether decode reads E4M3 rows straight as float32 bits; nullopt (the
+// default): where the CPU's multiply-adds take denormal operands at full
+// speed. Either way the results are the same. For tests.
+void SetDirectE4M3(std::optional<bool> direct);
 
 // Where batch item b's query rows, and its output rows, lie: rows
 // [0, q.dims[2]) of q.Slice(b, h) (dense), or rows [starts[b], starts[b + 1])

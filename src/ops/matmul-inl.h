@@ -134,14 +134,33 @@ struct FiniteE4M3 {
   uint8_t bits;
 };
 
+// FiniteE4M3 codes widened straight to float32 bits: 3 ops a vector where
+// the float16 route takes 4, of which F16C's conversion is the dearest
+// (bench/RESULTS.md, "E4M3 widened to float32"). The subnormal codes come as
+// float32 denormals, exact: decode reads rows so only where the CPU's
+// multiply-adds take denormal operands at full speed
+// (AttentionArithmetic::direct_e4m3), with operands of kOperandScale.
+struct DirectE4M3 {
+  uint8_t bits;
+};
+
 // LoadB's values are a row's elements divided by this: E4M3's come as
 // float16 of bias 15, and the 2^8 joins the caller's scale (one multiply
-// per vector less). A power of two: the results' bits are unchanged.
+// per vector less); DirectE4M3's as float32 of bias 127. Powers of two: the
+// results' bits are unchanged.
 template <typename TB>
 inline constexpr float kLoadScale =
-    std::is_same_v<TB, internal::Fp8E4M3> || std::is_same_v<TB, FiniteE4M3>
+    std::is_same_v<TB, DirectE4M3> ? 0x1p120f
+    : std::is_same_v<TB, internal::Fp8E4M3> || std::is_same_v<TB, FiniteE4M3>
         ? 256.0f
         : 1.0f;
+
+// What the operands multiplied by LoadB's values carry (DirectE4M3: 2^112,
+// so that each product is the one of FiniteE4M3's values exactly, with no
+// more denormals; the operands' magnitudes must stay below 2^16).
+template <typename TB>
+inline constexpr float kOperandScale =
+    std::is_same_v<TB, DirectE4M3> ? 0x1p112f : 1.0f;
 
 // Lanes [n, n + Lanes(d)) of a row of B as floats: exact, unscaled but for
 // kLoadScale (int8 rows' and fp8 sides' scales are applied by the caller;
@@ -163,6 +182,15 @@ HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
     // E5M2 is the upper byte of a float16.
     const auto bits = hn::PromoteTo(d16, hn::LoadU(d8, &row[n].bits));
     return PromoteF16(d, hn::BitCast(dh, hn::ShiftLeft<8>(bits)));
+  } else if constexpr (std::is_same_v<TB, DirectE4M3>) {
+    // The byte sign-extended and shifted left by 20 holds E.MMM in bits
+    // 20-26 and S in bits 27-31, bits 27-30 then cleared.
+    const auto wide = hn::PromoteTo(
+        di, hn::LoadU(hn::Rebind<int8_t, D>(),
+                      reinterpret_cast<const int8_t*>(&row[n].bits)));
+    return hn::BitCast(d,
+                       hn::And(hn::ShiftLeft<20>(wide),
+                               hn::Set(di, static_cast<int32_t>(0x87F00000u))));
   } else if constexpr (std::is_same_v<TB, internal::Fp8E4M3> ||
                        std::is_same_v<TB, FiniteE4M3>) {
     // As a float16 of 4 exponent bits (bias 15 for 7: 2^-8 of the value,
