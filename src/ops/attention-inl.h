@@ -202,30 +202,49 @@ HWY_INLINE void FindNonFiniteValues(D d, const internal::KVRows<T>& v,
   }
 }
 
+// m0..m3 = their maxima with the bytes of p[0, n), each OR 0x80: four
+// vectors a step (a step per vector and a loop per 128-byte row took as long
+// as the maxima themselves).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void MaxOfBytesOr80(D d8, const uint8_t* HWY_RESTRICT p, size_t n,
+                               V& m0, V& m1, V& m2, V& m3) {
+  const size_t N = hn::Lanes(d8);
+  const V sign = hn::Set(d8, 0x80);
+  size_t c = 0;
+  for (; c + 4 * N <= n; c += 4 * N) {
+    m0 = hn::Max(m0, hn::Or(hn::LoadU(d8, p + c), sign));
+    m1 = hn::Max(m1, hn::Or(hn::LoadU(d8, p + c + N), sign));
+    m2 = hn::Max(m2, hn::Or(hn::LoadU(d8, p + c + 2 * N), sign));
+    m3 = hn::Max(m3, hn::Or(hn::LoadU(d8, p + c + 3 * N), sign));
+  }
+  for (; c + N <= n; c += N) {
+    m0 = hn::Max(m0, hn::Or(hn::LoadU(d8, p + c), sign));
+  }
+  if (c < n) m1 = hn::Max(m1, hn::Or(LoadTail(d8, p + c, n - c), sign));
+}
+
 // Whether rows [j0, j0 + cols) of an E4M3 cache hold a NaN code
 // (S.1111.111: a byte b with b | 0x80 == 0xFF): two vector ops per vector of
-// bytes, where LoadB's test takes three per vector of floats. Decode reads
-// a tile's rows as FiniteE4M3, then scans them (TileScores, AddTileProduct).
+// bytes, where LoadB's test takes three per vector of floats, over each run
+// of rows as one span where they lie back to back. Decode reads a tile's
+// rows as FiniteE4M3 or DirectE4M3, then scans them (TileScores,
+// AddTileProduct).
 HWY_INLINE bool HasNaNCodes(const internal::KVRows<internal::Fp8E4M3>& rows,
                             size_t j0, size_t cols) {
   const hn::ScalableTag<uint8_t> d8;
-  const size_t N = hn::Lanes(d8);
-  const auto sign = hn::Set(d8, 0x80);
-  auto most = hn::Zero(d8);
+  auto m0 = hn::Zero(d8), m1 = m0, m2 = m0, m3 = m0;
   for (size_t j = j0, run; j < j0 + cols; j += run) {
     run = std::min(j0 + cols - j, rows.RunFrom(j));
     const uint8_t* row = &rows.Row(j)->bits;
+    if (rows.stride == rows.cols) {
+      MaxOfBytesOr80(d8, row, run * rows.cols, m0, m1, m2, m3);
+      continue;
+    }
     for (size_t r = 0; r < run; ++r, row += rows.stride) {
-      size_t c = 0;
-      for (; c + N <= rows.cols; c += N) {
-        most = hn::Max(most, hn::Or(hn::LoadU(d8, row + c), sign));
-      }
-      if (c < rows.cols) {
-        most =
-            hn::Max(most, hn::Or(LoadTail(d8, row + c, rows.cols - c), sign));
-      }
+      MaxOfBytesOr80(d8, row, rows.cols, m0, m1, m2, m3);
     }
   }
+  const auto most = hn::Max(hn::Max(m0, m1), hn::Max(m2, m3));
   return !hn::AllFalse(d8, hn::Eq(most, hn::Set(d8, 0xFF)));
 }
 
