@@ -160,7 +160,9 @@ inline constexpr float kLoadScale =
 // more denormals; the operands' magnitudes must stay below 2^16).
 template <typename TB>
 inline constexpr float kOperandScale =
-    std::is_same_v<TB, DirectE4M3> ? 0x1p112f : 1.0f;
+    std::is_same_v<TB, DirectE4M3>
+        ? kLoadScale<DirectE4M3> / kLoadScale<FiniteE4M3>
+        : 1.0f;
 
 // Lanes [n, n + Lanes(d)) of a row of B as floats: exact, unscaled but for
 // kLoadScale (int8 rows' and fp8 sides' scales are applied by the caller;
