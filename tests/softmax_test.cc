@@ -341,6 +341,21 @@ TEST_P(SoftmaxTest, Variants) {
   }
 }
 
+// Softcaps at the ends of the float range, on rows holding zeros: a
+// denormal cap's inverse is inf, and 0 * inf is NaN, which must neither
+// reach Highway's Tanh nor the result (softcap * tanh(0) is 0).
+TEST_P(SoftmaxTest, SoftcapsOfAnyFiniteSize) {
+  for (float cap : {1e-45f, 1e-40f, 1.2e-38f, 3e38f}) {
+    Buffer<float> x = RandomScores({1, 2, 3, 21}, 0, 0, 5, -8.0f, 8.0f);
+    x.ForEach([&](size_t b, size_t h, size_t i, size_t j) {
+      if (j % 3 == 0) x(b, h, i, j) = 0.0f;
+    });
+    AttentionMask m;
+    m.softcap = cap;
+    RunCase(x, 1.0f, m, "softcap " + std::to_string(cap));
+  }
+}
+
 TEST_P(SoftmaxTest, CausalWithOffsetCutsRows) {
   // 4 queries after 6 cached keys: row i keeps columns 0..6+i.
   Buffer<float> x = RandomScores({1, 1, 4, 10}, 0, 0, 1);

@@ -83,17 +83,19 @@ HWY_INLINE auto LanesBetween(D d, size_t j, size_t begin, size_t end) {
 // MaskedScores with the score terms: for scaled scores s of columns
 // [j, j + Lanes(d)), softcap * tanh(s / softcap) (tanh within 4 ulp,
 // Highway's), plus the additive mask, minus ALiBi's slope * |position - j|;
-// -inf where masked. NaN stays NaN; Highway's Tanh gets no NaN, which it
-// converts to an integer (undefined behaviour on EMU128 and SCALAR).
+// -inf where masked. NaN stays NaN. Highway's Tanh gets no NaN, which it
+// converts to an integer (undefined behaviour on EMU128 and SCALAR): s /
+// softcap is NaN where s is, and where s is 0 and a denormal softcap's
+// inverse is inf; the result there is s, the limit of softcap * tanh.
 template <bool kAdditive, bool kBoolean, class D, class V = hn::Vec<D>>
 HWY_INLINE V ScoresWithTerms(D d, const Softcap& softcap, V s,
                              const internal::RowMasks& m, size_t j) {
   if (softcap.cap > 0.0f) {
-    const auto nan = hn::IsNaN(s);
-    const V x =
-        hn::IfThenZeroElse(nan, hn::Mul(s, hn::Set(d, softcap.inverse)));
+    const V x = hn::Mul(s, hn::Set(d, softcap.inverse));
+    const auto nan = hn::IsNaN(x);
     s = hn::IfThenElse(nan, s,
-                       hn::Mul(hn::Set(d, softcap.cap), hn::Tanh(d, x)));
+                       hn::Mul(hn::Set(d, softcap.cap),
+                               hn::Tanh(d, hn::IfThenZeroElse(nan, x))));
   }
   s = MaskedScores<kAdditive, kBoolean, false>(d, hn::Set(d, 1.0f), s, m, j);
   if (m.alibi_slope != 0.0f) {
