@@ -792,6 +792,34 @@ HWY_INLINE hn::Vec512<float> LaneEverywhere(hn::Vec512<float> v) {
 }
 #endif
 
+// A pass's block scales where kByVector (ScalesByVector), from the row's
+// block at n; else unused.
+template <bool kByVector, size_t P, class D, typename TB>
+HWY_INLINE hn::Vec<D> PassScales(D d, const TB* row, size_t n) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (kByVector) {
+    return BlockScales<P>(row + n / internal::kQuantBlock);
+  }
+#endif
+  (void)row;
+  (void)n;
+  return hn::Zero(d);
+}
+
+// A row of A's element a times pair p's factor, in every lane: from the
+// pass's scales where kByVector (the same product), else a * factor.
+template <bool kByVector, size_t kPair, class D>
+HWY_INLINE hn::Vec<D> Weight(D d, float a, float factor,
+                             hn::Vec<D> pass_scales) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (kByVector) {
+    return LaneEverywhere<kPair>(hn::Mul(hn::Set(d, a), pass_scales));
+  }
+#endif
+  (void)pass_scales;
+  return hn::Set(d, a * factor);
+}
+
 // Accumulators of RowsTimesBPasses: half the vector registers.
 constexpr size_t kPassAccumulators = kVectorRegisters / 2;
 
@@ -832,8 +860,7 @@ HWY_INLINE size_t RowsTimesBPasses(ConstMatrix a, size_t m, const B& b,
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d), K = a.cols;
-  [[maybe_unused]] constexpr bool kScalesByVector =
-      ScalesByVector<ElementOf<B>, R, P>();
+  constexpr bool kScalesByVector = ScalesByVector<ElementOf<B>, R, P>();
   const auto finish = [&](V sum, size_t r, size_t n0) {
     // Zeroed: GCC 12 (-Wmaybe-uninitialized) misses the store.
     HWY_ALIGN float lanes[kMaxLanes] = {};
@@ -861,30 +888,15 @@ HWY_INLINE size_t RowsTimesBPasses(ConstMatrix a, size_t m, const B& b,
       if constexpr (kAhead) {
         if (ahead != 0) PrefetchElements(row, n + 2 * N * P, ahead);
       }
-      [[maybe_unused]] V scales = hn::Zero(d);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-      if constexpr (kScalesByVector) {
-        scales = BlockScales<P>(row + n / internal::kQuantBlock);
-      }
-#endif
+      const V scales = PassScales<kScalesByVector, P>(d, row, n);
       ForIndex<P>([&](auto p) {
         V b0, b1;
         const float factor = LoadTwo(d, row, row_scale, n + 2 * N * p, b0, b1);
         ForIndex<R>([&](auto r) {
           constexpr size_t i =
               2 * (decltype(r)::value * P + decltype(p)::value);
-          const float ark = a.Row(m + r)[k];
-          V ar;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-          if constexpr (kScalesByVector) {
-            // The same products as ark * factor; one per row and pass.
-            ar = LaneEverywhere<decltype(p)::value>(
-                hn::Mul(hn::Set(d, ark), scales));
-          } else  // NOLINT(readability/braces)
-#endif
-          {
-            ar = hn::Set(d, ark * factor);
-          }
+          const V ar = Weight<kScalesByVector, decltype(p)::value>(
+              d, a.Row(m + r)[k], factor, scales);
           V& lo = acc(std::integral_constant<size_t, i>());
           V& hi = acc(std::integral_constant<size_t, i + 1>());
           lo = hn::MulAdd(ar, b0, lo);
