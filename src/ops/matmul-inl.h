@@ -72,6 +72,10 @@ constexpr size_t kSkinnyRows = 4;
 // one row streams B one dot at a time: with a single row there is no reuse
 // of B for a tile to exploit.
 constexpr size_t kDotMinRows = 2;
+// Rows of B^T of 16- or 32-bit elements this long or shorter go one after
+// the other in DirectColumns' groups of four (a KV cache's keys up to head
+// dim 128 in bf16, 64 in float32).
+constexpr size_t kRowByRowBytes = 256;
 constexpr size_t kDotMaxRows = 16;
 // 16-bit rows of B^T this long or longer are prefetched by the skinny path.
 constexpr size_t kPrefetchMinDepth = 256;
@@ -1052,7 +1056,14 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
       // Four rows of B at a time share one reduction of their dot products
       // (the per-row reductions bound decode's Q K^T); the same products and
       // the same two accumulators per row as one row at a time below.
+      // Short 16- and 32-bit rows (a KV cache's keys) are read one after the
+      // other, the rest a vector of each in turn. On Zen 5 that made 1-row
+      // decode 7-10% faster (bf16 keys from memory) to 20% (float32 keys of
+      // 64 in the L3); weight rows read one by one made M = 1 products
+      // 1.15-1.6x slower, 8-bit keys 3-13% (bench/RESULTS.md, "Decode's
+      // Q K^T from memory"). The same bits either way.
       const size_t vector_k = K / N * N;
+      const bool by_rows = sizeof(TB) >= 2 && K * sizeof(TB) <= kRowByRowBytes;
       for (; vector_k != 0 && n + 4 <= n_end; n += 4) {
         const TB* HWY_RESTRICT r0 = b.Row(n);
         const TB* HWY_RESTRICT r1 = b.Row(n + 1);
@@ -1060,38 +1071,60 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
         const TB* HWY_RESTRICT r3 = b.Row(n + 3);
         auto s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00;
         auto s20 = s00, s21 = s00, s30 = s00, s31 = s00;
-        size_t k = 0;
-        [[maybe_unused]] const bool prefetch = kPrefetch && n + 8 <= n_end;
-        for (; k + 2 * N <= K; k += 2 * N) {
-          if constexpr (kPrefetch) {
-            if (prefetch) {
-              for (size_t j = 4; j < 8; ++j) {
-                PrefetchElements(b.Row(n + j), k, 2 * N);
+        size_t tail_k = 0;
+        if (by_rows) {
+          // Row r's dot product into (even, odd), as below.
+          const auto dot = [&](const TB* HWY_RESTRICT r, auto& even,
+                               auto& odd) {
+            size_t k = 0;
+            for (; k + 2 * N <= K; k += 2 * N) {
+              even = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, r, k), even);
+              odd = hn::MulAdd(hn::LoadU(d, a_row + k + N), LoadB(d, r, k + N),
+                               odd);
+            }
+            if (k < vector_k) {
+              even = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, r, k), even);
+            }
+            return AddHalfTail(d, a_row, r, vector_k, K, odd);
+          };
+          tail_k = dot(r0, s00, s01);
+          dot(r1, s10, s11);
+          dot(r2, s20, s21);
+          dot(r3, s30, s31);
+        } else {
+          size_t k = 0;
+          [[maybe_unused]] const bool prefetch = kPrefetch && n + 8 <= n_end;
+          for (; k + 2 * N <= K; k += 2 * N) {
+            if constexpr (kPrefetch) {
+              if (prefetch) {
+                for (size_t j = 4; j < 8; ++j) {
+                  PrefetchElements(b.Row(n + j), k, 2 * N);
+                }
               }
             }
+            const auto a0 = hn::LoadU(d, a_row + k);
+            const auto a1 = hn::LoadU(d, a_row + k + N);
+            s00 = hn::MulAdd(a0, LoadB(d, r0, k), s00);
+            s01 = hn::MulAdd(a1, LoadB(d, r0, k + N), s01);
+            s10 = hn::MulAdd(a0, LoadB(d, r1, k), s10);
+            s11 = hn::MulAdd(a1, LoadB(d, r1, k + N), s11);
+            s20 = hn::MulAdd(a0, LoadB(d, r2, k), s20);
+            s21 = hn::MulAdd(a1, LoadB(d, r2, k + N), s21);
+            s30 = hn::MulAdd(a0, LoadB(d, r3, k), s30);
+            s31 = hn::MulAdd(a1, LoadB(d, r3, k + N), s31);
           }
-          const auto a0 = hn::LoadU(d, a_row + k);
-          const auto a1 = hn::LoadU(d, a_row + k + N);
-          s00 = hn::MulAdd(a0, LoadB(d, r0, k), s00);
-          s01 = hn::MulAdd(a1, LoadB(d, r0, k + N), s01);
-          s10 = hn::MulAdd(a0, LoadB(d, r1, k), s10);
-          s11 = hn::MulAdd(a1, LoadB(d, r1, k + N), s11);
-          s20 = hn::MulAdd(a0, LoadB(d, r2, k), s20);
-          s21 = hn::MulAdd(a1, LoadB(d, r2, k + N), s21);
-          s30 = hn::MulAdd(a0, LoadB(d, r3, k), s30);
-          s31 = hn::MulAdd(a1, LoadB(d, r3, k + N), s31);
+          if (k < vector_k) {
+            const auto a0 = hn::LoadU(d, a_row + k);
+            s00 = hn::MulAdd(a0, LoadB(d, r0, k), s00);
+            s10 = hn::MulAdd(a0, LoadB(d, r1, k), s10);
+            s20 = hn::MulAdd(a0, LoadB(d, r2, k), s20);
+            s30 = hn::MulAdd(a0, LoadB(d, r3, k), s30);
+          }
+          tail_k = AddHalfTail(d, a_row, r0, vector_k, K, s01);
+          AddHalfTail(d, a_row, r1, vector_k, K, s11);
+          AddHalfTail(d, a_row, r2, vector_k, K, s21);
+          AddHalfTail(d, a_row, r3, vector_k, K, s31);
         }
-        if (k < vector_k) {
-          const auto a0 = hn::LoadU(d, a_row + k);
-          s00 = hn::MulAdd(a0, LoadB(d, r0, k), s00);
-          s10 = hn::MulAdd(a0, LoadB(d, r1, k), s10);
-          s20 = hn::MulAdd(a0, LoadB(d, r2, k), s20);
-          s30 = hn::MulAdd(a0, LoadB(d, r3, k), s30);
-        }
-        const size_t tail_k = AddHalfTail(d, a_row, r0, vector_k, K, s01);
-        AddHalfTail(d, a_row, r1, vector_k, K, s11);
-        AddHalfTail(d, a_row, r2, vector_k, K, s21);
-        AddHalfTail(d, a_row, r3, vector_k, K, s31);
         const auto sums4 = Sums4(d, hn::Add(s00, s01), hn::Add(s10, s11),
                                  hn::Add(s20, s21), hn::Add(s30, s31));
         const hn::CappedTag<float, 4> d4;
