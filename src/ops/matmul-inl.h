@@ -1009,6 +1009,29 @@ HWY_INLINE void WithMoreVectors(size_t more, const F& f) {
   }
 }
 
+// One row of A times one row of B^T, K long: whole pairs of vectors into
+// (sum0, sum1), a last whole vector into sum0, a half-vector tail into sum1
+// where the target has one. Returns where the elements it took end (the
+// rest is TailDot's).
+template <class D, class TB>
+HWY_INLINE size_t AddRowDot(D d, const float* HWY_RESTRICT a_row,
+                            const TB* HWY_RESTRICT row, size_t K,
+                            hn::Vec<D>& sum0, hn::Vec<D>& sum1) {
+  const size_t N = hn::Lanes(d);
+  size_t k = 0;
+  for (; k + 2 * N <= K; k += 2 * N) {
+    sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, row, k), sum0);
+    sum1 = hn::MulAdd(hn::LoadU(d, a_row + k + N), LoadB(d, row, k + N), sum1);
+  }
+  for (; k + N <= K; k += N) {
+    sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, row, k), sum0);
+  }
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+  k = AddHalfTail(d, a_row, row, k, K, sum1);
+#endif
+  return k;
+}
+
 // Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
 // rows of A times B (B rows contiguous), or dot products with rows of B when
 // it is transposed (Q K^T in decode). kPrefetch: B streams from memory, read
@@ -1063,7 +1086,8 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
       // 1.15-1.6x slower, 8-bit keys 3-13% (bench/RESULTS.md, "Decode's
       // Q K^T from memory"). The same bits either way.
       const size_t vector_k = K / N * N;
-      const bool by_rows = sizeof(TB) >= 2 && K * sizeof(TB) <= kRowByRowBytes;
+      const bool by_rows = sizeof(TB) >= 2 && internal::kBlockValues<TB> == 1 &&
+                           K * sizeof(TB) <= kRowByRowBytes;
       for (; vector_k != 0 && n + 4 <= n_end; n += 4) {
         const TB* HWY_RESTRICT r0 = b.Row(n);
         const TB* HWY_RESTRICT r1 = b.Row(n + 1);
@@ -1073,24 +1097,10 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
         auto s20 = s00, s21 = s00, s30 = s00, s31 = s00;
         size_t tail_k = 0;
         if (by_rows) {
-          // Row r's dot product into (even, odd), as below.
-          const auto dot = [&](const TB* HWY_RESTRICT r, auto& even,
-                               auto& odd) {
-            size_t k = 0;
-            for (; k + 2 * N <= K; k += 2 * N) {
-              even = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, r, k), even);
-              odd = hn::MulAdd(hn::LoadU(d, a_row + k + N), LoadB(d, r, k + N),
-                               odd);
-            }
-            if (k < vector_k) {
-              even = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, r, k), even);
-            }
-            return AddHalfTail(d, a_row, r, vector_k, K, odd);
-          };
-          tail_k = dot(r0, s00, s01);
-          dot(r1, s10, s11);
-          dot(r2, s20, s21);
-          dot(r3, s30, s31);
+          tail_k = AddRowDot(d, a_row, r0, K, s00, s01);
+          AddRowDot(d, a_row, r1, K, s10, s11);
+          AddRowDot(d, a_row, r2, K, s20, s21);
+          AddRowDot(d, a_row, r3, K, s30, s31);
         } else {
           size_t k = 0;
           [[maybe_unused]] const bool prefetch = kPrefetch && n + 8 <= n_end;
@@ -1154,18 +1164,7 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
       for (; n < n_end; ++n) {
         const TB* HWY_RESTRICT b_row = b.Row(n);
         auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
-        size_t k = 0;
-        for (; k + 2 * N <= K; k += 2 * N) {
-          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row, k), sum0);
-          sum1 = hn::MulAdd(hn::LoadU(d, a_row + k + N), LoadB(d, b_row, k + N),
-                            sum1);
-        }
-        for (; k + N <= K; k += N) {
-          sum0 = hn::MulAdd(hn::LoadU(d, a_row + k), LoadB(d, b_row, k), sum0);
-        }
-#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
-        k = AddHalfTail(d, a_row, b_row, k, K, sum1);
-#endif
+        const size_t k = AddRowDot(d, a_row, b_row, K, sum0, sum1);
         const float dot =
             TailDot(a_row, b_row, k, K,
                     hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1))));
