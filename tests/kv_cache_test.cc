@@ -343,21 +343,30 @@ TEST_P(KVCacheTest, PagedEqualsContiguousBitForBit) {
   }
 }
 
-// Contiguous 16-bit caches larger than the last-level cache are read with
-// their rows asked for ahead, the scores in chunks (internal threshold set
-// low here): the same bits as without, decode and a few rows (7 queries).
-TEST_P(KVCacheTest, ContiguousRowsAskedForAheadKeepTheirBits) {
-  for (const KVType type : {KVType::kBF16, KVType::kF16}) {
-    KVCache cache = MakeCache({type, 0});
+// Caches read from memory (internal threshold set low here) of the types
+// whose rows decode then asks for at its own pace, contiguous and paged: the
+// same bits as without, for one query row per kv head and groups of two.
+TEST_P(KVCacheTest, RowsAskedForAtTheirPaceKeepTheirBits) {
+  for (const Kind& kind :
+       {Kind{KVType::kBF16, 0}, Kind{KVType::kBF16, 16}, Kind{KVType::kF16, 0},
+        Kind{KVType::kQ8_0, 0}, Kind{KVType::kQ8_0, 32}}) {
+    KVCache cache = MakeCache(kind);
     FillRagged(cache);
-    for (size_t q_tokens : {size_t{1}, size_t{7}}) {
-      const std::vector<float> q =
-          RandomVector(kBatch * kHeads * q_tokens * HeadDim(type), 6);
-      const std::vector<float> plain = Attend(cache, q, q_tokens, true);
-      internal::SetPrefetchContiguousBytes(1);
-      const std::vector<float> ahead = Attend(cache, q, q_tokens, true);
-      internal::SetPrefetchContiguousBytes(0);
-      ExpectSameBits(ahead, plain, Name({type, 0}));
+    const size_t dim = HeadDim(kind.type);
+    for (size_t heads : {kKVHeads, kHeads}) {
+      const std::vector<float> q = RandomVector(kBatch * heads * dim, 6);
+      const auto attend = [&] {
+        std::vector<float> out(q.size(), kNaN);
+        ScaledDotProductAttention(
+            ConstTensor4::Dense(q.data(), kBatch, heads, 1, dim), cache.View(),
+            Tensor4::Dense(out.data(), kBatch, heads, 1, dim));
+        return out;
+      };
+      const std::vector<float> plain = attend();
+      internal::SetFromMemoryBytes(1);
+      const std::vector<float> paced = attend();
+      internal::SetFromMemoryBytes(0);
+      ExpectSameBits(paced, plain, Name(kind));
     }
   }
 }

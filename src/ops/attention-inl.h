@@ -89,6 +89,13 @@ static_assert(kKeyBlock % kDropoutGroup == 0, "tiles must align to groups");
 // the thread count, so results do not depend on it; at 1-2 threads the
 // extra partials cost nothing measurable (bench/RESULTS.md).
 constexpr size_t kMinTasks = 64;
+// A paced decode walk (RowPacer) asks for the rows about 8 KiB ahead of
+// those it reads, some 8 rows at a time, and scores 4 KiB of K rows between
+// askings: on Zen 5, 4-8 KiB ahead read alike; 12 KiB ahead with chunks of
+// 8 KiB ran 10% slower (grouped bf16 from memory).
+constexpr size_t kPaceDistanceBytes = 8192;
+constexpr size_t kPaceBatch = 8;
+constexpr size_t kPaceChunkBytes = 4096;
 constexpr size_t kMinSplitKeys = kKeyBlock;
 // bf16 pairs (AMX tiles or vdpbf16ps: bf16 arithmetic) serve the AVX-512
 // targets: the query blocks are whole tiles of rows there.
@@ -127,8 +134,8 @@ struct Problem {
   // kInt8: the few-rows path's scores over q8_0, q4_0 and int8 keys as integer
   // dot products with the quantized query rows (int_dot-inl.h).
   bool integer_scores = false;
-  // The few-rows walk asks for contiguous rows ahead too.
-  bool prefetch_contiguous = false;
+  // The few-rows walk's rows come from memory (kPacedRows).
+  bool rows_from_memory = false;
   // The few-rows walk reads E4M3 rows as DirectE4M3 (matmul-inl.h).
   bool direct_e4m3 = false;
 
@@ -602,15 +609,14 @@ bool OneRunPerBlock(const internal::KVRows<T>& rows) {
          rows.block_stride == (rows.offset_mask + 1) * rows.stride;
 }
 
-// Whether PrefetchPagedRows asks for rows at all. Paged rows come in runs
-// (a block's tokens of one head) too short for the hardware prefetchers to
-// follow; float rows fill a block's run with 16 x head_dim x 4 bytes, long
-// enough for them (RESULTS.md, "KV caches": prefetch). Contiguous rows only
-// where the caller found it pays (Problem::prefetch_contiguous).
+// Whether PrefetchPagedRows asks for rows at all (rows the walk does not
+// pace). Paged rows come in runs (a block's tokens of one head) too short
+// for the hardware prefetchers to follow; float rows fill a block's run with
+// 16 x head_dim x 4 bytes, long enough for them (RESULTS.md, "KV caches":
+// prefetch).
 template <typename T>
-bool PrefetchesRows(const internal::KVRows<T>& rows, bool contiguous) {
-  if (rows.table == internal::kSingleBlock) return contiguous;
-  return !std::is_same_v<T, float>;
+bool PrefetchesRows(const internal::KVRows<T>& rows) {
+  return rows.table != internal::kSingleBlock && !std::is_same_v<T, float>;
 }
 
 // Asks for rows [j_begin, j_end) of a cache, and their scales, where
@@ -620,10 +626,9 @@ bool PrefetchesRows(const internal::KVRows<T>& rows, bool contiguous) {
 // on AMD Zen 5").
 template <typename T>
 HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
-                                  bool contiguous, size_t j_begin,
-                                  size_t j_end) {
-  if (!PrefetchesRows(rows, contiguous)) return;
-  if (rows.table == internal::kSingleBlock || !OneRunPerBlock(rows)) {
+                                  size_t j_begin, size_t j_end) {
+  if (!PrefetchesRows(rows)) return;
+  if (!OneRunPerBlock(rows)) {
     for (size_t j = j_begin; j < j_end; ++j) PrefetchPagedRow(rows, j);
     return;
   }
@@ -635,25 +640,132 @@ HWY_INLINE void PrefetchPagedRows(const internal::KVRows<T>& rows,
 }
 
 // Keys per chunk of a decode tile's scores: with several heads per block,
-// or contiguous rows asked for, about 2 KiB of K rows (a block of 16 keys
-// at head_dim 64 in bf16), over each of which the chunk's V rows and the
-// next tile's K rows are asked for; else the whole tile, whose rows the
-// tile before asked for (one-run blocks) or nobody does. A tile's K and V
-// asked for at once (64 KiB at head_dim 64 in bf16) stalled the core on the
-// misses in flight: such caches ran at half the contiguous rate on Zen 5
-// (bench/RESULTS.md).
+// about 2 KiB of K rows (a block of 16 keys at head_dim 64 in bf16), over
+// each of which the chunk's V rows and the next tile's K rows are asked
+// for; else the whole tile, whose rows the tile before asked for (one-run
+// blocks) or nobody does. A tile's K and V asked for at once (64 KiB at
+// head_dim 64 in bf16) stalled the core on the misses in flight: such
+// caches ran at half the contiguous rate on Zen 5 (bench/RESULTS.md).
 template <typename T>
-size_t PrefetchChunk(const internal::KVRows<T>& rows, bool contiguous) {
-  if (!PrefetchesRows(rows, contiguous) ||
-      (rows.table != internal::kSingleBlock && OneRunPerBlock(rows))) {
-    return kKeyBlock;
-  }
+size_t PrefetchChunk(const internal::KVRows<T>& rows) {
+  if (!PrefetchesRows(rows) || OneRunPerBlock(rows)) return kKeyBlock;
   constexpr size_t kChunkBytes = 2048;
   const size_t row_bytes =
       hwy::DivCeil(rows.cols, internal::kBlockValues<T>) * sizeof(T);
   const size_t keys = kChunkBytes / row_bytes;
   return std::clamp<size_t>(keys - keys % internal::kFirstKeyGranule,
                             internal::kFirstKeyGranule, kKeyBlock);
+}
+
+// Rows from memory (Problem::rows_from_memory) of these types are paced
+// (RowPacer). On Zen 5 that made bf16 and f16 decode from memory 1.05-1.4
+// times as fast and q8_0's 1.2; float32 rows (512 bytes, which the hardware
+// follows) lost up to 1.3x, int8, fp8 and q4_0 ones gained nothing
+// (bench/RESULTS.md, "Decode's rows asked for at its own pace").
+template <typename T>
+inline constexpr bool kPacedRows =
+    std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16> ||
+    std::is_same_v<T, internal::BlockQ8_0>;
+
+// Asks for the rows a decode walk reads, each tile's K rows and then its V
+// rows, `distance` rows ahead of the row it reads, a few rows at a time:
+// requests at the walk's own pace. Asking for a tile's rows together (the
+// next tile's K rows with this tile's scores, nothing during P V) kept the
+// core waiting on misses it had asked for.
+template <typename T>
+class RowPacer {
+ public:
+  // The walk over keys [j_start, j_stop) in tiles of kKeyBlock from j_start;
+  // distance 0 asks for nothing.
+  RowPacer(const internal::KVRows<T>& k, const internal::KVRows<T>& v,
+           size_t j_start, size_t j_stop, size_t distance)
+      : k_(k),
+        v_(v),
+        j_start_(j_start),
+        j_stop_(j_stop),
+        distance_(distance),
+        end_(distance == 0 || j_stop <= j_start
+                 ? 0
+                 : KeyPosition(j_stop - 1) + kKeyBlock + 1) {}
+
+  // Key j's K row's place in the walk; its V row's is kKeyBlock further.
+  size_t KeyPosition(size_t j) const {
+    const size_t i = j - j_start_;
+    return i / kKeyBlock * 2 * kKeyBlock + i % kKeyBlock;
+  }
+  // Asks for every row of the walk up to `distance` past place p, and a
+  // batch more, so that most calls ask for nothing.
+  HWY_INLINE void Reach(size_t p) const {
+    if (p + distance_ <= asked_ || asked_ >= end_) return;
+    AskTo(std::min(p + distance_ + kPaceBatch, end_));
+  }
+
+ private:
+  // Inline: a call in P V's loop over keys made GCC 12 keep the loop's
+  // accumulators in memory (1.3x slower).
+  HWY_INLINE void AskTo(size_t to) const {
+    while (asked_ < to) {
+      // Places [asked_, asked_ + n): keys [j, j + n) of a tile's K or V.
+      const size_t half = asked_ / kKeyBlock, i = asked_ % kKeyBlock;
+      const size_t n = std::min(to - asked_, kKeyBlock - i);
+      const size_t j = j_start_ + half / 2 * kKeyBlock + i;
+      if (j < j_stop_) {
+        AskFor(half % 2 == 0 ? k_ : v_, j, std::min(j_stop_, j + n));
+      }
+      asked_ += n;
+    }
+  }
+  // Rows [j, j_end), run by run: the lines of dense rows in one sweep.
+  HWY_INLINE static void AskFor(const internal::KVRows<T>& rows, size_t j,
+                                size_t j_end) {
+    const size_t row_bytes =
+        hwy::DivCeil(rows.cols, internal::kBlockValues<T>) * sizeof(T);
+    for (size_t run; j < j_end; j += run) {
+      run = std::min(j_end - j, rows.RunFrom(j));
+      if (rows.stride * sizeof(T) != row_bytes) {
+        for (size_t r = j; r < j + run; ++r) PrefetchPagedRow(rows, r);
+        continue;
+      }
+      const uintptr_t begin = reinterpret_cast<uintptr_t>(rows.Row(j));
+      for (uintptr_t line = begin & ~(matmul_detail::kLineBytes - 1);
+           line < begin + run * row_bytes; line += matmul_detail::kLineBytes) {
+        hwy::Prefetch(reinterpret_cast<const char*>(line));
+      }
+    }
+  }
+
+  internal::KVRows<T> k_, v_;
+  size_t j_start_, j_stop_, distance_, end_;
+  mutable size_t asked_ = 0;
+};
+
+// Rows of B (RowsTimesB's) whose reads move a pacer on: row t is the
+// walk's place `position` + t.
+template <class B, typename T>
+struct PacedRows {
+  B rows;
+  const RowPacer<T>* pacer;
+  size_t position;
+  auto Row(size_t t) const {
+    pacer->Reach(position + t);
+    return rows.Row(t);
+  }
+};
+
+// A paced walk's distance in rows (about kPaceDistanceBytes of them) and
+// the keys it scores between askings (about kPaceChunkBytes of rows).
+struct Pace {
+  size_t distance, chunk;
+};
+template <typename T>
+Pace PaceOf(const internal::KVRows<T>& rows) {
+  const size_t row_bytes =
+      hwy::DivCeil(rows.cols, internal::kBlockValues<T>) * sizeof(T);
+  const size_t chunk = std::clamp<size_t>(
+      kPaceChunkBytes / row_bytes / internal::kFirstKeyGranule *
+          internal::kFirstKeyGranule,
+      internal::kFirstKeyGranule, kKeyBlock);
+  return {std::max(2 * chunk, kPaceDistanceBytes / row_bytes), chunk};
 }
 
 // S = alpha Q K^T for keys j0 + [0, cols) (S's rows kKeyBlock apart), K
@@ -726,8 +838,18 @@ template <typename T>
 HWY_INLINE void AddTileProduct(ConstMatrix p, const internal::KVRows<T>& v,
                                size_t j0, Matrix acc,
                                const MatMulOptions& options,
+                               const RowPacer<T>* pacer,
                                float* direct_weights = nullptr) {
   using matmul_detail::DirectColumns;
+  if constexpr (kPacedRows<T>) {
+    if (pacer != nullptr) {
+      const size_t position = pacer->KeyPosition(j0) + kKeyBlock;
+      using Rows = internal::KVRows<T>;
+      return DirectColumns<true>(
+          p, PacedRows<Rows, T>{v.From(j0), pacer, position}, acc, options, 0,
+          acc.cols);
+    }
+  }
   if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
     if (direct_weights != nullptr && ScaledForDirectE4M3(p, direct_weights)) {
       DirectColumns<true>(ConstMatrix(direct_weights, p.rows, p.cols, p.cols),
@@ -797,35 +919,39 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
       direct_weights = ws.scores + kSkinnyRows * kKeyBlock;
     }
   }
-  const bool contiguous = pr.prefetch_contiguous;
-  const size_t chunk = PrefetchChunk(k, contiguous);
+  // Rows from memory of the types it pays for are paced; others asked for
+  // where PrefetchPagedRows says, a tile ahead.
+  const bool paced = kPacedRows<T> && pr.rows_from_memory;
+  const Pace pace = paced ? PaceOf(k) : Pace{0, PrefetchChunk(k)};
+  const size_t chunk = pace.chunk;
+  const RowPacer<T> pacer(k, v, j_start, j_stop, pace.distance);
   for (size_t j0 = j_start; j0 < j_stop; j0 += kKeyBlock) {
     const size_t cols = std::min(kKeyBlock, j_stop - j0);
     const size_t next = j0 + cols,
                  next_end = std::min(j_stop, next + kKeyBlock);
-    if (chunk == kKeyBlock) {
-      PrefetchPagedRows(k, contiguous, next, next_end);
-      TileScores(queries, quantized ? &*quantized : nullptr, k, j0, cols,
-                 scores_options, ws.scores, direct_queries);
-    } else {
-      // The scores chunk by chunk, each asking for its keys' V rows and the
-      // next tile's K rows as far (each score is its own dot product: the
-      // chunks do not change its bits).
-      for (size_t n = 0; n < cols; n += chunk) {
-        const size_t width = std::min(chunk, cols - n);
-        PrefetchPagedRows(k, contiguous, std::min(next_end, next + n),
+    // The scores chunk by chunk, each asking for rows ahead: the pacer's,
+    // or its keys' V rows and the next tile's K rows as far (each score is
+    // its own dot product: the chunks do not change its bits).
+    for (size_t n = 0; n < cols; n += chunk) {
+      const size_t width = std::min(chunk, cols - n);
+      if (paced) {
+        pacer.Reach(pacer.KeyPosition(j0 + n + width - 1));
+      } else if (chunk == kKeyBlock) {
+        PrefetchPagedRows(k, next, next_end);
+      } else {
+        PrefetchPagedRows(k, std::min(next_end, next + n),
                           std::min(next_end, next + n + width));
-        PrefetchPagedRows(v, contiguous, j0 + n, j0 + n + width);
-        TileScores(queries, quantized ? &*quantized : nullptr, k, j0 + n, width,
-                   scores_options, ws.scores + n, direct_queries);
+        PrefetchPagedRows(v, j0 + n, j0 + n + width);
       }
+      TileScores(queries, quantized ? &*quantized : nullptr, k, j0 + n, width,
+                 scores_options, ws.scores + n, direct_queries);
     }
     SoftmaxTile(pr, t, 0, rows, j0, cols, st, ws);
     const bool first = j0 == j_start;
     if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);
     MatMulOptions accumulate;
     accumulate.beta = first ? 0.0f : 1.0f;
-    if (chunk == kKeyBlock) PrefetchPagedRows(v, contiguous, next, next_end);
+    if (!paced && chunk == kKeyBlock) PrefetchPagedRows(v, next, next_end);
     ws.nonfinite.count = 0;
     if (pr.mask.Classify(b, t.Token(0), t.Token(rows - 1) + 1, j0, j0 + cols) !=
         TileKind::kFull) {
@@ -834,7 +960,8 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
     const Matrix acc_rows(acc, rows, value_dim, acc_stride);
     if (ws.nonfinite.count == 0) {
-      AddTileProduct(p, v, j0, acc_rows, accumulate, direct_weights);
+      AddTileProduct(p, v, j0, acc_rows, accumulate, paced ? &pacer : nullptr,
+                     direct_weights);
     } else if constexpr (std::is_same_v<T, int8_t>) {  // Scales zeroed.
       for (size_t jj = 0; jj < cols; ++jj) ws.scales[jj] = v.Scale(j0 + jj);
       for (size_t n = 0; n < ws.nonfinite.count; ++n) {
@@ -1312,7 +1439,7 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   if (kPairTarget) pr.pair_kernel = arith.pair_kernel;
   pr.round_inputs = arith.round_weights && !arith.inputs_rounded;
   pr.integer_scores = arith.integer_scores;
-  pr.prefetch_contiguous = arith.prefetch_contiguous;
+  pr.rows_from_memory = arith.rows_from_memory;
   pr.direct_e4m3 = arith.direct_e4m3;
 
   const hn::ScalableTag<float> d;

@@ -62,21 +62,18 @@ size_t LastLevelCacheBytes() {
   return bytes;
 }
 
-std::atomic<size_t> prefetch_contiguous_bytes{0};
+std::atomic<size_t> from_memory_bytes{0};
 
-// Whether the few-rows walk asks for contiguous rows ahead: 16-bit rows, and
-// more of them than the last-level cache holds. On Zen 5 that made bf16
-// decode from memory a third faster, and a third slower where the rows were
-// in the L3 already (bench/RESULTS.md, "Decode on AMD Zen 5").
-bool PrefetchContiguous(const KVSource& kv, size_t batch) {
-  if (kv.block_table != nullptr ||
-      (kv.type != KVType::kBF16 && kv.type != KVType::kF16)) {
-    return false;
-  }
+// Whether decode's rows come from memory: K and V half as large again as
+// the last-level cache, or more. The walk then asks for every row ahead, at
+// its own pace, where that pays (attention-inl.h's kPacedRows). In cache
+// that costs: a q8_0 cache of 1.06 times the L3 ran 8-11% slower paced on
+// Zen 5.
+bool RowsFromMemory(const KVSource& kv, size_t batch) {
   const size_t bytes =
-      batch * kv.kv_heads * kv.tokens * (kv.keys.cols + kv.values.cols) * 2;
-  const size_t threshold = prefetch_contiguous_bytes.load();
-  return bytes > (threshold != 0 ? threshold : LastLevelCacheBytes());
+      batch * kv.kv_heads * kv.tokens * 2 * ElementBytes(kv.type, kv.keys.cols);
+  const size_t threshold = from_memory_bytes.load();
+  return bytes > (threshold != 0 ? threshold : LastLevelCacheBytes() / 2 * 3);
 }
 
 // -1: by the CPU; else SetDirectE4M3's choice.
@@ -227,7 +224,7 @@ void Attend(const char* kFn, ConstTensor4 q,
   if (pairs) arith.pair_kernel = kernel;
   arith.inputs_rounded = round_inputs || !bf16;
   arith.integer_scores = int8;
-  arith.prefetch_contiguous = PrefetchContiguous(kv, layout.batch);
+  arith.rows_from_memory = RowsFromMemory(kv, layout.batch);
   arith.direct_e4m3 = DirectE4M3(kv);
   internal::AttentionFor(kv.type)(
       q, layout, kv, out, scale, mask, dropout,
@@ -359,9 +356,7 @@ void AttendCache(const char* kFn, ConstTensor4 q,
 }  // namespace
 
 namespace internal {
-void SetPrefetchContiguousBytes(size_t bytes) {
-  prefetch_contiguous_bytes = bytes;
-}
+void SetFromMemoryBytes(size_t bytes) { from_memory_bytes = bytes; }
 void SetDirectE4M3(std::optional<bool> direct) {
   direct_e4m3_choice = direct ? int{*direct} : -1;
 }

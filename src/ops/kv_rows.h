@@ -144,15 +144,16 @@ struct AttentionArithmetic {
   // kInt8: decode's scores over q8_0, q4_0 and int8 keys as integer dot
   // products.
   bool integer_scores = false;
-  // Decode asks for contiguous rows ahead, as for paged ones.
-  bool prefetch_contiguous = false;
+  // Decode's rows come from memory: it asks for them all ahead.
+  bool rows_from_memory = false;
   // Decode reads E4M3 rows straight as float32 bits (attention-inl.h).
   bool direct_e4m3 = false;
 };
 
-// Bytes of K and V above which decode asks for contiguous 16-bit rows
-// ahead; 0 (the default): the last-level cache's size. For tests.
-void SetPrefetchContiguousBytes(size_t bytes);
+// Bytes of K and V above which decode's rows count as coming from memory
+// (all asked for ahead); 0 (the default): the last-level cache's size. For
+// tests.
+void SetFromMemoryBytes(size_t bytes);
 
 // Whether decode reads E4M3 rows straight as float32 bits; nullopt (the
 // default): where the CPU's multiply-adds take denormal operands at full
