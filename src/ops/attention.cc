@@ -64,16 +64,18 @@ size_t LastLevelCacheBytes() {
 
 std::atomic<size_t> from_memory_bytes{0};
 
-// Whether decode's rows come from memory: K and V half as large again as
-// the last-level cache, or more. The walk then asks for every row ahead, at
-// its own pace, where that pays (attention-inl.h's kPacedRows). In cache
-// that costs: a q8_0 cache of 1.06 times the L3 ran 8-11% slower paced on
-// Zen 5.
+// Whether decode's rows come from memory: more K and V than the last-level
+// cache holds (a model's layers, each read once a step, evict each other
+// then). The walk then asks for every row ahead, at its own pace, where that
+// pays (attention-inl.h's kPacedRows). A cache found in the L3 all the same
+// pays for it: on Zen 5, one of 1.06 times the L3 (q8_0, grouped, read
+// again at once) ran 8-11% slower paced, where read from memory 1.2 times
+// as fast.
 bool RowsFromMemory(const KVSource& kv, size_t batch) {
   const size_t bytes =
       batch * kv.kv_heads * kv.tokens * 2 * ElementBytes(kv.type, kv.keys.cols);
   const size_t threshold = from_memory_bytes.load();
-  return bytes > (threshold != 0 ? threshold : LastLevelCacheBytes() / 2 * 3);
+  return bytes > (threshold != 0 ? threshold : LastLevelCacheBytes());
 }
 
 // -1: by the CPU; else SetDirectE4M3's choice.
