@@ -89,6 +89,7 @@ static_assert(kKeyBlock % kDropoutGroup == 0, "tiles must align to groups");
 // the thread count, so results do not depend on it; at 1-2 threads the
 // extra partials cost nothing measurable (bench/RESULTS.md).
 constexpr size_t kMinTasks = 64;
+constexpr size_t kMinSplitKeys = kKeyBlock;
 // A paced decode walk (RowPacer) asks for the rows about 8 KiB ahead of
 // those it reads, some 8 rows at a time, and scores 4 KiB of K rows between
 // askings: on Zen 5, 4-8 KiB ahead read alike; 12 KiB ahead with chunks of
@@ -96,7 +97,6 @@ constexpr size_t kMinTasks = 64;
 constexpr size_t kPaceDistanceBytes = 8192;
 constexpr size_t kPaceBatch = 8;
 constexpr size_t kPaceChunkBytes = 4096;
-constexpr size_t kMinSplitKeys = kKeyBlock;
 // bf16 pairs (AMX tiles or vdpbf16ps: bf16 arithmetic) serve the AVX-512
 // targets: the query blocks are whole tiles of rows there.
 constexpr bool kPairTarget = (HWY_TARGET & internal::kAvx512Targets) != 0;

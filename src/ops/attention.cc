@@ -72,8 +72,12 @@ std::atomic<size_t> from_memory_bytes{0};
 // again at once) ran 8-11% slower paced, where read from memory 1.2 times
 // as fast.
 bool RowsFromMemory(const KVSource& kv, size_t batch) {
-  const size_t bytes =
-      batch * kv.kv_heads * kv.tokens * 2 * ElementBytes(kv.type, kv.keys.cols);
+  // A latent cache's values are its key rows (kv.values.data == keys').
+  const size_t row_bytes =
+      ElementBytes(kv.type, kv.keys.cols) +
+      (kv.values.data == kv.keys.data ? 0
+                                      : ElementBytes(kv.type, kv.values.cols));
+  const size_t bytes = batch * kv.kv_heads * kv.tokens * row_bytes;
   const size_t threshold = from_memory_bytes.load();
   return bytes > (threshold != 0 ? threshold : LastLevelCacheBytes());
 }
