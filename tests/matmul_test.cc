@@ -272,7 +272,11 @@ TEST_P(MatMulTest, BFloat16ArithmeticMatchesRoundedOperands) {
                 Case{7, 33, 70, t, 0.5f, 0.25f, true}, Case{97, 130, 129, t},
                 Case{13, 768, 64, t, 1.0f, 1.0f, true, 3, 1},
                 Case{6, 64, 16, t}, Case{12, 31, 65, t, -2.0f},
-                Case{33, 40, 97, t, 1.0f, 0.5f, true}, Case{100, 300, 70, t}}) {
+                Case{33, 40, 97, t, 1.0f, 0.5f, true}, Case{100, 300, 70, t},
+                // Several of AMX's column blocks (384 columns), the last
+                // partial, with and without an epilogue.
+                Case{70, 96, 450, t, 0.5f, 0.25f, true},
+                Case{96, 64, 800, t}}) {
             RunCase(c, seed += 4, ComputeType::kBFloat16);
           }
         }

@@ -43,36 +43,33 @@ SIMDATTN_AMX_TARGET void LoadConfig() { _tile_loadconfig(&kTileConfig); }
 
 SIMDATTN_AMX_TARGET void Release() { _tile_release(); }
 
-// C's 16 R rows x 16 N columns = A's R row tiles times B's N column tiles,
-// R and N 1 or 2: each A tile meets N B tiles and each B tile R A tiles,
-// so a 2 x 2 block loads 4 tiles per 4 products where a row of 4 C tiles
-// loads 5 (B, streamed from L2, half as often per product: 10-28% faster
-// products on the Xeon, bench/RESULTS.md). Tiles 0-3 hold C (row-major),
-// 4-5 A, 6-7 B.
+// C's 16 R rows x 16 N columns = A's R row tiles (from i) times B's N
+// column tiles (from j), R and N 1 or 2: each A tile meets N B tiles and
+// each B tile R A tiles, so a 2 x 2 block loads 4 tiles per 4 products
+// where a row of 4 C tiles loads 5. Tiles 0-3 hold C (row-major), 4-5 A,
+// 6-7 B.
 template <int R, int N>
-SIMDATTN_AMX_TARGET void BlockOfTiles(const uint32_t* a, size_t a_stride,
-                                      const uint32_t* b, size_t b_stride,
-                                      size_t pairs, float* c, size_t ldc) {
-  const size_t a_bytes = a_stride * sizeof(uint32_t);
-  const size_t b_bytes = b_stride * sizeof(uint32_t);
+SIMDATTN_AMX_TARGET void BlockOfTiles(const AmxTiles& a, size_t i,
+                                      const AmxTiles& b, size_t j, size_t pairs,
+                                      float* c, size_t ldc) {
+  const size_t a_bytes = a.row_stride * sizeof(uint32_t);
+  const size_t b_bytes = b.row_stride * sizeof(uint32_t);
   const size_t c_bytes = ldc * sizeof(float);
-  const uint32_t* a1 = a + kAmxTileRows * a_stride;
   float* c1 = c + kAmxTileRows * ldc;
   _tile_zero(0);
   if constexpr (N > 1) _tile_zero(1);
   if constexpr (R > 1) _tile_zero(2);
   if constexpr (R > 1 && N > 1) _tile_zero(3);
-  for (size_t p = 0; p < pairs; p += kAmxTilePairs) {
-    const uint32_t* bp = b + p * b_stride;
-    _tile_loadd(4, a + p, a_bytes);
-    _tile_loadd(6, bp, b_bytes);
+  for (size_t q = 0; q < pairs / kAmxTilePairs; ++q) {
+    _tile_loadd(4, a.Tile(i, q), a_bytes);
+    _tile_loadd(6, b.Tile(j, q), b_bytes);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (N > 1) {
-      _tile_loadd(7, bp + 16, b_bytes);
+      _tile_loadd(7, b.Tile(j + 1, q), b_bytes);
       _tile_dpbf16ps(1, 4, 7);
     }
     if constexpr (R > 1) {
-      _tile_loadd(5, a1 + p, a_bytes);
+      _tile_loadd(5, a.Tile(i + 1, q), a_bytes);
       _tile_dpbf16ps(2, 5, 6);
       if constexpr (N > 1) _tile_dpbf16ps(3, 5, 7);
     }
@@ -104,19 +101,25 @@ bool AmxUsable() {
 AmxScope::AmxScope() { LoadConfig(); }
 AmxScope::~AmxScope() { Release(); }
 
-void AmxProduct(const uint32_t* a, size_t a_stride, const uint32_t* b,
-                size_t b_stride, size_t rows, size_t cols, size_t pairs,
-                float* c, size_t ldc) {
+void AmxProduct(const AmxTiles& a, const AmxTiles& b, size_t rows, size_t cols,
+                size_t pairs, float* c, size_t ldc, const AmxBlocks* blocks) {
   constexpr size_t kBlock = 2 * kAmxTileRows;  // Rows and columns.
+  alignas(64) float block[kBlock * AmxBlocks::kStride];
   for (size_t r = 0; r < rows; r += kBlock) {
     const bool two_rows = rows - r >= kBlock;
-    const uint32_t* a_rows = a + r * a_stride;
     for (size_t n = 0; n < cols; n += kBlock) {
       const bool two_cols = cols - n >= kBlock;
-      const auto block =
+      const auto product =
           two_rows ? (two_cols ? BlockOfTiles<2, 2> : BlockOfTiles<2, 1>)
                    : (two_cols ? BlockOfTiles<1, 2> : BlockOfTiles<1, 1>);
-      block(a_rows, a_stride, b + n, b_stride, pairs, c + r * ldc + n, ldc);
+      const size_t i = r / kAmxTileRows, j = n / kAmxTileRows;
+      if (blocks == nullptr) {
+        product(a, i, b, j, pairs, c + r * ldc + n, ldc);
+        continue;
+      }
+      product(a, i, b, j, pairs, block, AmxBlocks::kStride);
+      blocks->Finish(block, r, n, two_rows ? kBlock : kAmxTileRows,
+                     two_cols ? kBlock : kAmxTileRows);
     }
   }
 }
@@ -167,8 +170,8 @@ SIMDATTN_BF16_TARGET void InterleavedPairs(const float* lo, const float* hi,
 bool AmxUsable() { return false; }
 AmxScope::AmxScope() { std::abort(); }
 AmxScope::~AmxScope() = default;
-void AmxProduct(const uint32_t*, size_t, const uint32_t*, size_t, size_t,
-                size_t, size_t, float*, size_t) {
+void AmxProduct(const AmxTiles&, const AmxTiles&, size_t, size_t, size_t,
+                float*, size_t, const AmxBlocks*) {
   std::abort();
 }
 void PairsOfRow(const float*, size_t, size_t, uint32_t*) { std::abort(); }

@@ -67,21 +67,22 @@ void PackPairRows(MatrixView<const T> a, size_t k2, size_t rows,
   });
 }
 
-// op(B) (k x n) as panels of kPanel columns, in parallel: panel p at out +
-// p * k2 * kPanel holds, for every pair q, its columns' pairs (zero past n
+// op(B) (k x n) as panels of `width` columns, in parallel: panel p at out +
+// p * k2 * width holds, for every pair q, its columns' pairs (zero past n
 // and k). Float rows of B^T go by pack_row, other element types' by
 // PairsOfElements.
-template <size_t kPanel, typename TB, typename PackRow>
+template <typename TB, typename PackRow>
 void PackPairPanels(MatrixView<const TB> b, size_t n, bool transposed,
-                    size_t k2, const PackRow& pack_row, uint32_t* out) {
+                    size_t k2, size_t width, const PackRow& pack_row,
+                    uint32_t* out) {
   const size_t k = transposed ? b.cols : b.rows;
-  ParallelFor(0, hwy::DivCeil(n, kPanel), 1, [&](size_t first, size_t last) {
+  ParallelFor(0, hwy::DivCeil(n, width), 1, [&](size_t first, size_t last) {
     ScratchBuffer scratch(k2);
     uint32_t* pairs = reinterpret_cast<uint32_t*>(scratch.data());
     for (size_t p = first; p < last; ++p) {
-      const size_t n0 = p * kPanel, cols = std::min(kPanel, n - n0);
-      uint32_t* panel = out + p * k2 * kPanel;
-      std::fill(panel, panel + k2 * kPanel, 0u);
+      const size_t n0 = p * width, cols = std::min(width, n - n0);
+      uint32_t* panel = out + p * k2 * width;
+      std::fill(panel, panel + k2 * width, 0u);
       if (transposed) {  // Column n0 + j of op(B) is row n0 + j of B.
         for (size_t j = 0; j < cols; ++j) {
           if constexpr (std::is_same_v<TB, float>) {
@@ -89,7 +90,7 @@ void PackPairPanels(MatrixView<const TB> b, size_t n, bool transposed,
           } else {
             PairsOfElements(b.Row(n0 + j), k, k2, pairs);
           }
-          for (size_t q = 0; q < k2; ++q) panel[q * kPanel + j] = pairs[q];
+          for (size_t q = 0; q < k2; ++q) panel[q * width + j] = pairs[q];
         }
         continue;
       }
@@ -97,7 +98,7 @@ void PackPairPanels(MatrixView<const TB> b, size_t n, bool transposed,
         const TB* lo = b.Row(2 * q) + n0;
         const TB* hi = 2 * q + 1 < k ? b.Row(2 * q + 1) + n0 : nullptr;
         for (size_t j = 0; j < cols; ++j) {
-          panel[q * kPanel + j] =
+          panel[q * width + j] =
               BFloat16Pair(lo[j], hi != nullptr ? hi[j] : TB{});
         }
       }

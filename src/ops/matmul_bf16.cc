@@ -85,11 +85,19 @@ void Fallback(ConstMatrix a, ConstMatrix b, Matrix c,
 // low half (the instructions multiply the low halves, then the high ones).
 // K2 = ceil(K / 2) rounded up to kPairBlock, zero-padded. A: row m's K2
 // pairs contiguous, rows rounded up to an AMX tile with zeros. B: panel p
-// holds, for each pair k2, its kPanel columns' pairs (the layout AMX loads
-// B's tiles from, one panel row apart).
-constexpr size_t kPanel = 64;  // Columns per panel of packed B.
+// holds, for each pair k2, its columns' pairs: kPanel of them for
+// vdpbf16ps, which reads a panel row as 4 vectors; kAmxStrip for AMX, so
+// that each of its tiles is 1 KiB in one piece (AmxTiles::Strips: 1.06x
+// the products of 64-column panels on the Xeon, bench/RESULTS.md).
+constexpr size_t kPanel = 64;  // Columns per vdpbf16ps panel of packed B.
+constexpr size_t kAmxStrip = kAmxTileRows;  // Columns per AMX panel.
 constexpr size_t kPairBlock = kAmxTilePairs;
 constexpr size_t kTileRows = kAmxTileRows;
+
+// Columns per panel of B packed for `kernel`.
+size_t PanelWidth(BFloat16DotKernelKind kernel) {
+  return kernel == BFloat16DotKernelKind::kAmx ? kAmxStrip : kPanel;
+}
 
 using Operands = PairOperands<kPanel>;
 
@@ -174,50 +182,63 @@ void DotProducts(const Operands& packed, Matrix c, const MatMulOptions& opt) {
   });
 }
 
-// AMX kernel: tasks of kAmxRowBlock rows x one panel (AmxProduct), then
-// the epilogue; with none to apply (alpha 1, beta 0, no bias) and whole
-// tiles, the tiles are stored straight into C. K is not blocked, as in
-// DotProducts (blocks of 64 and 128 pairs measured no faster on AMX).
+// AMX kernel: tasks of kAmxRowBlock rows x up to kAmxColumns columns, the
+// whole of K for each 32 x 32 block of C (AmxProduct). Wide tasks reuse
+// each row of blocks' A tiles from L1: 384 columns ran 1.2x as fast as 64
+// on the Xeon (bench/RESULTS.md); blocking K measured no faster. Blocks go
+// straight into C when there is no epilogue to apply (alpha 1, beta 0, no
+// bias) and the task is whole tiles, else through Finish.
 constexpr size_t kAmxRowBlock = 6 * kTileRows;
+constexpr size_t kAmxColumns = 24 * kTileRows;
 
-// One task; `block` holds kAmxRowBlock x kPanel floats, 64-byte aligned.
+struct AmxEpilogue final : AmxBlocks {
+  AmxEpilogue(const MatMulOptions& opt, Matrix c, const GemmTask& task)
+      : opt(opt), c(c), task(task) {}
+  const MatMulOptions& opt;
+  Matrix c;
+  const GemmTask& task;
+
+  SIMDATTN_BF16_TARGET void Finish(const float* block, size_t r, size_t n,
+                                   size_t rows, size_t cols) const override {
+    const size_t m = task.m0 + r, col = task.n0 + n;
+    if (m >= task.m_end || n >= task.cols) return;
+    rows = std::min(rows, task.m_end - m);
+    const Epilogue epilogue{opt,
+                            opt.bias != nullptr ? opt.bias + col : nullptr};
+    for (size_t i = 0; i < rows; ++i) {
+      const float* row = block + i * kStride;
+      const __m512 acc[2] = {_mm512_load_ps(row), _mm512_load_ps(row + 16)};
+      epilogue.Row(acc, std::min(cols, task.cols - n), c.Row(m + i) + col);
+    }
+  }
+};
+
 SIMDATTN_BF16_TARGET void AmxTask(const Operands& packed, Matrix c,
                                   const MatMulOptions& opt,
-                                  const GemmTask& task, float* block) {
+                                  const GemmTask& task) {
   const size_t rows = hwy::RoundUpTo(task.m_end - task.m0, kTileRows);
+  const size_t cols = hwy::RoundUpTo(task.cols, kAmxStrip);
+  const AmxTiles a = AmxTiles::Rows(packed.Row(task.m0), packed.a_stride);
+  const AmxTiles b =
+      AmxTiles::Strips(packed.b + task.n0 * packed.k2, packed.k2);
   const bool plain =
       opt.alpha == 1.0f && opt.beta == 0.0f && opt.bias == nullptr;
-  if (plain && rows == task.m_end - task.m0 && task.cols == kPanel) {
-    AmxProduct(packed.Row(task.m0), packed.a_stride, packed.Panel(task.p),
-               kPanel, rows, kPanel, packed.k2, c.Row(task.m0) + task.n0,
-               c.stride);
-    return;
+  if (plain && rows == task.m_end - task.m0 && cols == task.cols) {
+    return AmxProduct(a, b, rows, cols, packed.k2, c.Row(task.m0) + task.n0,
+                      c.stride);
   }
-  AmxProduct(packed.Row(task.m0), packed.a_stride, packed.Panel(task.p), kPanel,
-             rows, kPanel, packed.k2, block, kPanel);
-  const Epilogue epilogue{opt,
-                          opt.bias != nullptr ? opt.bias + task.n0 : nullptr};
-  for (size_t r = 0; task.m0 + r < task.m_end; ++r) {
-    const float* row = block + r * kPanel;
-    const __m512 acc[4] = {_mm512_load_ps(row), _mm512_load_ps(row + 16),
-                           _mm512_load_ps(row + 32), _mm512_load_ps(row + 48)};
-    epilogue.Row(acc, task.cols, c.Row(task.m0 + r) + task.n0);
-  }
+  const AmxEpilogue epilogue(opt, c, task);
+  AmxProduct(a, b, rows, cols, packed.k2, nullptr, 0, &epilogue);
 }
 
 void Tiles(const Operands& packed, Matrix c, const MatMulOptions& opt) {
   // Per chunk of tasks, on its thread: AMX's tile configuration is per
   // thread, and TBB may run the chunks on any.
-  struct State {
-    State() {}  // The block is written before it is read.
-    AmxScope tiles;
-    alignas(64) float block[kAmxRowBlock * kPanel];
-  };
   ForEachGemmTask(
-      GemmGrid::PanelMajor(c.rows, c.cols, kAmxRowBlock, kPanel),
-      [] { return State(); },
-      [&](const GemmTask& task, State& state) {
-        AmxTask(packed, c, opt, task, state.block);
+      GemmGrid::PanelMajor(c.rows, c.cols, kAmxRowBlock, kAmxColumns),
+      [] { return AmxScope(); },
+      [&](const GemmTask& task, const AmxScope&) {
+        AmxTask(packed, c, opt, task);
       });
 }
 #endif  // SIMDATTN_HAVE_AVX512_BF16_KERNEL
@@ -348,11 +369,11 @@ void NativeProduct(BFloat16DotKernelKind kernel, ConstMatrix a,
                    MatrixView<const TB> b, Matrix c,
                    const MatMulOptions& options) {
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
-  const size_t k2 = X86Pairs(a.cols);
-  const ScratchBuffer b_pairs(hwy::DivCeil(c.cols, kPanel) * k2 * kPanel);
+  const size_t k2 = X86Pairs(a.cols), width = PanelWidth(kernel);
+  const ScratchBuffer b_pairs(hwy::DivCeil(c.cols, width) * k2 * width);
   uint32_t* panels = reinterpret_cast<uint32_t*>(b_pairs.data());
-  PackPairPanels<kPanel>(b, c.cols, options.transpose_b == Transpose::kYes, k2,
-                         PairsOfRow, panels);
+  PackPairPanels(b, c.cols, options.transpose_b == Transpose::kYes, k2, width,
+                 PairsOfRow, panels);
   NativeProduct(kernel, a, panels, k2, c, options);
 #else
   (void)kernel, (void)a, (void)b, (void)c, (void)options;
@@ -409,21 +430,21 @@ void PackBFloat16Pairs(MatrixView<const TB> b, PackedMatrix::Impl* out) {
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
   // Float rows of B^T by the per-call path's conversion (vcvtne2ps2bf16,
   // which also flushes subnormal floats): the same pairs, the same bits.
-  constexpr size_t kColumns = kPanel;
+  const size_t columns = PanelWidth(out->kernel);
   out->k2 = X86Pairs(out->rows);
   const auto& pack_row = PairsOfRow;
 #else
   // BFCVTN rounds as the scalar conversion does.
-  constexpr size_t kColumns = kBfdotPanel;
+  constexpr size_t columns = kBfdotPanel;
   out->k2 = BfdotPairs(out->rows);
   const auto pack_row = [](const float* row, size_t k, size_t k2,
                            uint32_t* pairs) {
     PairsOfElements(row, k, k2, pairs);
   };
 #endif
-  out->pairs.resize(hwy::DivCeil(out->cols, kColumns) * out->k2 * kColumns);
-  PackPairPanels<kColumns>(b, out->cols, transposed, out->k2, pack_row,
-                           out->pairs.data());
+  out->pairs.resize(hwy::DivCeil(out->cols, columns) * out->k2 * columns);
+  PackPairPanels(b, out->cols, transposed, out->k2, columns, pack_row,
+                 out->pairs.data());
 }
 template void PackBFloat16Pairs(ConstMatrix, PackedMatrix::Impl*);
 template void PackBFloat16Pairs(MatrixView<const BFloat16>,

@@ -130,8 +130,8 @@ void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
   const size_t k2 = BfdotPairs(a.cols);
   const ScratchBuffer b_pairs(hwy::DivCeil(c.cols, kPanel) * k2 * kPanel);
   uint32_t* panels = reinterpret_cast<uint32_t*>(b_pairs.data());
-  PackPairPanels<kPanel>(b, c.cols, opt.transpose_b == Transpose::kYes, k2,
-                         PackRow, panels);
+  PackPairPanels(b, c.cols, opt.transpose_b == Transpose::kYes, k2, kPanel,
+                 PackRow, panels);
   BfdotProduct(a, panels, k2, c, opt);
 }
 
