@@ -37,6 +37,7 @@
 #include "src/ops/kv_store.h"
 #include "src/ops/packed_matrix.h"
 #include "src/ops/target_family.h"
+#include "tbb/task_arena.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -231,11 +232,27 @@ SIMDATTN_BF16_TARGET void AmxTask(const Operands& packed, Matrix c,
   AmxProduct(a, b, rows, cols, packed.k2, nullptr, 0, &epilogue);
 }
 
+// Columns per AMX task: kAmxColumns, halved down to 96 while the grid has
+// fewer than 4 tasks per thread, so that every core of a large machine
+// gets work. Each block of C sums the whole of K whatever the width: the
+// same bits for any thread count.
+size_t AmxTaskColumns(size_t rows, size_t cols) {
+  const size_t threads = tbb::this_task_arena::max_concurrency();
+  const size_t row_blocks = hwy::DivCeil(rows, kAmxRowBlock);
+  size_t width = kAmxColumns;
+  while (width / 2 >= 6 * kTileRows &&
+         row_blocks * hwy::DivCeil(cols, width) < 4 * threads) {
+    width /= 2;
+  }
+  return width;
+}
+
 void Tiles(const Operands& packed, Matrix c, const MatMulOptions& opt) {
   // Per chunk of tasks, on its thread: AMX's tile configuration is per
   // thread, and TBB may run the chunks on any.
   ForEachGemmTask(
-      GemmGrid::PanelMajor(c.rows, c.cols, kAmxRowBlock, kAmxColumns),
+      GemmGrid::PanelMajor(c.rows, c.cols, kAmxRowBlock,
+                           AmxTaskColumns(c.rows, c.cols)),
       [] { return AmxScope(); },
       [&](const GemmTask& task, const AmxScope&) {
         AmxTask(packed, c, opt, task);
