@@ -165,6 +165,51 @@ SIMDATTN_BF16_TARGET void InterleavedPairs(const float* lo, const float* hi,
   }
 }
 
+// Four stages of AVX-512 shuffles: 32-bit and 64-bit interleaves within
+// 128-bit lanes, after which u[4i + k]'s lane L holds column 4L + k of rows
+// 4i .. 4i + 3; then whole lanes gathered across u[k], u[4 + k], u[8 + k]
+// and u[12 + k]. The zero-masked forms with every lane kept: GCC 12's
+// unmasked ones start from an "uninitialised" vector that -Wuninitialized
+// flags at -O3.
+SIMDATTN_BF16_TARGET void TransposeTile(const uint32_t* in, size_t in_stride,
+                                        uint32_t* out, size_t out_stride) {
+  constexpr __mmask16 kAll16 = 0xFFFF;
+  constexpr __mmask8 kAll8 = 0xFF;
+  __m512i r[16], t[16], u[16];
+  for (size_t i = 0; i < 16; ++i) {
+    r[i] = _mm512_loadu_si512(in + i * in_stride);
+  }
+  for (size_t i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_epi32(kAll16, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_epi32(kAll16, r[i], r[i + 1]);
+  }
+  for (size_t i = 0; i < 16; i += 4) {
+    u[i] = _mm512_maskz_unpacklo_epi64(kAll8, t[i], t[i + 2]);
+    u[i + 1] = _mm512_maskz_unpackhi_epi64(kAll8, t[i], t[i + 2]);
+    u[i + 2] = _mm512_maskz_unpacklo_epi64(kAll8, t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_maskz_unpackhi_epi64(kAll8, t[i + 1], t[i + 3]);
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    // Lanes 0-1 and 2-3 of rows 0-7, then of rows 8-15.
+    const __m512i a01 =
+        _mm512_maskz_shuffle_i32x4(kAll16, u[k], u[4 + k], 0x44);
+    const __m512i a23 =
+        _mm512_maskz_shuffle_i32x4(kAll16, u[k], u[4 + k], 0xEE);
+    const __m512i b01 =
+        _mm512_maskz_shuffle_i32x4(kAll16, u[8 + k], u[12 + k], 0x44);
+    const __m512i b23 =
+        _mm512_maskz_shuffle_i32x4(kAll16, u[8 + k], u[12 + k], 0xEE);
+    _mm512_storeu_si512(out + k * out_stride,
+                        _mm512_maskz_shuffle_i32x4(kAll16, a01, b01, 0x88));
+    _mm512_storeu_si512(out + (4 + k) * out_stride,
+                        _mm512_maskz_shuffle_i32x4(kAll16, a01, b01, 0xDD));
+    _mm512_storeu_si512(out + (8 + k) * out_stride,
+                        _mm512_maskz_shuffle_i32x4(kAll16, a23, b23, 0x88));
+    _mm512_storeu_si512(out + (12 + k) * out_stride,
+                        _mm512_maskz_shuffle_i32x4(kAll16, a23, b23, 0xDD));
+  }
+}
+
 #else  // No AMX kernels: AmxUsable() is false and nothing else is called.
 
 bool AmxUsable() { return false; }
@@ -178,6 +223,7 @@ void PairsOfRow(const float*, size_t, size_t, uint32_t*) { std::abort(); }
 void InterleavedPairs(const float*, const float*, size_t, uint32_t*) {
   std::abort();
 }
+void TransposeTile(const uint32_t*, size_t, uint32_t*, size_t) { std::abort(); }
 
 #endif  // SIMDATTN_HAVE_AMX_KERNELS
 

@@ -359,15 +359,23 @@ struct PairWorkspace {
   uint32_t* v;  // kKeyPairs x value_cols.
   uint32_t* p;  // kQueryBlock x kKeyPairs.
   float* pv;    // kQueryBlock x value_cols.
+  // KeyValuePairs' scratch: 16 keys' pairs (kTile x head_pairs), and two
+  // rows widened to floats (RowFloats each).
+  uint32_t* key_rows;
+  float *lo, *hi;
 
   static size_t HeadPairs(size_t head_dim) {
     return hwy::RoundUpTo(hwy::DivCeil(head_dim, 2), internal::kAmxTilePairs);
+  }
+  static size_t RowFloats(size_t head_dim, size_t value_dim) {
+    return hwy::RoundUpTo(std::max(head_dim, value_dim), kTile);
   }
   static size_t Floats(size_t head_dim, size_t value_dim) {
     const size_t hp = HeadPairs(head_dim),
                  vc = hwy::RoundUpTo(value_dim, kTile);
     return kTaskRows * hp + hp * kKeyBlock + kKeyPairs * vc +
-           kQueryBlock * kKeyPairs + kQueryBlock * vc;
+           kQueryBlock * kKeyPairs + kQueryBlock * vc + kTile * hp +
+           2 * RowFloats(head_dim, value_dim);
   }
   PairWorkspace(internal::BFloat16DotKernelKind pair_kernel, float* base,
                 size_t head_dim, size_t value_dim)
@@ -379,6 +387,9 @@ struct PairWorkspace {
     v = k + head_pairs * kKeyBlock;
     p = v + kKeyPairs * value_cols;
     pv = reinterpret_cast<float*>(p + kQueryBlock * kKeyPairs);
+    key_rows = reinterpret_cast<uint32_t*>(pv + kQueryBlock * value_cols);
+    lo = reinterpret_cast<float*>(key_rows + kTile * head_pairs);
+    hi = lo + RowFloats(head_dim, value_dim);
   }
 };
 
@@ -1052,31 +1063,71 @@ inline void QueryPairs(ConstMatrix queries, const PairWorkspace& aw) {
   std::fill(aw.q + rows * hp, aw.q + padded * hp, 0u);
 }
 
-// Pairs: the tile's K^T and V, from the float panels (tile_cols keys), as B's
-// pairs; zero past the keys (to a multiple of 32), head_dim and value_dim.
-inline void KeyValuePairs(const Workspace& ws, size_t nr, size_t head_dim,
-                          size_t value_dim, size_t tile_cols,
+// Row t of `rows` as floats: in place for float rows, else widened into
+// `buffer` (rows.cols floats).
+template <typename T>
+HWY_INLINE const float* FloatRow(const internal::KVRows<T>& rows, size_t t,
+                                 float* buffer) {
+  if constexpr (std::is_same_v<T, float>) {
+    return rows.Row(t);
+  } else {
+    matmul_detail::PackPanel(rows, /*transposed=*/false, t, 1, 0, rows.cols,
+                             rows.cols, buffer);
+    return buffer;
+  }
+}
+
+// Pairs: K^T and V of keys [j0, j0 + tile_cols) straight from their rows,
+// as B's pairs; zero past the keys (to a multiple of 32), head_dim and
+// value_dim, and for ws.nonfinite's values (AddNonFiniteValues adds those
+// rows' share). The same bits as pairs made from float panels (one
+// rounding, vcvtne2ps2bf16), in one pass instead of two.
+template <typename T>
+inline void KeyValuePairs(const internal::KVRows<T>& k,
+                          const internal::KVRows<T>& v, size_t j0,
+                          size_t tile_cols, const Workspace& ws,
                           const PairWorkspace& aw) {
-  const size_t keys = hwy::RoundUpTo(tile_cols, 2 * 16);
-  for (size_t p = 0; p < aw.head_pairs; ++p) {
-    std::fill_n(aw.k + p * kKeyBlock, keys, 0u);
-  }
-  for (size_t n0 = 0; n0 < tile_cols; n0 += nr) {
-    const float* panel = ws.k_panels + n0 * head_dim;
-    for (size_t c = 0; c < head_dim; c += 2) {
-      internal::InterleavedPairs(
-          panel + c * nr, c + 1 < head_dim ? panel + (c + 1) * nr : nullptr,
-          std::min(nr, tile_cols - n0), aw.k + c / 2 * kKeyBlock + n0);
+  constexpr size_t kTile = PairWorkspace::kTile;
+  const size_t keys = hwy::RoundUpTo(tile_cols, 2 * kTile);
+  const size_t hp = aw.head_pairs;
+  // 16 keys' pairs, one key a row, transposed into K^T's 16 x 16 at a time.
+  for (size_t j = 0; j < keys; j += kTile) {
+    for (size_t r = 0; r < kTile; ++r) {
+      uint32_t* row = aw.key_rows + r * hp;
+      if (j + r < tile_cols) {
+        internal::PairsOfRow(FloatRow(k, j0 + j + r, aw.lo), k.cols, hp, row);
+      } else {
+        std::fill_n(row, hp, 0u);
+      }
+    }
+    for (size_t p = 0; p < hp; p += kTile) {
+      internal::TransposeTile(aw.key_rows + p, hp, aw.k + p * kKeyBlock + j,
+                              kKeyBlock);
     }
   }
-  std::fill_n(aw.v, keys / 2 * aw.value_cols, 0u);
-  for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
-    const float* panel = ws.v_panels + n0 * kKeyBlock;
-    for (size_t j = 0; j < tile_cols; j += 2) {
-      internal::InterleavedPairs(
-          panel + j * nr, j + 1 < tile_cols ? panel + (j + 1) * nr : nullptr,
-          std::min(nr, value_dim - n0), aw.v + j / 2 * aw.value_cols + n0);
+  const uint32_t* nonfinite = ws.nonfinite.keys;
+  const uint32_t* nonfinite_end = nonfinite + ws.nonfinite.count;
+  const auto zeroed = [&](size_t j) {
+    return j >= tile_cols ||
+           std::find(nonfinite, nonfinite_end, static_cast<uint32_t>(j)) !=
+               nonfinite_end;
+  };
+  for (size_t j = 0; j < keys; j += 2) {  // Keys (j, j + 1).
+    uint32_t* out = aw.v + j / 2 * aw.value_cols;
+    const bool lo_zero = zeroed(j), hi_zero = zeroed(j + 1);
+    if (lo_zero && hi_zero) {
+      std::fill_n(out, aw.value_cols, 0u);
+      continue;
     }
+    const float* lo = aw.lo;
+    if (lo_zero) {
+      std::fill_n(aw.lo, v.cols, 0.0f);
+    } else {
+      lo = FloatRow(v, j0 + j, aw.lo);
+    }
+    const float* hi = hi_zero ? nullptr : FloatRow(v, j0 + j + 1, aw.hi);
+    internal::InterleavedPairs(lo, hi, v.cols, out);
+    std::fill(out + v.cols, out + aw.value_cols, 0u);
   }
 }
 
@@ -1194,8 +1245,28 @@ struct FloatTiles {
 
   void Queries(ConstMatrix) const {}
 
-  void Prepare(const Workspace& ws, size_t nr, size_t head_dim,
-               size_t value_dim, size_t tile_cols) const {
+  // K^T and V of keys [j0, j0 + tile_cols) as float panels, the values of
+  // ws.nonfinite's keys zero, rounded to bf16 where asked.
+  template <typename T>
+  void Prepare(const internal::KVRows<T>& k, const internal::KVRows<T>& v,
+               size_t j0, size_t tile_cols, const Workspace& ws,
+               size_t nr) const {
+    using matmul_detail::PackPanel;
+    const size_t head_dim = k.cols, value_dim = v.cols;
+    for (size_t n0 = 0; n0 < tile_cols; n0 += nr) {
+      PackPanel(k, /*transposed=*/true, 0, head_dim, j0 + n0,
+                std::min(nr, tile_cols - n0), nr, ws.k_panels + n0 * head_dim);
+    }
+    for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
+      PackPanel(v, /*transposed=*/false, j0, tile_cols, n0,
+                std::min(nr, value_dim - n0), nr, ws.v_panels + n0 * kKeyBlock);
+    }
+    for (size_t n = 0; n < ws.nonfinite.count; ++n) {
+      for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
+        std::fill_n(ws.v_panels + n0 * kKeyBlock + ws.nonfinite.keys[n] * nr,
+                    nr, 0.0f);
+      }
+    }
     if (!round_inputs) return;
     const hn::ScalableTag<float> d;  // Padding and stale rows round too.
     RoundInPlace(d, ws.k_panels, hwy::DivCeil(tile_cols, nr) * nr * head_dim);
@@ -1249,9 +1320,10 @@ struct PairTiles {
 
   void Queries(ConstMatrix queries) const { QueryPairs(queries, aw); }
 
-  void Prepare(const Workspace& ws, size_t nr, size_t head_dim,
-               size_t value_dim, size_t tile_cols) const {
-    KeyValuePairs(ws, nr, head_dim, value_dim, tile_cols, aw);
+  template <typename T>
+  void Prepare(const internal::KVRows<T>& k, const internal::KVRows<T>& v,
+               size_t j0, size_t tile_cols, const Workspace& ws, size_t) const {
+    KeyValuePairs(k, v, j0, tile_cols, ws, aw);
   }
 
   void Scores(ConstMatrix, const MicroTiles& mt, const Workspace& ws) const {
@@ -1301,7 +1373,6 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
   } else {
     const hn::ScalableTag<float> d;
     const size_t nr = kVectors * hn::Lanes(d);
-    const size_t head_dim = pr.q.dims[3];
     const internal::KVRows<T> k = pr.Keys<T>(b, t.h0);
     const internal::KVRows<T> v = pr.Values<T>(b, t.h0);
     const size_t task_stop = stop(rows - 1);
@@ -1310,28 +1381,12 @@ inline void AttendBlock(const Problem& pr, const QueryRows& t,
          j0 += kKeyBlock) {
       // Pack K^T and V for the keys the task's last row sees.
       const size_t tile_cols = std::min(kKeyBlock, task_stop - j0);
-      for (size_t n0 = 0; n0 < tile_cols; n0 += nr) {
-        PackPanel(k, /*transposed=*/true, 0, head_dim, j0 + n0,
-                  std::min(nr, tile_cols - n0), nr,
-                  ws.k_panels + n0 * head_dim);
-      }
-      for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
-        PackPanel(v, /*transposed=*/false, j0, tile_cols, n0,
-                  std::min(nr, value_dim - n0), nr,
-                  ws.v_panels + n0 * kKeyBlock);
-      }
       ws.nonfinite.count = 0;
       if (pr.mask.Classify(b, t.Token(0), t.Token(rows - 1) + 1, j0,
                            j0 + tile_cols) != TileKind::kFull) {
         FindNonFiniteValues(d, v, j0, tile_cols, ws.nonfinite);
       }
-      for (size_t n = 0; n < ws.nonfinite.count; ++n) {
-        for (size_t n0 = 0; n0 < value_dim; n0 += nr) {
-          std::fill_n(ws.v_panels + n0 * kKeyBlock + ws.nonfinite.keys[n] * nr,
-                      nr, 0.0f);
-        }
-      }
-      tiles.Prepare(ws, nr, head_dim, value_dim, tile_cols);
+      tiles.Prepare(k, v, j0, tile_cols, ws, nr);
       for (size_t qb = 0; qb < rows; qb += kQueryBlock) {
         const size_t qb_rows = std::min(rows - qb, kQueryBlock);
         const size_t qb_stop = stop(qb + qb_rows - 1);
