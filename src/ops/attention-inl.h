@@ -360,7 +360,9 @@ struct PairWorkspace {
   uint32_t* p;  // kQueryBlock x kKeyPairs.
   float* pv;    // kQueryBlock x value_cols.
   // KeyValuePairs' scratch: 16 keys' pairs (kTile x head_pairs), and two
-  // rows widened to floats (RowFloats each).
+  // rows widened to floats (RowFloats each). Every region is a multiple of
+  // 16 floats from the task's 64-byte aligned scratch, so lo and hi take
+  // FloatRow's aligned vector stores.
   uint32_t* key_rows;
   float *lo, *hi;
 
