@@ -217,14 +217,17 @@ class MatMulTest : public test::PerTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(MatMulTest);
 
 // Skinny, tiny and tiled products, both layouts, K and N around the vectors
-// and blocks, strides and misaligned bases.
+// and blocks, strides and misaligned bases; skinny products over a
+// projection's weights (under emulation smaller ones, still several depth
+// blocks and split among threads).
 TEST_P(MatMulTest, HalfPrecisionBEqualsWidenedB) {
   uint64_t seed = 1000;
+  const size_t k = test::Emulated() ? 300 : 768,
+               n = test::Emulated() ? 1024 : 2304;
   for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
     for (const Case& shape :
-         {Case{1, 768, 2304}, Case{3, 17, 45}, Case{8, 768, 2304},
-          Case{5, 300, 70}, Case{97, 257, 33}, Case{2, 5, 3},
-          Case{200, 64, 130}}) {
+         {Case{1, k, n}, Case{3, 17, 45}, Case{8, k, n}, Case{5, 300, 70},
+          Case{97, 257, 33}, Case{2, 5, 3}, Case{200, 64, 130}}) {
       for (size_t variant = 0; variant < 2; ++variant) {
         Case c = shape;
         c.transpose_b = t;
@@ -267,16 +270,24 @@ TEST_P(MatMulTest, BFloat16ArithmeticMatchesRoundedOperands) {
         }
         uint64_t seed = 40;
         for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
-          for (const Case& c :
-               {Case{1, 1, 1, t}, Case{5, 3, 7, t},
-                Case{7, 33, 70, t, 0.5f, 0.25f, true}, Case{97, 130, 129, t},
-                Case{13, 768, 64, t, 1.0f, 1.0f, true, 3, 1},
-                Case{6, 64, 16, t}, Case{12, 31, 65, t, -2.0f},
-                Case{33, 40, 97, t, 1.0f, 0.5f, true}, Case{100, 300, 70, t},
-                // Several of AMX's column blocks (384 columns), the last
-                // partial, with and without an epilogue.
-                Case{70, 96, 450, t, 0.5f, 0.25f, true},
-                Case{96, 64, 800, t}}) {
+          std::vector<Case> cases = {
+              Case{1, 1, 1, t},
+              Case{5, 3, 7, t},
+              Case{7, 33, 70, t, 0.5f, 0.25f, true},
+              Case{97, 130, 129, t},
+              Case{13, 768, 64, t, 1.0f, 1.0f, true, 3, 1},
+              Case{6, 64, 16, t},
+              Case{12, 31, 65, t, -2.0f},
+              Case{33, 40, 97, t, 1.0f, 0.5f, true},
+              Case{100, 300, 70, t}};
+          if (!test::Emulated()) {
+            // Several of AMX's column blocks (384 columns), the last
+            // partial, with and without an epilogue; not under emulation
+            // (Arm has no AMX).
+            cases.push_back(Case{70, 96, 450, t, 0.5f, 0.25f, true});
+            cases.push_back(Case{96, 64, 800, t});
+          }
+          for (const Case& c : cases) {
             RunCase(c, seed += 4, ComputeType::kBFloat16);
           }
         }
@@ -538,19 +549,24 @@ TEST_P(MatMulTest, AlphaBetaBias) {
 }
 
 TEST_P(MatMulTest, StridedAndMisaligned) {
+  const size_t rows = test::Emulated() ? 100 : 200;
   for (Transpose t : {Transpose::kNo, Transpose::kYes}) {
     for (size_t offset : {1, 3}) {
       RunCase({50, 70, 90, t, 1.0f, 0.5f, true, 5, offset}, offset);
       // Several row and depth blocks: B^T is packed once for all of them.
-      RunCase({200, 300, 150, t, 1.0f, 0.5f, true, 5, offset}, offset);
+      RunCase({rows, 300, 150, t, 1.0f, 0.5f, true, 5, offset}, offset);
       RunCase({1, 70, 90, t, 1.0f, 0.0f, false, 3, offset}, offset);
     }
   }
 }
 
+// Many row and depth blocks, many tasks (under emulation fewer of each).
 TEST_P(MatMulTest, Large) {
-  RunCase({1030, 1025, 40, Transpose::kNo}, 11);
-  RunCase({1001, 64, 130, Transpose::kYes}, 12);
+  const bool emulated = test::Emulated();
+  const size_t m = emulated ? 300 : 1030, k = emulated ? 520 : 1025;
+  const size_t m_t = emulated ? 301 : 1001;
+  RunCase({m, k, 40, Transpose::kNo}, 11);
+  RunCase({m_t, 64, 130, Transpose::kYes}, 12);
 }
 
 // K = 0: C = beta * C + bias, with A and B allowed to be null (their size
@@ -629,7 +645,7 @@ TEST_P(MatMulTest, BatchedHeadsInTokenMajorLayout) {
 
 // Each output's reduction order is fixed: any thread count, same bits.
 TEST_P(MatMulTest, BitIdenticalForAnyThreadCount) {
-  const size_t m = 300, k = 700, n = 333;
+  const size_t m = test::Emulated() ? 150 : 300, k = 700, n = 333;
   const std::vector<float> a = test::RandomVector(m * k, 1);
   const std::vector<float> b = test::RandomVector(k * n, 2);
   test::ExpectSameBitsForAnyThreadCount([&] {
