@@ -251,9 +251,13 @@ TEST_P(MatMulTest, HalfPrecisionBEqualsWidenedB) {
 // accumulation's bound of the float64 product of the rounded operands.
 TEST_P(MatMulTest, BFloat16ArithmeticMatchesRoundedOperands) {
   using internal::BFloat16DotPolicy;
+  const std::initializer_list<BFloat16DotPolicy> policies = {
+      BFloat16DotPolicy::kNative, BFloat16DotPolicy::kDotProduct,
+      BFloat16DotPolicy::kFallback};
+  // Each policy's kernel, also for policies whose products below repeat
+  // another's code (and are skipped there).
   test::ForEachBFloat16DotPolicy(
-      {BFloat16DotPolicy::kNative, BFloat16DotPolicy::kDotProduct,
-       BFloat16DotPolicy::kFallback},
+      policies,
       [&](BFloat16DotPolicy policy) {
         if (policy == BFloat16DotPolicy::kFallback) {
           EXPECT_FALSE(NativeBFloat16Dot());
@@ -268,30 +272,32 @@ TEST_P(MatMulTest, BFloat16ArithmeticMatchesRoundedOperands) {
             internal::BfdotUsable() && policy != BFloat16DotPolicy::kFallback) {
           EXPECT_STREQ(BFloat16DotKernel(), "BFDOT");
         }
-        uint64_t seed = 40;
-        for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
-          std::vector<Case> cases = {
-              Case{1, 1, 1, t},
-              Case{5, 3, 7, t},
-              Case{7, 33, 70, t, 0.5f, 0.25f, true},
-              Case{97, 130, 129, t},
-              Case{13, 768, 64, t, 1.0f, 1.0f, true, 3, 1},
-              Case{6, 64, 16, t},
-              Case{12, 31, 65, t, -2.0f},
-              Case{33, 40, 97, t, 1.0f, 0.5f, true},
-              Case{100, 300, 70, t}};
-          if (!test::Emulated()) {
-            // Several of AMX's column blocks (384 columns), the last
-            // partial, with and without an epilogue; not under emulation
-            // (Arm has no AMX).
-            cases.push_back(Case{70, 96, 450, t, 0.5f, 0.25f, true});
-            cases.push_back(Case{96, 64, 800, t});
-          }
-          for (const Case& c : cases) {
-            RunCase(c, seed += 4, ComputeType::kBFloat16);
-          }
-        }
-      });
+      },
+      [](BFloat16DotPolicy policy) { return static_cast<int>(policy); });
+  test::ForEachBFloat16DotPolicy(policies, [&](BFloat16DotPolicy) {
+    uint64_t seed = 40;
+    for (const Transpose t : {Transpose::kNo, Transpose::kYes}) {
+      std::vector<Case> cases = {Case{1, 1, 1, t},
+                                 Case{5, 3, 7, t},
+                                 Case{7, 33, 70, t, 0.5f, 0.25f, true},
+                                 Case{97, 130, 129, t},
+                                 Case{13, 768, 64, t, 1.0f, 1.0f, true, 3, 1},
+                                 Case{6, 64, 16, t},
+                                 Case{12, 31, 65, t, -2.0f},
+                                 Case{33, 40, 97, t, 1.0f, 0.5f, true},
+                                 Case{100, 300, 70, t}};
+      if (!test::Emulated()) {
+        // Several of AMX's column blocks (384 columns), the last
+        // partial, with and without an epilogue; not under emulation
+        // (Arm has no AMX).
+        cases.push_back(Case{70, 96, 450, t, 0.5f, 0.25f, true});
+        cases.push_back(Case{96, 64, 800, t});
+      }
+      for (const Case& c : cases) {
+        RunCase(c, seed += 4, ComputeType::kBFloat16);
+      }
+    }
+  });
 }
 
 // bf16 arithmetic with B stored in bf16 (kept weights) or fp16: the same
