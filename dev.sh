@@ -4,9 +4,9 @@
 #   ./dev.sh bench  the same set-up, then the benchmark report (bench/results.sh
 #                   [--smoke] [--out DIR]): bench/RESULTS.md, results.json, .png
 #   ./dev.sh test   the same set-up, then the whole test suite: x86 on every
-#                   SIMD target, install + consumer tests, ASan+UBSan, TSan,
-#                   30 s of each libFuzzer target, and aarch64 under qemu
-#                   with NEON and with SVE.
+#                   SIMD target, install + consumer tests, ASan+UBSan, the
+#                   libFuzzer targets (45 s, all at once), TSan, and aarch64
+#                   under qemu with NEON and with SVE.
 # Packages come from the system package manager: apt-get as root (or through
 # sudo without a password); otherwise the exact command is printed.
 set -euo pipefail
@@ -67,10 +67,12 @@ build() {
   cmake --build --preset "$preset" "$@"
 }
 
-# run_tests PRESET: every CTest test of that build.
+# run_tests PRESET: every CTest test of that build, one per core at a time,
+# the costliest first (COST in tests/CMakeLists.txt): most of a test's time
+# is one thread, so a serial run left the other core mostly idle.
 run_tests() {
   log "Tests: $1"
-  ctest --preset "$1" --timeout 1500
+  ctest --preset "$1" --timeout 1500 --parallel "$(nproc)"
 }
 
 cmd=${1:-}
@@ -100,8 +102,10 @@ case "$cmd" in
     run_tests asan
     build tsan
     run_tests tsan
-    log "Fuzzing: every target for 30 s"
-    bash tests/fuzz/run_fuzzers.sh 30
+    # The three fuzzers at once: on two cores, 45 s each is the 30 s of a
+    # core each that they had one after another.
+    log "Fuzzing: every target for 45 s, all at once"
+    bash tests/fuzz/run_fuzzers.sh 45
     build aarch64
     run_tests aarch64-neon
     run_tests aarch64-sve

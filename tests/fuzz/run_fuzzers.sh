@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz) with clang-14 in build/fuzz, the
 # library included, under ASan + UBSan with coverage, and runs each for a
-# bounded time from its seed corpus. Fails on any crash, leak, sanitizer
-# report or timeout. Usage: run_fuzzers.sh [seconds per target, default 60]
+# bounded time from its seed corpus, all at once (a fuzzer is one thread).
+# Fails on any crash, leak, sanitizer report or timeout.
+# Usage: run_fuzzers.sh [seconds per target, default 60]
 # Findings are written to build/fuzz/findings/<target>/; new corpus entries
 # to build/fuzz/corpus/<target>/ (the checked-in seeds are not modified).
 set -euo pipefail
@@ -38,21 +39,29 @@ cmake --build "$build" --target "${targets[@]}"
 # abort inside ASan.
 export ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-status=0
+pids=()
 for target in "${targets[@]}"; do
   corpus="$build/corpus/$target"
   findings="$build/findings/$target"
   mkdir -p "$corpus" "$findings"
   echo "=== Fuzz: $target for ${seconds} s"
-  if ! "$build/tests/fuzz/$target" "$corpus" "tests/fuzz/corpus/$target" \
-      -max_total_time="$seconds" -timeout=25 -max_len=4096 \
-      -artifact_prefix="$findings/" -print_final_stats=1 \
-      > "$findings/log.txt" 2>&1; then
+  "$build/tests/fuzz/$target" "$corpus" "tests/fuzz/corpus/$target" \
+    -max_total_time="$seconds" -timeout=25 -max_len=4096 \
+    -artifact_prefix="$findings/" -print_final_stats=1 \
+    > "$findings/log.txt" 2>&1 &
+  pids+=($!)
+done
+status=0
+for i in "${!targets[@]}"; do
+  target=${targets[$i]}
+  findings="$build/findings/$target"
+  if ! wait "${pids[$i]}"; then
     tail -n 60 "$findings/log.txt"
     echo "FAILED: $target (log and reproducer in $findings)" >&2
     status=1
     continue
   fi
+  echo "=== $target:"
   grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units)' \
     "$findings/log.txt" || true
 done
