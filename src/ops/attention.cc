@@ -62,6 +62,33 @@ size_t LastLevelCacheBytes() {
   return bytes;
 }
 
+// The CPU's vendor and family (cpuid leaf 1's base family, plus its
+// extended family where the base is 0xF: AMD's Zen 3 and 4 are 0x19, Zen 5
+// 0x1A); {false, 0} off x86.
+struct CpuFamily {
+  bool amd = false;
+  unsigned family = 0;
+};
+const CpuFamily& ThisCpu() {
+  static const CpuFamily cpu = [] {
+    CpuFamily found;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return found;
+    char vendor[12];
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    found.amd = std::memcmp(vendor, "AuthenticAMD", sizeof(vendor)) == 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return found;
+    const unsigned base = (eax >> 8) & 0xF;
+    found.family = base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
+#endif
+    return found;
+  }();
+  return cpu;
+}
+
 std::atomic<size_t> from_memory_bytes{0};
 
 // Whether decode's rows come from memory: more K and V than the last-level
@@ -71,14 +98,23 @@ std::atomic<size_t> from_memory_bytes{0};
 // pays for it: on Zen 5, one of 1.06 times the L3 (q8_0, grouped, read
 // again at once) ran 8-11% slower paced, where read from memory 1.2 times
 // as fast.
+//
+// Not on AMD's family 0x19: on a Zen 4 the hardware's prefetchers alone
+// read bf16, f16 and q8_0 caches from memory 1.1-1.7 times as fast as paced
+// (bench/RESULTS.md, "Pacing on a Zen 4"). Intel's CPUs keep the pacing,
+// unmeasured there. A threshold set by SetFromMemoryBytes (tests) paces on
+// every CPU.
 bool RowsFromMemory(const KVSource& kv, size_t batch) {
+  const size_t threshold = from_memory_bytes.load();
+  if (threshold == 0 && ThisCpu().amd && ThisCpu().family == 0x19) {
+    return false;
+  }
   // A latent cache's values are its key rows (kv.values.data == keys').
   const size_t row_bytes =
       ElementBytes(kv.type, kv.keys.cols) +
       (kv.values.data == kv.keys.data ? 0
                                       : ElementBytes(kv.type, kv.values.cols));
   const size_t bytes = batch * kv.kv_heads * kv.tokens * row_bytes;
-  const size_t threshold = from_memory_bytes.load();
   return bytes > (threshold != 0 ? threshold : LastLevelCacheBytes());
 }
 
@@ -88,22 +124,7 @@ std::atomic<int> direct_e4m3_choice{-1};
 // Whether the CPU's multiply-adds take denormal operands at full speed: AMD's
 // x86 cores (Zen 5 measured: bench/RESULTS.md, "E4M3 widened to float32"),
 // not Intel's, which take a microcode assist for each such instruction.
-bool DenormalOperandsAreFree() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool amd = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    char vendor[12];
-    std::memcpy(vendor, &ebx, 4);
-    std::memcpy(vendor + 4, &edx, 4);
-    std::memcpy(vendor + 8, &ecx, 4);
-    return std::memcmp(vendor, "AuthenticAMD", sizeof(vendor)) == 0;
-  }();
-  return amd;
-#else
-  return false;
-#endif
-}
+bool DenormalOperandsAreFree() { return ThisCpu().amd; }
 
 bool DirectE4M3(const KVSource& kv) {
   if (kv.type != KVType::kFp8E4M3) return false;

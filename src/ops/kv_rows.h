@@ -144,16 +144,16 @@ struct AttentionArithmetic {
   // kInt8: decode's scores over q8_0, q4_0 and int8 keys as integer dot
   // products.
   bool integer_scores = false;
-  // Decode's rows come from memory (more than the L3 holds): it asks for
-  // those of the types where that pays at its own pace.
+  // Decode's rows come from memory (more than the L3 holds) on a CPU that
+  // pays for pacing them: it asks for kPacedRows types' at its own pace.
   bool rows_from_memory = false;
   // Decode reads E4M3 rows straight as float32 bits (attention-inl.h).
   bool direct_e4m3 = false;
 };
 
 // Bytes of K and V above which decode's rows count as coming from memory
-// (kPacedRows: paced); 0 (the default): the last-level cache's size. For
-// tests.
+// (kPacedRows: paced), on every CPU; 0 (the default): the last-level
+// cache's size, on CPUs that pay for the pacing (attention.cc). For tests.
 void SetFromMemoryBytes(size_t bytes);
 
 // Whether decode reads E4M3 rows straight as float32 bits; nullopt (the
