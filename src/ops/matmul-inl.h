@@ -74,8 +74,8 @@ constexpr size_t kSkinnyRows = 4;
 constexpr size_t kDotMinRows = 2;
 // Rows of B^T of 16- or 32-bit elements this long or shorter go one after
 // the other in DirectColumns' groups of four (a KV cache's keys up to head
-// dim 128 in bf16, 64 in float32).
-constexpr size_t kRowByRowBytes = 256;
+// dim 512 in bf16, 256 in float32; weight rows of 512 bf16).
+constexpr size_t kRowByRowBytes = 1024;
 constexpr size_t kDotMaxRows = 16;
 // 16-bit rows of B^T this long or longer are prefetched by the skinny path.
 constexpr size_t kPrefetchMinDepth = 256;
@@ -1082,9 +1082,11 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
       // Short 16- and 32-bit rows (a KV cache's keys) are read one after the
       // other, the rest a vector of each in turn. On Zen 5 that made 1-row
       // decode 7-10% faster (bf16 keys from memory) to 20% (float32 keys of
-      // 64 in the L3); weight rows read one by one made M = 1 products
-      // 1.15-1.6x slower, 8-bit keys 3-13% (bench/RESULTS.md, "Decode's
-      // Q K^T from memory"). The same bits either way.
+      // 64 in the L3); weight rows of 1.5 KiB and more read one by one made
+      // M = 1 products 1.15-1.6x slower, 8-bit keys 3-13% (bench/RESULTS.md,
+      // "Decode's Q K^T from memory"). On Zen 4, rows of 512 bytes to 1 KiB
+      // read one by one were 1.2-2x as fast ("Rows of up to 1 KiB one by
+      // one"). The same bits either way.
       const size_t vector_k = K / N * N;
       const bool by_rows = sizeof(TB) >= 2 && internal::kBlockValues<TB> == 1 &&
                            K * sizeof(TB) <= kRowByRowBytes;
