@@ -100,8 +100,8 @@ std::atomic<size_t> from_memory_bytes{0};
 // as fast.
 //
 // Not on AMD's family 0x19: on a Zen 4 the hardware's prefetchers alone
-// read bf16, f16 and q8_0 caches from memory 1.1-1.7 times as fast as paced
-// (bench/RESULTS.md, "Pacing on a Zen 4"). Intel's CPUs keep the pacing,
+// read bf16, f16 and q8_0 caches from memory 1.2-2.3 times as fast as paced
+// (one shape even; bench/RESULTS.md, "Pacing on a Zen 4"). Intel's CPUs keep the pacing,
 // unmeasured there. A threshold set by SetFromMemoryBytes (tests) paces on
 // every CPU.
 bool RowsFromMemory(const KVSource& kv, size_t batch) {
