@@ -101,14 +101,13 @@ std::atomic<size_t> from_memory_bytes{0};
 //
 // Not on AMD's family 0x19: on a Zen 4 the hardware's prefetchers alone
 // read bf16, f16 and q8_0 caches from memory 1.2-2.3 times as fast as paced
-// (one shape even; bench/RESULTS.md, "Pacing on a Zen 4"). Intel's CPUs keep the pacing,
-// unmeasured there. A threshold set by SetFromMemoryBytes (tests) paces on
-// every CPU.
+// (one shape even; bench/RESULTS.md, "Pacing on a Zen 4"). Intel's CPUs keep
+// the pacing, unmeasured there. A threshold set by SetFromMemoryBytes (tests)
+// paces on every CPU.
 bool RowsFromMemory(const KVSource& kv, size_t batch) {
   const size_t threshold = from_memory_bytes.load();
-  if (threshold == 0 && ThisCpu().amd && ThisCpu().family == 0x19) {
-    return false;
-  }
+  const bool pacing_pays = !(ThisCpu().amd && ThisCpu().family == 0x19);
+  if (threshold == 0 && !pacing_pays) return false;
   // A latent cache's values are its key rows (kv.values.data == keys').
   const size_t row_bytes =
       ElementBytes(kv.type, kv.keys.cols) +

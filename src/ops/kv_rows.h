@@ -144,8 +144,8 @@ struct AttentionArithmetic {
   // kInt8: decode's scores over q8_0, q4_0 and int8 keys as integer dot
   // products.
   bool integer_scores = false;
-  // Decode's rows come from memory (more than the L3 holds) on a CPU that
-  // pays for pacing them: it asks for kPacedRows types' at its own pace.
+  // Decode's rows come from memory (more than the L3 holds) on a CPU where
+  // pacing pays: it asks for kPacedRows types' rows at its own pace.
   bool rows_from_memory = false;
   // Decode reads E4M3 rows straight as float32 bits (attention-inl.h).
   bool direct_e4m3 = false;

@@ -15,12 +15,16 @@ flags="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all"
 flags+=" -fno-omit-frame-pointer"
 # One SIMD target: the fuzzers test parsing and argument checks, which no
 # target changes, and the kernels' targets are the test suites' (release:
-# all of them; asan: AVX2 and AVX3). Each kernel file compiles once, as
-# AVX2 where the CPU has it: instrumented, EMU128's lane-by-lane loops took
-# nine times as long to compile (attend_blocks.cc: 444-470 s against 51).
-# The pragma warning: a kernel file with no function of its own (a table of
-# another's) leaves an AVX2 target region empty.
-if [ "$(uname -m)" = x86_64 ] && grep -qw avx2 /proc/cpuinfo; then
+# all of them; asan: AVX3 and EMU128). Each kernel file compiles once, as
+# AVX2 where the CPU has Highway's AVX2 features: instrumented, EMU128's
+# lane-by-lane loops took nine times as long to compile (attend_blocks.cc:
+# 444-470 s against 51). The pragma warning: a kernel file with no function
+# of its own (a table of another's) leaves an AVX2 target region empty.
+avx2=1
+for feature in avx2 bmi2 fma f16c aes pclmulqdq; do
+  grep -qw "$feature" /proc/cpuinfo 2> /dev/null || avx2=0
+done
+if [ "$(uname -m)" = x86_64 ] && [ $avx2 = 1 ]; then
   flags+=" -DHWY_COMPILE_ONLY_STATIC -march=haswell -maes"
   flags+=" -Wno-pragma-clang-attribute"
 else
