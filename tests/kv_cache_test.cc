@@ -407,11 +407,13 @@ TEST_P(KVCacheTest, DirectE4M3KeepsTheFloat16RoutesBits) {
               RandomVector(heads * dim, 13, -magnitude, magnitude);
           const auto attend = [&](bool direct) {
             internal::SetDirectE4M3(direct);
+            internal::SetFp8Pairs(false);
             std::vector<float> out(q.size());
             ScaledDotProductAttention(
                 ConstTensor4::Dense(q.data(), 1, heads, 1, dim), cache.View(),
                 Tensor4::Dense(out.data(), 1, heads, 1, dim));
             internal::SetDirectE4M3(std::nullopt);
+            internal::SetFp8Pairs(std::nullopt);
             return out;
           };
           ExpectSameBits(attend(true), attend(false),
@@ -419,6 +421,77 @@ TEST_P(KVCacheTest, DirectE4M3KeepsTheFloat16RoutesBits) {
                              std::to_string(block_size) + " heads " +
                              std::to_string(heads) + " |q| " +
                              std::to_string(magnitude));
+        }
+      }
+    }
+  }
+}
+
+// Decode's fp8 products under kBFloat16 on bf16 pairs (where the CPU has
+// them) against the float32 route over the same cache and the same rounded
+// Q and P: every code's value (subnormals and zeros among them), 1 to 3
+// rows per K/V head (3 take the float32 route), head dims within and past
+// a vector of 64 codes, contiguous and paged, a NaN code in reach, and an
+// E5M2 infinity in a key. Both sum exact products in float32, so they agree
+// to its rounding.
+TEST_P(KVCacheTest, Fp8PairsUnderBFloat16MatchTheFloat32Route) {
+  constexpr size_t kTokens = 300;
+  for (const KVType type : {KVType::kFp8E4M3, KVType::kFp8E5M2}) {
+    for (const size_t dim : {size_t{20}, size_t{72}, size_t{128}}) {
+      std::vector<float> k = RandomVector(kKVHeads * kTokens * dim, 21),
+                         v = RandomVector(kKVHeads * kTokens * dim, 22);
+      for (size_t i = 0; i < k.size(); ++i) {
+        const int e = static_cast<int>(i * 7 % 23) - 16;  // -16 to 6.
+        k[i] = i % 29 == 0 ? 0.0f : std::ldexp(k[i], e);
+        v[i] = i % 31 == 0 ? 0.0f : std::ldexp(v[i], -e - 8);
+      }
+      v[(kTokens + 280) * dim + 3] = kNaN;  // kv head 1, the second tile.
+      if (type == KVType::kFp8E5M2) {
+        k[(kTokens + 100) * dim + 1] = std::numeric_limits<float>::infinity();
+      }
+      for (const size_t block_size : {size_t{0}, size_t{16}}) {
+        KVCacheConfig config;
+        config.type = type;
+        config.block_size = block_size;
+        KVCache cache(1, kKVHeads, kTokens, dim, config);
+        cache.Append(ConstTensor4::Dense(k.data(), 1, kKVHeads, kTokens, dim),
+                     ConstTensor4::Dense(v.data(), 1, kKVHeads, kTokens, dim));
+        for (const size_t heads : {kKVHeads, 2 * kKVHeads, 3 * kKVHeads}) {
+          const std::vector<float> q = RandomVector(heads * dim, 23, -3, 3);
+          {
+            const auto attend = [&](bool pairs) {
+              internal::SetFp8Pairs(pairs);
+              std::vector<float> out(q.size());
+              AttentionOptions options;
+              options.compute = ComputeType::kBFloat16;
+              ScaledDotProductAttention(
+                  ConstTensor4::Dense(q.data(), 1, heads, 1, dim), cache.View(),
+                  Tensor4::Dense(out.data(), 1, heads, 1, dim), options);
+              internal::SetFp8Pairs(std::nullopt);
+              return out;
+            };
+            const std::vector<float> pairs = attend(true),
+                                     floats = attend(false);
+            const std::string what = Name(Kind{type, block_size}) + " dim " +
+                                     std::to_string(dim) + " heads " +
+                                     std::to_string(heads);
+            size_t nan = 0;
+            double largest = 0.0, worst = 0.0;
+            for (size_t i = 0; i < pairs.size(); ++i) {
+              ASSERT_EQ(std::isnan(pairs[i]), std::isnan(floats[i]))
+                  << what << " " << i;
+              if (std::isnan(floats[i])) {
+                ++nan;
+                continue;
+              }
+              largest = std::max(largest, double{std::abs(floats[i])});
+              worst = std::max(worst, double{std::abs(pairs[i] - floats[i])});
+            }
+            EXPECT_GE(nan, heads / kKVHeads) << what;  // Column 3 of head 1.
+            // The sums' order: scores moved by float32 rounding.
+            EXPECT_LE(worst, 1e-5 * largest) << what;
+            EXPECT_GT(largest, 0.0) << what;
+          }
         }
       }
     }

@@ -632,12 +632,13 @@ const std::vector<OpSpec>& Ops() {
        Metric::kGbPerSec,
        "BxHxNxD[_kvG][_qQ][_windowW][_softcapC][_sinks][_alibi][_kvbf16|_kvf16|"
        "_kvint8|_kvfp8|_kvfp8e5m2|_kvq8_0|_kvq4_0][_pagedN][_cold][_mlaN]"
-       "[_int8dot]  one "
+       "[_bf16dot|_int8dot]  one "
        "query (Q with _qQ, causal) per sequence, the last of N "
        "cached keys (the last W with a window), in a KVCache of that type "
        "and layout, with _cold a copy per call past the L3, with _mlaN a "
        "latent cache whose values are the first N dims of each key row, "
-       "with _int8dot kInt8 scores; bytes of K and V read",
+       "with _bf16dot (bf16 or fp8 caches) bf16 arithmetic, with _int8dot "
+       "kInt8 scores; bytes of K and V read",
        Names(measure::StandardDecodeShapes()),
        {"1x2x5x8",
         "2x4x300x16_kv2",
@@ -669,7 +670,10 @@ const std::vector<OpSpec>& Ops() {
         "1x3x300x72",
         "1x2x100x36_kvbf16_paged16",
         "1x2x60x18_kvf16",
-        "2x6x300x64_kv2_kvint8_paged16_window50_int8dot"},
+        "2x6x300x64_kv2_kvint8_paged16_window50_int8dot",
+        "2x4x300x72_kv2_kvfp8_paged16_bf16dot",
+        "1x2x300x136_kvfp8e5m2_window100_bf16dot",
+        "1x6x300x20_kv2_kvfp8_q2_bf16dot"},
        [](const std::string& text) { return AttentionCase(text, true); }},
       {"append",
        Metric::kGbPerSec,

@@ -51,8 +51,8 @@ struct ForwardOptions {
   Tensor4 attention_weights;
   // kBFloat16: the projections and attention in bf16 arithmetic (MatMul's
   // and ScaledDotProductAttention's kBFloat16); ForwardStep then needs a
-  // bf16 cache. The first such call on a target packs the projections for
-  // it (a PackedMatrix per matrix, 2 bytes per weight, kept until the
+  // bf16 or fp8 cache. The first such call on a target packs the projections
+  // for it (a PackedMatrix per matrix, 2 bytes per weight, kept until the
   // weights change). kInt8 (ForwardStep over a q8_0, q4_0 or int8 cache):
   // float32 projections, attention's kInt8 scores.
   ComputeType compute = ComputeType::kFloat32;
@@ -296,8 +296,8 @@ class SIMDATTN_API AttentionModule {
   // (num_tokens, y features): the rows ForwardStep over a KVCache holding
   // the same tokens gives, up to the order of summation. Causal modules with
   // projections, eval mode; the pages are not latent and hold the module's
-  // kv heads and head_dim (bf16 for options.compute kBFloat16). On error
-  // nothing is written.
+  // kv heads and head_dim (bf16 or fp8 for options.compute kBFloat16).
+  // On error nothing is written.
   void ForwardStep(ConstMatrix x, const VarlenStep& step, const KVPages& pages,
                    Matrix y, const ForwardOptions& options = {}) const;
 

@@ -298,7 +298,7 @@ struct AttentionOptions {
   // softmax and sums in float32. Each product is then exact in float32, so
   // outputs differ from float32 attention over the rounded Q, K, V and P
   // only by accumulation order. Over a KVCacheView, the cache must hold
-  // bf16 (its keys and values are already rounded).
+  // bf16 or fp8 (whose keys and values bf16 holds exactly).
   // kInt8 (a cache of q8_0, q4_0 or int8 only): integer scores. Over
   // ggml's blocks, as llama.cpp computes them: each query row is quantized
   // per block of 32 elements to q^ = d round(x / d), d = max |x| / 127

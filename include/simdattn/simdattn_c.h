@@ -373,7 +373,8 @@ typedef struct simdattn_attention_options {
    * draw for the (batch, q_heads, q_tokens, k_tokens) weights. */
   float dropout;
   /* SIMDATTN_COMPUTE_BF16 rounds Q, K, V and the weights P to bf16
-   * (kernels.h's AttentionOptions::compute); over a KV cache, a bf16 one.
+   * (kernels.h's AttentionOptions::compute); over a KV cache, a bf16 or
+   * fp8 one.
    * SIMDATTN_COMPUTE_INT8: over a q8_0, q4_0 or int8 cache only. */
   int32_t compute;
   uint64_t dropout_seed;

@@ -467,9 +467,11 @@ void AttentionEngine::CheckStep(const ForwardOptions& options,
                    "ForwardStep does not return attention weights");
   CheckCompute(options, /*step=*/true);
   SIMDATTN_REQUIRE(
-      options.compute != ComputeType::kBFloat16 || type == KVType::kBF16, name_,
-      "options.compute is kBFloat16: the cache must hold bf16 "
-      "(KVCacheConfig::type or KVPages::type kBF16), "
+      options.compute != ComputeType::kBFloat16 || type == KVType::kBF16 ||
+          type == KVType::kFp8E4M3 || type == KVType::kFp8E5M2,
+      name_,
+      "options.compute is kBFloat16: the cache must hold bf16 or fp8 "
+      "(KVCacheConfig::type or KVPages::type kBF16, kFp8E4M3, kFp8E5M2), "
       "its type is ",
       static_cast<int>(type));
   SIMDATTN_REQUIRE(options.compute != ComputeType::kInt8 ||

@@ -53,6 +53,7 @@
 #include "src/ops/bf16-inl.h"
 #include "src/ops/dropout-inl.h"
 #include "src/ops/exp-inl.h"
+#include "src/ops/fp8_pairs.h"
 #include "src/ops/int_dot-inl.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/lanes-inl.h"
@@ -138,6 +139,9 @@ struct Problem {
   bool rows_from_memory = false;
   // The few-rows walk reads E4M3 rows as DirectE4M3 (matmul-inl.h).
   bool direct_e4m3 = false;
+  // The few-rows walk's fp8 products under kBFloat16 on bf16 pairs
+  // (fp8_pairs.h), for tasks of up to kFp8PairRows rows.
+  bool fp8_pairs = false;
 
   template <typename T>
   internal::KVRows<T> Keys(size_t b, size_t h) const {
@@ -885,6 +889,89 @@ HWY_INLINE void AddTileProduct(ConstMatrix p, const internal::KVRows<T>& v,
   }
 }
 
+template <typename T>
+constexpr bool kFp8Rows = std::is_same_v<T, internal::Fp8E4M3> ||
+                          std::is_same_v<T, internal::Fp8E5M2>;
+
+// A few-rows task's fp8 products on bf16 pairs (Problem::fp8_pairs): its
+// query rows as the kernels' operands, and room for a tile's weights.
+struct Fp8Operands {
+  static constexpr size_t kWeightStride = kKeyBlock / 2;
+  const uint32_t* queries = nullptr;  // Null: the float32 routes.
+  float factor = 0.0f;          // The products' power of two (Fp8QueryPairs).
+  uint32_t* weights = nullptr;  // A tile's, rows kWeightStride apart.
+
+  // The queries' operands in `scratch`, none where they are not finite.
+  static Fp8Operands For(ConstMatrix queries, float* scratch, float* weights) {
+    Fp8Operands fp8;
+    auto* pairs = reinterpret_cast<uint32_t*>(scratch);
+    fp8.factor = internal::Fp8QueryPairs(queries.data, queries.rows,
+                                         queries.cols, queries.stride, pairs);
+    if (fp8.factor == 0.0f) return fp8;
+    fp8.queries = pairs;
+    fp8.weights = reinterpret_cast<uint32_t*>(weights);
+    return fp8;
+  }
+};
+
+template <typename T>
+constexpr KVType kFp8Type =
+    std::is_same_v<T, internal::Fp8E4M3> ? KVType::kFp8E4M3 : KVType::kFp8E5M2;
+
+// TileScores on the pairs (S = alpha Q K^T of the task's rows, kKeyBlock
+// apart), true; false where they decline the keys (S unspecified).
+template <typename T>
+bool Fp8TileScores(const Fp8Operands& fp8, size_t rows,
+                   const internal::KVRows<T>& k, size_t j0, size_t cols,
+                   float alpha, float* scores) {
+  if constexpr (kFp8Rows<T> && kPairTarget) {
+    if (fp8.queries == nullptr) return false;
+    for (size_t n = 0, run = 0; n < cols; n += run) {
+      run = std::min(cols - n, k.RunFrom(j0 + n));
+      internal::Fp8Scores(kFp8Type<T>, fp8.queries, rows, &k.Row(j0 + n)->bits,
+                          k.stride, run, k.cols, alpha * fp8.factor, scores + n,
+                          kKeyBlock);
+    }
+    return true;
+  }
+  return false;
+}
+
+// AddTileProduct on the pairs (acc = P V, or acc + P V unless `first`),
+// true; false where they decline the values (acc unchanged).
+template <typename T>
+bool Fp8TileProduct(const Fp8Operands& fp8, ConstMatrix p,
+                    const internal::KVRows<T>& v, size_t j0, Matrix acc,
+                    bool first) {
+  if constexpr (kFp8Rows<T> && kPairTarget) {
+    if (fp8.queries == nullptr) return false;
+    // The tile's weights are paired from its first key on: every run must
+    // start at an even key (paged blocks hold 16 or more).
+    for (size_t n = 0, run = 0; n < p.cols; n += run) {
+      if (n % 2 != 0) return false;
+      run = std::min(p.cols - n, v.RunFrom(j0 + n));
+    }
+    if (!internal::Fp8WeightPairs(p.Row(0), p.rows, p.cols, p.stride,
+                                  fp8.weights, Fp8Operands::kWeightStride)) {
+      return false;
+    }
+    if (first) {
+      for (size_t r = 0; r < acc.rows; ++r) {
+        std::fill_n(acc.Row(r), acc.cols, 0.0f);
+      }
+    }
+    for (size_t n = 0, run = 0; n < p.cols; n += run) {
+      run = std::min(p.cols - n, v.RunFrom(j0 + n));
+      internal::Fp8WeightsTimesValues(kFp8Type<T>, fp8.weights + n / 2,
+                                      Fp8Operands::kWeightStride, p.rows,
+                                      &v.Row(j0 + n)->bits, v.stride, run,
+                                      acc.cols, acc.Row(0), acc.stride);
+    }
+    return true;
+  }
+  return false;
+}
+
 // Attends a task's few query rows (decode; `queries`, one row each) to keys
 // [j_begin, j_end): packing tiles of K and V would not pay for itself, so K
 // and V rows are read where they lie, as MatMul's skinny path does. Leaves
@@ -923,11 +1010,20 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
   // E4M3 rows read as DirectE4M3 (Problem::direct_e4m3): the queries times
   // its operand scale in the K panels' scratch (this path packs none), each
   // tile's weights in the rows of S past the task's.
+  // fp8 rows on bf16 pairs (Problem::fp8_pairs) likewise, each run's
+  // weights in the V panels' scratch (this path packs none either).
+  Fp8Operands fp8;
+  if constexpr (kFp8Rows<T>) {
+    if (pr.fp8_pairs && rows <= internal::kFp8PairRows) {
+      fp8 = Fp8Operands::For(queries, ws.k_panels, ws.v_panels);
+    }
+  }
   const float* direct_queries = nullptr;
   float* direct_weights = nullptr;
   if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
     static_assert(2 * kSkinnyRows <= kQueryBlock, "S holds both");
-    if (pr.direct_e4m3 && ScaledForDirectE4M3(queries, ws.k_panels)) {
+    if (fp8.queries == nullptr && pr.direct_e4m3 &&
+        ScaledForDirectE4M3(queries, ws.k_panels)) {
       direct_queries = ws.k_panels;
       direct_weights = ws.scores + kSkinnyRows * kKeyBlock;
     }
@@ -956,8 +1052,11 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
                           std::min(next_end, next + n + width));
         PrefetchPagedRows(v, j0 + n, j0 + n + width);
       }
-      TileScores(queries, quantized ? &*quantized : nullptr, k, j0 + n, width,
-                 scores_options, ws.scores + n, direct_queries);
+      if (!Fp8TileScores(fp8, rows, k, j0 + n, width, pr.scale,
+                         ws.scores + n)) {
+        TileScores(queries, quantized ? &*quantized : nullptr, k, j0 + n, width,
+                   scores_options, ws.scores + n, direct_queries);
+      }
     }
     SoftmaxTile(pr, t, 0, rows, j0, cols, st, ws);
     const bool first = j0 == j_start;
@@ -973,8 +1072,10 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
     const Matrix acc_rows(acc, rows, value_dim, acc_stride);
     if (ws.nonfinite.count == 0) {
-      AddTileProduct(p, v, j0, acc_rows, accumulate, paced ? &pacer : nullptr,
-                     direct_weights);
+      if (!Fp8TileProduct(fp8, p, v, j0, acc_rows, first)) {
+        AddTileProduct(p, v, j0, acc_rows, accumulate, paced ? &pacer : nullptr,
+                       direct_weights);
+      }
     } else if constexpr (std::is_same_v<T, int8_t>) {  // Scales zeroed.
       for (size_t jj = 0; jj < cols; ++jj) ws.scales[jj] = v.Scale(j0 + jj);
       for (size_t n = 0; n < ws.nonfinite.count; ++n) {
@@ -1498,6 +1599,7 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   pr.integer_scores = arith.integer_scores;
   pr.rows_from_memory = arith.rows_from_memory;
   pr.direct_e4m3 = arith.direct_e4m3;
+  pr.fp8_pairs = kPairTarget && arith.fp8_pairs;
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);

@@ -22,9 +22,11 @@
 #include "src/common/check.h"
 #include "src/common/scratch.h"
 #include "src/ops/attend.h"
+#include "src/ops/fp8_pairs.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/kv_store.h"
 #include "src/ops/matmul_bf16.h"
+#include "src/ops/target_family.h"
 
 namespace simdattn {
 
@@ -129,6 +131,27 @@ bool DirectE4M3(const KVSource& kv) {
   if (kv.type != KVType::kFp8E4M3) return false;
   const int choice = direct_e4m3_choice.load();
   return choice >= 0 ? choice != 0 : DenormalOperandsAreFree();
+}
+
+// -1: by the CPU; else SetFp8Pairs' choice.
+std::atomic<int> fp8_pairs_choice{-1};
+
+// Whether decode's fp8 products under kBFloat16 take bf16 pairs: by default
+// on AMD (Zen 4 measured: bench/RESULTS.md, "fp8 on bf16 pairs"; on Intel's
+// Xeons vdpbf16ps ran below the float32 FMAs), where the dispatch picks
+// AVX-512 and the CPU has AVX512_BF16 and VBMI. Under float32 arithmetic the
+// queries and weights would need 3 bf16 parts each, which ran slower than
+// the float32 route there.
+bool Fp8Pairs(const KVSource& kv, bool bf16) {
+  if (!bf16 || (kv.type != KVType::kFp8E4M3 && kv.type != KVType::kFp8E5M2)) {
+    return false;
+  }
+  if (!internal::IsAvx512Target(internal::ActiveTargetBit()) ||
+      !internal::Fp8PairsUsable()) {
+    return false;
+  }
+  const int choice = fp8_pairs_choice.load();
+  return choice >= 0 ? choice != 0 : ThisCpu().amd;
 }
 
 // Float keys or values (tensor memory, `heads` per batch item of `tokens`
@@ -252,6 +275,7 @@ void Attend(const char* kFn, ConstTensor4 q,
   arith.integer_scores = int8;
   arith.rows_from_memory = RowsFromMemory(kv, layout.batch);
   arith.direct_e4m3 = DirectE4M3(kv);
+  arith.fp8_pairs = Fp8Pairs(kv, bf16);
   internal::AttentionFor(kv.type)(
       q, layout, kv, out, scale, mask, dropout,
       DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
@@ -309,10 +333,12 @@ void AttendCache(const char* kFn, ConstTensor4 q,
   SIMDATTN_REQUIRE(IsElementType(kv.type), kFn, "kv.type (",
                    static_cast<int>(kv.type), ") is not a KVType");
   SIMDATTN_REQUIRE(
-      options.compute != ComputeType::kBFloat16 || kv.type == KVType::kBF16,
+      options.compute != ComputeType::kBFloat16 || kv.type == KVType::kBF16 ||
+          kv.type == KVType::kFp8E4M3 || kv.type == KVType::kFp8E5M2,
       kFn, "options.compute is kBFloat16 but the cache's type is ",
       static_cast<int>(kv.type),
-      ", not kBF16: bf16 arithmetic reads a bf16 cache");
+      ", not kBF16, kFp8E4M3 or kFp8E5M2: bf16 arithmetic reads a cache "
+      "whose values bf16 holds");
   SIMDATTN_REQUIRE(kv.head_dim == q.dims[3], kFn, "the cache's head_dim (",
                    kv.head_dim, ") differs from q's: q has shape ",
                    ShapeString(q.dims));
@@ -385,6 +411,9 @@ namespace internal {
 void SetFromMemoryBytes(size_t bytes) { from_memory_bytes = bytes; }
 void SetDirectE4M3(std::optional<bool> direct) {
   direct_e4m3_choice = direct ? int{*direct} : -1;
+}
+void SetFp8Pairs(std::optional<bool> pairs) {
+  fp8_pairs_choice = pairs ? int{*pairs} : -1;
 }
 }  // namespace internal
 

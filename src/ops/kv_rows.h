@@ -149,6 +149,8 @@ struct AttentionArithmetic {
   bool rows_from_memory = false;
   // Decode reads E4M3 rows straight as float32 bits (attention-inl.h).
   bool direct_e4m3 = false;
+  // Decode's fp8 products under kBFloat16 on bf16 pairs (fp8_pairs.h).
+  bool fp8_pairs = false;
 };
 
 // Bytes of K and V above which decode's rows count as coming from memory
@@ -160,6 +162,10 @@ void SetFromMemoryBytes(size_t bytes);
 // default): where the CPU's multiply-adds take denormal operands at full
 // speed. Either way the results are the same. For tests.
 void SetDirectE4M3(std::optional<bool> direct);
+
+// Whether decode's fp8 products under kBFloat16 take bf16 pairs where the
+// CPU has them (fp8_pairs.h); nullopt (the default): on AMD's. For tests.
+void SetFp8Pairs(std::optional<bool> pairs);
 
 // Where batch item b's query rows, and its output rows, lie: rows
 // [0, q.dims[2]) of q.Slice(b, h) (dense), or rows [starts[b], starts[b + 1])

@@ -543,7 +543,8 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
                "fp8e5m2, q8_0, q4_0), "
                "_qN (N queries per sequence), _pagedN (N a power of two, 16 to "
                "256), _cold, _mlaN (values "
-               "the first N < D dims of each key row), _int8dot (kv q8_0, "
+               "the first N < D dims of each key row), _bf16dot (kv bf16, "
+               "fp8 or fp8e5m2), _int8dot (kv q8_0, "
                "q4_0 or int8, H / G times N at most 4) (e.g. "
                "1x12x4096x64_kvbf16_paged16)"
              : "BxHxTxD with optional _kvG (G dividing H), _causal, "
@@ -572,7 +573,7 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
       s.causal = true;
     } else if (flag == "dropout" && !decode && !s.dropout) {
       s.dropout = true;
-    } else if (flag == "bf16dot" && !decode && !s.bf16dot) {
+    } else if (flag == "bf16dot" && !s.bf16dot) {
       s.bf16dot = true;
     } else if (flag == "int8dot" && decode && !s.int8dot) {
       s.int8dot = true;
@@ -583,6 +584,11 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   // kInt8 reads q8_0, q4_0 and int8 caches; with more rows per task its
   // scores would be float32's, which --check's quantized reference does not
   // model.
+  // Over a cache, kBFloat16 reads bf16 and fp8 ones.
+  if (s.bf16dot && s.InCache() && s.cache != KVType::kBF16 &&
+      s.cache != KVType::kFp8E4M3 && s.cache != KVType::kFp8E5M2) {
+    Fail(text, form);
+  }
   if (s.int8dot && ((s.cache != KVType::kQ8_0 && s.cache != KVType::kQ4_0 &&
                      s.cache != KVType::kInt8) ||
                     s.heads / s.kv_heads * s.queries > 4)) {

@@ -139,7 +139,8 @@ struct AttentionShape {
   // Decode: a latent (MLA) cache whose values are the first `mla` dims of
   // each key row (_mlaN, N < head_dim; 0: values of their own).
   size_t mla = 0;
-  // Prefill: bf16 arithmetic (AttentionOptions::compute, _bf16dot).
+  // bf16 arithmetic (AttentionOptions::compute, _bf16dot); over a cache,
+  // a bf16 or fp8 one.
   bool bf16dot = false;
   // Decode over a q8_0, q4_0 or int8 cache with at most 4 query rows per
   // key/value head and sequence: kInt8 scores (_int8dot).

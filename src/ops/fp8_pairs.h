@@ -1,0 +1,73 @@
+// Decode's products over fp8 cache rows (E4M3, E5M2) under kBFloat16
+// arithmetic (Q and P rounded to bf16) on bf16 pairs (vdpbf16ps), each
+// vector of 64 codes widened in registers by two table lookups (vpermi2b,
+// AVX512_VBMI). Every fp8 value is a bf16 exactly (subnormals, E5M2's
+// infinities and both NaNs included), so each product is exact in float32,
+// as on the float32 route over the same rounded operands; sums are float32,
+// in the kernels' own order. vdpbf16ps reads bf16 denormals as zero and
+// flushes denormal results: the queries are scaled by a power of two, and
+// queries or weights that would still hold a denormal are declined (the
+// float32 route stands in), so that only products below 2^-126 are lost
+// (an error below 2^-126 a product). Infinities and NaNs then propagate as
+// on the float32 route.
+// E4M3 codes count as 2^-8 of their value, E5M2's as theirs: matmul-inl.h's
+// LoadB reads them so (kLoadScale), and the callers' scales expect it.
+// Internal: attention-inl.h calls them where Fp8PairsUsable().
+#ifndef SIMDATTN_SRC_OPS_FP8_PAIRS_H_
+#define SIMDATTN_SRC_OPS_FP8_PAIRS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "simdattn/element.h"
+
+namespace simdattn {
+namespace internal {
+
+// Built for x86-64 and the CPU has AVX512_BF16 and AVX512_VBMI.
+bool Fp8PairsUsable();
+
+// Rows of queries and weights handled together: 1 or 2 (3 and 4 rows ran
+// slower than the float32 route on Zen 4: bench/RESULTS.md).
+inline constexpr size_t kFp8PairRows = 2;
+
+// uint32 per query row of `cols` elements (Fp8QueryPairs).
+inline constexpr size_t Fp8QueryStride(size_t cols) {
+  return (cols + 63) / 64 * 32;
+}
+
+// Query rows (rows <= kFp8PairRows, `stride` apart) as Fp8Scores reads
+// them: row r at out + r * Fp8QueryStride(cols), bf16 (nearest even) in the
+// lookups' lane order, zero past cols, all rows times one power of two that
+// brings their largest magnitude into [1, 2). Returns the inverse power,
+// which the products then carry, or 0 (out unspecified) where an element is
+// not finite, or would be a denormal (2^126 times below the largest).
+float Fp8QueryPairs(const float* q, size_t rows, size_t cols, size_t stride,
+                    uint32_t* out);
+
+// scores[r * score_stride + j] = alpha * sum_c q[r][c] key_j[c] for the
+// rows Fp8QueryPairs wrote (alpha including its factor) and keys j in
+// [0, n), key j's cols codes at keys + j * key_stride.
+void Fp8Scores(KVType type, const uint32_t* queries, size_t rows,
+               const uint8_t* keys, size_t key_stride, size_t n, size_t cols,
+               float alpha, float* scores, size_t score_stride);
+
+// P's rows (rows <= kFp8PairRows, n weights each, `stride` apart) rounded to
+// bf16 as Fp8WeightsTimesValues reads them: row r at out + r * out_stride,
+// weights 2i and 2i + 1 in pair i, zeros past n; out_stride >= (n + 15) /
+// 16 * 8. False (out unspecified) where a weight is a denormal.
+bool Fp8WeightPairs(const float* p, size_t rows, size_t n, size_t stride,
+                    uint32_t* out, size_t out_stride);
+
+// acc[r * acc_stride + c] += sum_j p[r][j] value_j[c] for c in [0, cols) and
+// values j in [0, n) (cols codes each at values + j * value_stride), over
+// the pairs Fp8WeightPairs wrote (row r at weights + r * weight_stride).
+void Fp8WeightsTimesValues(KVType type, const uint32_t* weights,
+                           size_t weight_stride, size_t rows,
+                           const uint8_t* values, size_t value_stride, size_t n,
+                           size_t cols, float* acc, size_t acc_stride);
+
+}  // namespace internal
+}  // namespace simdattn
+
+#endif  // SIMDATTN_SRC_OPS_FP8_PAIRS_H_
