@@ -919,7 +919,7 @@ constexpr KVType kFp8Type =
     std::is_same_v<T, internal::Fp8E4M3> ? KVType::kFp8E4M3 : KVType::kFp8E5M2;
 
 // TileScores on the pairs (S = alpha Q K^T of the task's rows, kKeyBlock
-// apart), true; false where they decline the keys (S unspecified).
+// apart), true; false (S untouched) where the task has no pair operands.
 template <typename T>
 bool Fp8TileScores(const Fp8Operands& fp8, size_t rows,
                    const internal::KVRows<T>& k, size_t j0, size_t cols,
@@ -1010,7 +1010,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
   // E4M3 rows read as DirectE4M3 (Problem::direct_e4m3): the queries times
   // its operand scale in the K panels' scratch (this path packs none), each
   // tile's weights in the rows of S past the task's.
-  // fp8 rows on bf16 pairs (Problem::fp8_pairs) likewise, each run's
+  // fp8 rows on bf16 pairs (Problem::fp8_pairs) likewise, each tile's
   // weights in the V panels' scratch (this path packs none either).
   Fp8Operands fp8;
   if constexpr (kFp8Rows<T>) {
