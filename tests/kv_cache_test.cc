@@ -18,7 +18,9 @@
 #include "gtest/gtest.h"
 #include "simdattn/attention.h"
 #include "simdattn/kernels.h"
+#include "src/ops/block_pairs.h"
 #include "src/ops/kv_rows.h"
+#include "src/ops/target_family.h"
 #include "tests/test_util.h"
 #include "tools/reference/reference.h"
 
@@ -421,6 +423,78 @@ TEST_P(KVCacheTest, DirectE4M3KeepsTheFloat16RoutesBits) {
                              std::to_string(block_size) + " heads " +
                              std::to_string(heads) + " |q| " +
                              std::to_string(magnitude));
+        }
+      }
+    }
+  }
+}
+
+// Decode's P V under kInt8 over q8_0 and q4_0 values on int16 pairs (where
+// the CPU has them) against the float32 route over the same cache and the
+// same integer scores: 1 to 4 rows per K/V head (pairs of rows, then one),
+// 1 to 5 blocks a row (passes of 1 to 4 blocks), value blocks of scales
+// 2^-2 to 2^2, contiguous and paged, an odd last key, and a value block of
+// an infinite scale in reach (that tile takes the float32 route). The
+// integer weights keep about 30 bits of the tile's largest and sum exactly,
+// so the outputs agree to about float32's rounding; a wrong code, order or
+// scale is off by the values' size itself.
+TEST_P(KVCacheTest, BlockPairsUnderInt8MatchTheFloat32Route) {
+  constexpr size_t kTokens = 301;
+  const bool engaged = internal::BlockPairsUsable() &&
+                       internal::IsAvx512Target(internal::ActiveTargetBit());
+  for (const Kind& kind : kBlockKinds) {
+    for (const size_t dim : {size_t{32}, size_t{64}, size_t{160}}) {
+      std::vector<float> k = RandomVector(kKVHeads * kTokens * dim, 31),
+                         v = RandomVector(kKVHeads * kTokens * dim, 32);
+      for (size_t i = 0; i < v.size(); ++i) {
+        v[i] = std::ldexp(v[i], static_cast<int>(i / 32 % 5) - 2);
+      }
+      // fp16's scale of 1e7 / 127 (q8_0) or -1e7 / 8 (q4_0) is infinite: in
+      // kv head 1, the second tile.
+      v[(kTokens + 280) * dim + 3] = 1e7f;
+      KVCacheConfig config;
+      config.type = kind.type;
+      config.block_size = kind.block_size;
+      KVCache cache(1, kKVHeads, kTokens, dim, config);
+      cache.Append(ConstTensor4::Dense(k.data(), 1, kKVHeads, kTokens, dim),
+                   ConstTensor4::Dense(v.data(), 1, kKVHeads, kTokens, dim));
+      for (size_t group = 1; group <= 4; ++group) {
+        const size_t heads = group * kKVHeads;
+        const std::vector<float> q = RandomVector(heads * dim, 33, -2, 2);
+        const auto attend = [&](bool pairs) {
+          internal::SetBlockPairs(pairs);
+          std::vector<float> out(q.size());
+          AttentionOptions options;
+          options.compute = ComputeType::kInt8;
+          ScaledDotProductAttention(
+              ConstTensor4::Dense(q.data(), 1, heads, 1, dim), cache.View(),
+              Tensor4::Dense(out.data(), 1, heads, 1, dim), options);
+          internal::SetBlockPairs(std::nullopt);
+          return out;
+        };
+        const std::vector<float> pairs = attend(true), floats = attend(false);
+        const std::string what = Name(kind) + " dim " + std::to_string(dim) +
+                                 " heads " + std::to_string(heads);
+        double worst = 0.0, largest = 0.0;
+        size_t nonfinite = 0, differ = 0;
+        for (size_t i = 0; i < pairs.size(); ++i) {
+          ASSERT_EQ(std::isfinite(pairs[i]), std::isfinite(floats[i]))
+              << what << " " << i;
+          if (!std::isfinite(floats[i])) {
+            ASSERT_EQ(std::isnan(pairs[i]), std::isnan(floats[i])) << what;
+            ++nonfinite;
+            continue;
+          }
+          largest = std::max(largest, double{std::abs(floats[i])});
+          worst = std::max(worst, double{std::abs(pairs[i] - floats[i])});
+          differ += pairs[i] != floats[i];
+        }
+        EXPECT_GE(nonfinite, group) << what;  // That block of kv head 1.
+        EXPECT_LE(worst, 1e-5 * largest) << what;
+        EXPECT_GT(largest, 0.0) << what;
+        // Kv head 0's outputs took the pairs where the CPU has them.
+        if (engaged) {
+          EXPECT_GT(differ, 0u) << what;
         }
       }
     }

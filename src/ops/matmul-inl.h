@@ -91,11 +91,11 @@ struct Epilogue {
 };
 
 // A q8_0 or q4_0 block's fp16 scale as float, by the target's conversion
-// (F16C's on x86), not a call.
+// (F16C's on x86), not a call; infinities and NaN included (PromoteF16).
 template <typename TB>
 HWY_INLINE float BlockScale(const TB& block) {
   const hn::CappedTag<hwy::float16_t, 1> dh1;
-  return hn::GetLane(hn::PromoteTo(
+  return hn::GetLane(PromoteF16(
       hn::CappedTag<float, 1>(),
       hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(&block.d))));
 }
