@@ -53,7 +53,6 @@
 #include "src/ops/bf16-inl.h"
 #include "src/ops/dropout-inl.h"
 #include "src/ops/exp-inl.h"
-#include "src/ops/block_pairs.h"
 #include "src/ops/fp8_pairs.h"
 #include "src/ops/int_dot-inl.h"
 #include "src/ops/kv_rows.h"
@@ -143,9 +142,6 @@ struct Problem {
   // The few-rows walk's fp8 products under kBFloat16 on bf16 pairs
   // (fp8_pairs.h), for tasks of up to kFp8PairRows rows.
   bool fp8_pairs = false;
-  // The few-rows walk's P V over q8_0 and q4_0 values on int16 pairs
-  // (block_pairs.h), where its scores are integer.
-  bool block_pairs = false;
 
   template <typename T>
   internal::KVRows<T> Keys(size_t b, size_t h) const {
@@ -683,10 +679,6 @@ size_t PrefetchChunk(const internal::KVRows<T>& rows) {
 // times as fast and q8_0's 1.2; float32 rows (512 bytes, which the hardware
 // follows) lost up to 1.3x, int8, fp8 and q4_0 ones gained nothing
 // (bench/RESULTS.md, "Decode's rows asked for at its own pace").
-// Keys per chunk of a decode tile's scores over q8_0 and q4_0 on VNNI
-// (AttendFewRows).
-constexpr size_t kBlockPairChunk = 64;
-
 template <typename T>
 inline constexpr bool kPacedRows =
     std::is_same_v<T, BFloat16> || std::is_same_v<T, Float16> ||
@@ -980,59 +972,6 @@ bool Fp8TileProduct(const Fp8Operands& fp8, ConstMatrix p,
   return false;
 }
 
-template <typename T>
-constexpr KVType kBlockType =
-    std::is_same_v<T, internal::BlockQ8_0> ? KVType::kQ8_0 : KVType::kQ4_0;
-
-// The runs of a tile's rows [j0, j0 + cols), at most kKeyBlock.
-template <typename T>
-size_t BlockRuns(const internal::KVRows<T>& rows, size_t j0, size_t cols,
-                 internal::BlockRun* runs) {
-  size_t count = 0;
-  for (size_t n = 0, run = 0; n < cols; n += run) {
-    run = std::min(cols - n, rows.RunFrom(j0 + n));
-    runs[count++] = {reinterpret_cast<const uint8_t*>(rows.Row(j0 + n)), run};
-  }
-  return count;
-}
-
-// TileScores by VNNI (block_pairs.h) for q8_0 and q4_0 keys, true; false
-// where `pairs` is off or the kernel declines (scores untouched).
-template <typename T>
-bool BlockTileScores(bool pairs, const int_dot_detail::QuantizedQueries* q,
-                     const internal::KVRows<T>& k, size_t j0, size_t cols,
-                     float* scores) {
-  if constexpr (internal::kBlockValues<T> > 1 && kPairTarget) {
-    static const bool env = getenv("SA_BS") == nullptr || getenv("SA_BS")[0] == '1';
-    if (!pairs || q == nullptr || !env) return false;
-    internal::BlockRun runs[kKeyBlock];
-    const size_t count = BlockRuns(k, j0, cols, runs);
-    return internal::BlockScores(kBlockType<T>, q->codes, q->stride, q->scales,
-                                 q->rows, q->groups, runs, count,
-                                 k.stride * sizeof(T), scores, kKeyBlock);
-  }
-  return false;
-}
-
-// AddTileProduct on int16 pairs (acc = P V where `first`, else acc + P V)
-// for q8_0 and q4_0 values, true; false where `pairs` is off or the kernel
-// declines the weights (acc unchanged).
-template <typename T>
-bool BlockTileProduct(bool pairs, ConstMatrix p, const internal::KVRows<T>& v,
-                      size_t j0, Matrix acc, bool first, void* scratch) {
-  if constexpr (internal::kBlockValues<T> > 1 && kPairTarget) {
-    static_assert(kKeyBlock <= internal::kBlockPairKeys, "a tile a call");
-    if (!pairs) return false;
-    internal::BlockRun runs[kKeyBlock];
-    const size_t count = BlockRuns(v, j0, p.cols, runs);
-    return internal::BlockWeightsTimesValues(
-        kBlockType<T>, p.Row(0), p.rows, p.stride, runs, count,
-        v.stride * sizeof(T), acc.cols, scratch, !first, acc.Row(0),
-        acc.stride);
-  }
-  return false;
-}
-
 // Attends a task's few query rows (decode; `queries`, one row each) to keys
 // [j_begin, j_end): packing tiles of K and V would not pay for itself, so K
 // and V rows are read where they lie, as MatMul's skinny path does. Leaves
@@ -1089,18 +1028,10 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
       direct_weights = ws.scores + kSkinnyRows * kKeyBlock;
     }
   }
-  // q8_0 and q4_0 on VNNI (Problem::block_pairs) read a tile's V rows in
-  // two passes (its scales, then its products): each chunk of
-  // kBlockPairChunk keys' scores asks for their V rows, and for the next
-  // tile's K rows where PrefetchPagedRows does.
-  const bool block_pairs = internal::kBlockValues<T> > 1 && pr.block_pairs &&
-                           quantized.has_value();
   // Rows from memory of the types it pays for are paced; others asked for
   // where PrefetchPagedRows says, a tile ahead.
-  const bool paced = kPacedRows<T> && pr.rows_from_memory && !block_pairs;
-  const Pace pace = paced          ? PaceOf(k)
-                    : block_pairs ? Pace{0, kBlockPairChunk}
-                                  : Pace{0, PrefetchChunk(k)};
+  const bool paced = kPacedRows<T> && pr.rows_from_memory;
+  const Pace pace = paced ? PaceOf(k) : Pace{0, PrefetchChunk(k)};
   const size_t chunk = pace.chunk;
   const RowPacer<T> pacer(k, v, j_start, j_stop, pace.distance);
   for (size_t j0 = j_start; j0 < j_stop; j0 += kKeyBlock) {
@@ -1114,11 +1045,6 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
       const size_t width = std::min(chunk, cols - n);
       if (paced) {
         pacer.Reach(pacer.KeyPosition(j0 + n + width - 1));
-      } else if (block_pairs) {
-        static const bool envp = getenv("SA_BPF") == nullptr || getenv("SA_BPF")[0] == '1';
-        if (envp) for (size_t j = j0 + n; j < j0 + n + width; ++j) PrefetchPagedRow(v, j);
-        PrefetchPagedRows(k, std::min(next_end, next + n),
-                          std::min(next_end, next + n + width));
       } else if (chunk == kKeyBlock) {
         PrefetchPagedRows(k, next, next_end);
       } else {
@@ -1127,9 +1053,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
         PrefetchPagedRows(v, j0 + n, j0 + n + width);
       }
       if (!Fp8TileScores(fp8, rows, k, j0 + n, width, pr.scale,
-                         ws.scores + n) &&
-          !BlockTileScores(block_pairs, quantized ? &*quantized : nullptr, k,
-                           j0 + n, width, ws.scores + n)) {
+                         ws.scores + n)) {
         TileScores(queries, quantized ? &*quantized : nullptr, k, j0 + n, width,
                    scores_options, ws.scores + n, direct_queries);
       }
@@ -1148,9 +1072,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
     const Matrix acc_rows(acc, rows, value_dim, acc_stride);
     if (ws.nonfinite.count == 0) {
-      if (!Fp8TileProduct(fp8, p, v, j0, acc_rows, first) &&
-          !BlockTileProduct(block_pairs, p, v, j0, acc_rows, first,
-                            ws.v_panels)) {
+      if (!Fp8TileProduct(fp8, p, v, j0, acc_rows, first)) {
         AddTileProduct(p, v, j0, acc_rows, accumulate, paced ? &pacer : nullptr,
                        direct_weights);
       }
@@ -1678,7 +1600,6 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   pr.rows_from_memory = arith.rows_from_memory;
   pr.direct_e4m3 = arith.direct_e4m3;
   pr.fp8_pairs = kPairTarget && arith.fp8_pairs;
-  pr.block_pairs = kPairTarget && arith.block_pairs;
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);

@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <cstdlib>
 #include <fstream>
 #include <initializer_list>
 #include <optional>
@@ -23,7 +22,6 @@
 #include "src/common/check.h"
 #include "src/common/scratch.h"
 #include "src/ops/attend.h"
-#include "src/ops/block_pairs.h"
 #include "src/ops/fp8_pairs.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/kv_store.h"
@@ -156,25 +154,6 @@ bool Fp8Pairs(const KVSource& kv, bool bf16) {
   return choice >= 0 ? choice != 0 : ThisCpu().amd;
 }
 
-// -1: by the CPU; else SetBlockPairs' choice.
-std::atomic<int> block_pairs_choice{-1};
-
-// Whether decode's P V under kInt8 over q8_0 and q4_0 values takes int16
-// pairs: where the dispatch picks AVX-512 and the CPU has AVX512_VNNI and
-// VBMI.
-bool BlockPairs(const KVSource& kv, bool int8) {
-  if (!int8 || (kv.type != KVType::kQ8_0 && kv.type != KVType::kQ4_0)) {
-    return false;
-  }
-  if (!internal::IsAvx512Target(internal::ActiveTargetBit()) ||
-      !internal::BlockPairsUsable()) {
-    return false;
-  }
-  static const bool env = getenv("SA_BP") == nullptr || getenv("SA_BP")[0] == '1';
-  const int choice = block_pairs_choice.load();
-  return choice >= 0 ? choice != 0 : env;
-}
-
 // Float keys or values (tensor memory, `heads` per batch item of `tokens`
 // rows) rounded to bf16, dense in `store`.
 internal::KVMemory RoundedRows(const internal::KVMemory& m, size_t batch,
@@ -297,7 +276,6 @@ void Attend(const char* kFn, ConstTensor4 q,
   arith.rows_from_memory = RowsFromMemory(kv, layout.batch);
   arith.direct_e4m3 = DirectE4M3(kv);
   arith.fp8_pairs = Fp8Pairs(kv, bf16);
-  arith.block_pairs = BlockPairs(kv, int8);
   internal::AttentionFor(kv.type)(
       q, layout, kv, out, scale, mask, dropout,
       DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
@@ -436,9 +414,6 @@ void SetDirectE4M3(std::optional<bool> direct) {
 }
 void SetFp8Pairs(std::optional<bool> pairs) {
   fp8_pairs_choice = pairs ? int{*pairs} : -1;
-}
-void SetBlockPairs(std::optional<bool> pairs) {
-  block_pairs_choice = pairs ? int{*pairs} : -1;
 }
 }  // namespace internal
 

@@ -14,8 +14,6 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-
-#include "src/ops/x86_sums.h"
 #define SIMDATTN_HAVE_FP8_PAIRS 1
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's _mm512_undefined_ps (in _mm512_unpacklo_ps, shuffle_f32x4 and
@@ -107,6 +105,24 @@ SIMDATTN_FP8_TARGET inline __m512 Dot(__m512 acc, __m512i pairs,
                                       const uint32_t* operand) {
   return _mm512_dpbf16_ps(acc, (__m512bh)pairs,
                           (__m512bh)_mm512_loadu_si512(operand));
+}
+
+// The sums of a, b, c and d's lanes.
+SIMDATTN_FP8_TARGET inline __m128 Sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  // Per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3], likewise c, d.
+  const __m512 ab =
+      _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 cd =
+      _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512d ab2 = _mm512_castps_pd(ab), cd2 = _mm512_castps_pd(cd);
+  const __m512 abcd =
+      _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(ab2, cd2)),
+                    _mm512_castpd_ps(_mm512_unpackhi_pd(ab2, cd2)));
+  const __m256 half = _mm256_add_ps(
+      _mm512_castps512_ps256(abcd),
+      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(abcd), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(half),
+                    _mm256_extractf128_ps(half, 1));
 }
 
 // Scores of R rows over keys [0, n).

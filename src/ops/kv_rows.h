@@ -151,9 +151,6 @@ struct AttentionArithmetic {
   bool direct_e4m3 = false;
   // Decode's fp8 products under kBFloat16 on bf16 pairs (fp8_pairs.h).
   bool fp8_pairs = false;
-  // Decode's P V under kInt8 over q8_0 and q4_0 values on int16 pairs
-  // (block_pairs.h).
-  bool block_pairs = false;
 };
 
 // Bytes of K and V above which decode's rows count as coming from memory
@@ -169,11 +166,6 @@ void SetDirectE4M3(std::optional<bool> direct);
 // Whether decode's fp8 products under kBFloat16 take bf16 pairs where the
 // CPU has them (fp8_pairs.h); nullopt (the default): on AMD's. For tests.
 void SetFp8Pairs(std::optional<bool> pairs);
-
-// Whether decode's P V under kInt8 over q8_0 and q4_0 values takes int16
-// pairs where the CPU has them (block_pairs.h); nullopt (the default): on
-// every such CPU. For tests.
-void SetBlockPairs(std::optional<bool> pairs);
 
 // Where batch item b's query rows, and its output rows, lie: rows
 // [0, q.dims[2]) of q.Slice(b, h) (dense), or rows [starts[b], starts[b + 1])
