@@ -427,16 +427,17 @@ TEST_P(KVCacheTest, DirectE4M3KeepsTheFloat16RoutesBits) {
   }
 }
 
-// Decode's fp8 products under kBFloat16 on bf16 pairs (where the CPU has
-// them) against the float32 route over the same cache and the same rounded
-// Q and P: every code's value (subnormals and zeros among them), 1 to 3
-// rows per K/V head (3 take the float32 route), head dims within and past
-// a vector of 64 codes, contiguous and paged, a NaN code in reach, and an
-// E5M2 infinity in a key. Both sum exact products in float32, so they agree
-// to its rounding.
+// Decode's fp8 and bf16 products under kBFloat16 on bf16 pairs (where the
+// CPU has them) against the float32 route over the same cache and the same
+// rounded Q and P: every code's value (subnormals and zeros among them), 1
+// to 5 rows per K/V head (fp8's 3 and more, bf16's 5, take the float32
+// route), head dims within and past a vector of 64 codes, contiguous and
+// paged, a NaN code in reach, and an E5M2 or bf16 infinity in a key. Both
+// sum exact products in float32, so they agree to its rounding.
 TEST_P(KVCacheTest, Fp8PairsUnderBFloat16MatchTheFloat32Route) {
   constexpr size_t kTokens = 300;
-  for (const KVType type : {KVType::kFp8E4M3, KVType::kFp8E5M2}) {
+  for (const KVType type :
+       {KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kBF16}) {
     for (const size_t dim : {size_t{20}, size_t{72}, size_t{128}}) {
       std::vector<float> k = RandomVector(kKVHeads * kTokens * dim, 21),
                          v = RandomVector(kKVHeads * kTokens * dim, 22);
@@ -446,7 +447,7 @@ TEST_P(KVCacheTest, Fp8PairsUnderBFloat16MatchTheFloat32Route) {
         v[i] = i % 31 == 0 ? 0.0f : std::ldexp(v[i], -e - 8);
       }
       v[(kTokens + 280) * dim + 3] = kNaN;  // kv head 1, the second tile.
-      if (type == KVType::kFp8E5M2) {
+      if (type != KVType::kFp8E4M3) {
         k[(kTokens + 100) * dim + 1] = std::numeric_limits<float>::infinity();
       }
       for (const size_t block_size : {size_t{0}, size_t{16}}) {
@@ -456,7 +457,8 @@ TEST_P(KVCacheTest, Fp8PairsUnderBFloat16MatchTheFloat32Route) {
         KVCache cache(1, kKVHeads, kTokens, dim, config);
         cache.Append(ConstTensor4::Dense(k.data(), 1, kKVHeads, kTokens, dim),
                      ConstTensor4::Dense(v.data(), 1, kKVHeads, kTokens, dim));
-        for (const size_t heads : {kKVHeads, 2 * kKVHeads, 3 * kKVHeads}) {
+        for (size_t group = 1; group <= 5; ++group) {
+          const size_t heads = group * kKVHeads;
           const std::vector<float> q = RandomVector(heads * dim, 23, -3, 3);
           {
             const auto attend = [&](bool pairs) {

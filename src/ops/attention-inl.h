@@ -139,8 +139,8 @@ struct Problem {
   bool rows_from_memory = false;
   // The few-rows walk reads E4M3 rows as DirectE4M3 (matmul-inl.h).
   bool direct_e4m3 = false;
-  // The few-rows walk's fp8 products under kBFloat16 on bf16 pairs
-  // (fp8_pairs.h), for tasks of up to kFp8PairRows rows.
+  // The few-rows walk's fp8 and bf16 products under kBFloat16 on bf16 pairs
+  // (fp8_pairs.h), for tasks of up to PairRows rows.
   bool fp8_pairs = false;
 
   template <typename T>
@@ -893,8 +893,23 @@ template <typename T>
 constexpr bool kFp8Rows = std::is_same_v<T, internal::Fp8E4M3> ||
                           std::is_same_v<T, internal::Fp8E5M2>;
 
-// A few-rows task's fp8 products on bf16 pairs (Problem::fp8_pairs): its
-// query rows as the kernels' operands, and room for a tile's weights.
+// Rows whose products fp8_pairs.h takes, and their KVType.
+template <typename T>
+constexpr bool kPairRows = kFp8Rows<T> || std::is_same_v<T, BFloat16>;
+template <typename T>
+constexpr KVType kPairType =
+    std::is_same_v<T, BFloat16>             ? KVType::kBF16
+    : std::is_same_v<T, internal::Fp8E4M3> ? KVType::kFp8E4M3
+                                            : KVType::kFp8E5M2;
+
+// A row's elements as the bytes fp8_pairs.h reads.
+template <typename T>
+const uint8_t* PairBytes(const T* row) {
+  return reinterpret_cast<const uint8_t*>(row);
+}
+
+// A few-rows task's fp8 or bf16 products on bf16 pairs (Problem::fp8_pairs):
+// its query rows as the kernels' operands, and room for a tile's weights.
 struct Fp8Operands {
   static constexpr size_t kWeightStride = kKeyBlock / 2;
   const uint32_t* queries = nullptr;  // Null: the float32 routes.
@@ -902,10 +917,11 @@ struct Fp8Operands {
   uint32_t* weights = nullptr;  // A tile's, rows kWeightStride apart.
 
   // The queries' operands in `scratch`, none where they are not finite.
-  static Fp8Operands For(ConstMatrix queries, float* scratch, float* weights) {
+  static Fp8Operands For(KVType type, ConstMatrix queries, float* scratch,
+                         float* weights) {
     Fp8Operands fp8;
     auto* pairs = reinterpret_cast<uint32_t*>(scratch);
-    fp8.factor = internal::Fp8QueryPairs(queries.data, queries.rows,
+    fp8.factor = internal::Fp8QueryPairs(type, queries.data, queries.rows,
                                          queries.cols, queries.stride, pairs);
     if (fp8.factor == 0.0f) return fp8;
     fp8.queries = pairs;
@@ -914,23 +930,19 @@ struct Fp8Operands {
   }
 };
 
-template <typename T>
-constexpr KVType kFp8Type =
-    std::is_same_v<T, internal::Fp8E4M3> ? KVType::kFp8E4M3 : KVType::kFp8E5M2;
-
 // TileScores on the pairs (S = alpha Q K^T of the task's rows, kKeyBlock
 // apart), true; false (S untouched) where the task has no pair operands.
 template <typename T>
 bool Fp8TileScores(const Fp8Operands& fp8, size_t rows,
                    const internal::KVRows<T>& k, size_t j0, size_t cols,
                    float alpha, float* scores) {
-  if constexpr (kFp8Rows<T> && kPairTarget) {
+  if constexpr (kPairRows<T> && kPairTarget) {
     if (fp8.queries == nullptr) return false;
     for (size_t n = 0, run = 0; n < cols; n += run) {
       run = std::min(cols - n, k.RunFrom(j0 + n));
-      internal::Fp8Scores(kFp8Type<T>, fp8.queries, rows, &k.Row(j0 + n)->bits,
-                          k.stride, run, k.cols, alpha * fp8.factor, scores + n,
-                          kKeyBlock);
+      internal::Fp8Scores(kPairType<T>, fp8.queries, rows,
+                          PairBytes(k.Row(j0 + n)), k.stride * sizeof(T), run,
+                          k.cols, alpha * fp8.factor, scores + n, kKeyBlock);
     }
     return true;
   }
@@ -938,12 +950,13 @@ bool Fp8TileScores(const Fp8Operands& fp8, size_t rows,
 }
 
 // AddTileProduct on the pairs (acc = P V, or acc + P V unless `first`),
-// true; false where they decline the values (acc unchanged).
+// true; false where they decline the values (acc unchanged). A pacer, where
+// given, asks for rows ahead before each `chunk` of keys.
 template <typename T>
 bool Fp8TileProduct(const Fp8Operands& fp8, ConstMatrix p,
                     const internal::KVRows<T>& v, size_t j0, Matrix acc,
-                    bool first) {
-  if constexpr (kFp8Rows<T> && kPairTarget) {
+                    bool first, const RowPacer<T>* pacer, size_t chunk) {
+  if constexpr (kPairRows<T> && kPairTarget) {
     if (fp8.queries == nullptr) return false;
     // The tile's weights are paired from its first key on: every run must
     // start at an even key (paged blocks hold 16 or more).
@@ -962,9 +975,14 @@ bool Fp8TileProduct(const Fp8Operands& fp8, ConstMatrix p,
     }
     for (size_t n = 0, run = 0; n < p.cols; n += run) {
       run = std::min(p.cols - n, v.RunFrom(j0 + n));
-      internal::Fp8WeightsTimesValues(kFp8Type<T>, fp8.weights + n / 2,
+      if (pacer != nullptr) {  // chunk is even: runs start at even keys.
+        run = std::min(run, chunk);
+        pacer->Reach(pacer->KeyPosition(j0 + n + run - 1) + kKeyBlock);
+      }
+      internal::Fp8WeightsTimesValues(kPairType<T>, fp8.weights + n / 2,
                                       Fp8Operands::kWeightStride, p.rows,
-                                      &v.Row(j0 + n)->bits, v.stride, run,
+                                      PairBytes(v.Row(j0 + n)),
+                                      v.stride * sizeof(T), run,
                                       acc.cols, acc.Row(0), acc.stride);
     }
     return true;
@@ -1010,12 +1028,13 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
   // E4M3 rows read as DirectE4M3 (Problem::direct_e4m3): the queries times
   // its operand scale in the K panels' scratch (this path packs none), each
   // tile's weights in the rows of S past the task's.
-  // fp8 rows on bf16 pairs (Problem::fp8_pairs) likewise, each tile's
-  // weights in the V panels' scratch (this path packs none either).
+  // fp8 and bf16 rows on bf16 pairs (Problem::fp8_pairs) likewise, each
+  // tile's weights in the V panels' scratch (this path packs none either).
   Fp8Operands fp8;
-  if constexpr (kFp8Rows<T>) {
-    if (pr.fp8_pairs && rows <= internal::kFp8PairRows) {
-      fp8 = Fp8Operands::For(queries, ws.k_panels, ws.v_panels);
+  if constexpr (kPairRows<T>) {
+    static const bool fp8_four = std::getenv("SIMDATTN_AB_FP8FOUR") != nullptr;  // AB-TEMP
+    if (pr.fp8_pairs && rows <= (fp8_four ? 4 : internal::PairRows(kPairType<T>))) {
+      fp8 = Fp8Operands::For(kPairType<T>, queries, ws.k_panels, ws.v_panels);
     }
   }
   const float* direct_queries = nullptr;
@@ -1072,7 +1091,8 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
     const Matrix acc_rows(acc, rows, value_dim, acc_stride);
     if (ws.nonfinite.count == 0) {
-      if (!Fp8TileProduct(fp8, p, v, j0, acc_rows, first)) {
+      if (!Fp8TileProduct(fp8, p, v, j0, acc_rows, first,
+                          paced ? &pacer : nullptr, chunk)) {
         AddTileProduct(p, v, j0, acc_rows, accumulate, paced ? &pacer : nullptr,
                        direct_weights);
       }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
@@ -136,14 +137,16 @@ bool DirectE4M3(const KVSource& kv) {
 // -1: by the CPU; else SetFp8Pairs' choice.
 std::atomic<int> fp8_pairs_choice{-1};
 
-// Whether decode's fp8 products under kBFloat16 take bf16 pairs: by default
-// on AMD (Zen 4 measured: bench/RESULTS.md, "fp8 on bf16 pairs"; on Intel's
-// Xeons vdpbf16ps ran below the float32 FMAs), where the dispatch picks
-// AVX-512 and the CPU has AVX512_BF16 and VBMI. Under float32 arithmetic the
-// queries and weights would need 3 bf16 parts each, which ran slower than
-// the float32 route there.
+// Whether decode's fp8 and bf16 products under kBFloat16 take bf16 pairs: by
+// default on AMD (Zen 4 measured: bench/RESULTS.md, "fp8 on bf16 pairs" and
+// "bf16 rows on bf16 pairs"; on Intel's Xeons vdpbf16ps ran below the
+// float32 FMAs), where the dispatch picks AVX-512 and the CPU has
+// AVX512_BF16 and VBMI. Under float32 arithmetic the queries and weights
+// would need 3 bf16 parts each, which ran slower than the float32 route
+// there.
 bool Fp8Pairs(const KVSource& kv, bool bf16) {
-  if (!bf16 || (kv.type != KVType::kFp8E4M3 && kv.type != KVType::kFp8E5M2)) {
+  if (!bf16 || (kv.type != KVType::kFp8E4M3 && kv.type != KVType::kFp8E5M2 &&
+                kv.type != KVType::kBF16)) {
     return false;
   }
   if (!internal::IsAvx512Target(internal::ActiveTargetBit()) ||
@@ -151,6 +154,10 @@ bool Fp8Pairs(const KVSource& kv, bool bf16) {
     return false;
   }
   const int choice = fp8_pairs_choice.load();
+  if (kv.type == KVType::kBF16) {  // AB-TEMP
+    static const bool off = std::getenv("SIMDATTN_AB_BF16PAIRS_OFF") != nullptr;
+    if (off && choice < 0) return false;
+  }
   return choice >= 0 ? choice != 0 : ThisCpu().amd;
 }
 

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "simdattn/kernels.h"
@@ -30,9 +32,10 @@ namespace {
 constexpr size_t kCodes = 64;  // Codes per vector.
 
 // The word a query element's code position cc (in [0, 64)) takes in a
-// chunk's 64 words: w0's 32, then w1's (Widen).
-constexpr size_t WordOf(size_t cc) {
-  return (cc % 16 / 8) * 32 + cc / 16 * 8 + cc % 8;
+// chunk's 64 words: w0's 32, then w1's (Widen; bf16 rows load in order).
+constexpr size_t WordOf(KVType type, size_t cc) {
+  return type == KVType::kBF16 ? cc
+                               : (cc % 16 / 8) * 32 + cc / 16 * 8 + cc % 8;
 }
 
 }  // namespace
@@ -101,6 +104,26 @@ SIMDATTN_FP8_TARGET inline __mmask64 CodeMask(size_t count) {
   return count >= kCodes ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
 }
 
+// The 32 words of mask bits for words [0, count) of a vector.
+SIMDATTN_FP8_TARGET inline __mmask32 WordMask(size_t count) {
+  return count >= 32 ? ~__mmask32{0} : (__mmask32{1} << count) - 1;
+}
+
+// A chunk's `count` (<= 64) elements of a key row at `row` as pairs in w0
+// and w1, zero past count: fp8 codes widened (Widen), bf16 words as they lie.
+template <bool kBf16>
+SIMDATTN_FP8_TARGET inline void LoadPairs(const Lookup& t, const uint8_t* row,
+                                          size_t count, __m512i& w0,
+                                          __m512i& w1) {
+  if constexpr (kBf16) {
+    w0 = _mm512_maskz_loadu_epi16(WordMask(count), row);
+    w1 = _mm512_maskz_loadu_epi16(count > 32 ? WordMask(count - 32) : 0,
+                                  row + 64);
+  } else {
+    Widen(t, _mm512_maskz_loadu_epi8(CodeMask(count), row), w0, w1);
+  }
+}
+
 SIMDATTN_FP8_TARGET inline __m512 Dot(__m512 acc, __m512i pairs,
                                       const uint32_t* operand) {
   return _mm512_dpbf16_ps(acc, (__m512bh)pairs,
@@ -126,7 +149,7 @@ SIMDATTN_FP8_TARGET inline __m128 Sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 }
 
 // Scores of R rows over keys [0, n).
-template <int R>
+template <int R, bool kBf16>
 SIMDATTN_FP8_TARGET void ScoresOf(const Lookup& t, const uint32_t* q,
                                   size_t q_stride, const uint8_t* keys,
                                   size_t key_stride, size_t n, size_t cols,
@@ -134,6 +157,7 @@ SIMDATTN_FP8_TARGET void ScoresOf(const Lookup& t, const uint32_t* q,
                                   size_t score_stride) {
   // Two accumulators per key for one row: 8 chains of vdpbf16ps in flight.
   constexpr int kAccs = R == 1 ? 2 : 1;
+  constexpr size_t kRowBytes = kBf16 ? 2 * kCodes : kCodes;  // A chunk's.
   const size_t chunks = (cols + kCodes - 1) / kCodes;
   const auto query = [&](int r, size_t c) {
     return q + r * q_stride + c * (kCodes / 2);
@@ -147,13 +171,10 @@ SIMDATTN_FP8_TARGET void ScoresOf(const Lookup& t, const uint32_t* q,
       }
     }
     for (size_t c = 0; c < chunks; ++c) {
-      const __mmask64 m = CodeMask(cols - c * kCodes);
       for (int kk = 0; kk < 4; ++kk) {
         __m512i w0, w1;
-        Widen(t,
-              _mm512_maskz_loadu_epi8(
-                  m, keys + (j + kk) * key_stride + c * kCodes),
-              w0, w1);
+        LoadPairs<kBf16>(t, keys + (j + kk) * key_stride + c * kRowBytes,
+                         cols - c * kCodes, w0, w1);
         for (int r = 0; r < R; ++r) {
           acc[r][kk][0] = Dot(acc[r][kk][0], w0, query(r, c));
           acc[r][kk][kAccs - 1] =
@@ -178,10 +199,8 @@ SIMDATTN_FP8_TARGET void ScoresOf(const Lookup& t, const uint32_t* q,
     for (__m512& a : acc) a = _mm512_setzero_ps();
     for (size_t c = 0; c < chunks; ++c) {
       __m512i w0, w1;
-      Widen(t,
-            _mm512_maskz_loadu_epi8(CodeMask(cols - c * kCodes),
-                                    keys + j * key_stride + c * kCodes),
-            w0, w1);
+      LoadPairs<kBf16>(t, keys + j * key_stride + c * kRowBytes,
+                       cols - c * kCodes, w0, w1);
       for (int r = 0; r < R; ++r) {
         acc[r] = Dot(acc[r], w0, query(r, c));
         acc[r] = Dot(acc[r], w1, query(r, c) + 16);
@@ -193,18 +212,23 @@ SIMDATTN_FP8_TARGET void ScoresOf(const Lookup& t, const uint32_t* q,
   }
 }
 
-// a[i]'s 128-bit block L to a[L]'s block i (its own inverse): between the
-// natural order of 64 floats and P V's accumulators, whose vector i holds
-// dims 16L + 4i + [0, 4) in block L (Widen over byte-interleaved rows).
-SIMDATTN_FP8_TARGET inline void TransposeBlocks(__m512 a[4]) {
-  const __m512 t0 = _mm512_shuffle_f32x4(a[0], a[1], 0x44);
-  const __m512 t1 = _mm512_shuffle_f32x4(a[2], a[3], 0x44);
-  const __m512 t2 = _mm512_shuffle_f32x4(a[0], a[1], 0xEE);
-  const __m512 t3 = _mm512_shuffle_f32x4(a[2], a[3], 0xEE);
-  a[0] = _mm512_shuffle_f32x4(t0, t1, 0x88);
-  a[1] = _mm512_shuffle_f32x4(t0, t1, 0xDD);
-  a[2] = _mm512_shuffle_f32x4(t2, t3, 0x88);
-  a[3] = _mm512_shuffle_f32x4(t2, t3, 0xDD);
+// Four vectors, passed by value (the accumulators' address never taken).
+struct Quad {
+  __m512 v[4];
+};
+
+// v[i]'s 128-bit block L to v[L]'s block i (its own inverse): between the
+// natural order of 64 floats and fp8 P V's accumulators, whose vector i
+// holds dims 16L + 4i + [0, 4) in block L (Widen over byte-interleaved
+// rows).
+SIMDATTN_FP8_TARGET inline Quad TransposeBlocks(Quad a) {
+  const __m512 t0 = _mm512_shuffle_f32x4(a.v[0], a.v[1], 0x44);
+  const __m512 t1 = _mm512_shuffle_f32x4(a.v[2], a.v[3], 0x44);
+  const __m512 t2 = _mm512_shuffle_f32x4(a.v[0], a.v[1], 0xEE);
+  const __m512 t3 = _mm512_shuffle_f32x4(a.v[2], a.v[3], 0xEE);
+  return {{_mm512_shuffle_f32x4(t0, t1, 0x88), _mm512_shuffle_f32x4(t0, t1, 0xDD),
+           _mm512_shuffle_f32x4(t2, t3, 0x88),
+           _mm512_shuffle_f32x4(t2, t3, 0xDD)}};
 }
 
 SIMDATTN_FP8_TARGET inline __mmask16 FloatMask(size_t count) {
@@ -212,68 +236,183 @@ SIMDATTN_FP8_TARGET inline __mmask16 FloatMask(size_t count) {
                      : static_cast<__mmask16>((1u << count) - 1);
 }
 
+// From the natural order of a chunk's 64 floats to bf16 rows' P V
+// accumulators, whose vectors 2h and 2h + 1 hold dims 32h + 8L + [0, 4) and
+// 32h + 8L + [4, 8) in block L (vpunpck of two rows' words), and back.
+SIMDATTN_FP8_TARGET inline Quad ToWordPairOrder(Quad a) {
+  Quad out;
+  for (int h = 0; h < 2; ++h) {
+    out.v[2 * h] = _mm512_shuffle_f32x4(a.v[2 * h], a.v[2 * h + 1], 0x88);
+    out.v[2 * h + 1] = _mm512_shuffle_f32x4(a.v[2 * h], a.v[2 * h + 1], 0xDD);
+  }
+  return out;
+}
+SIMDATTN_FP8_TARGET inline Quad FromWordPairOrder(Quad a) {
+  Quad out;
+  for (int h = 0; h < 2; ++h) {
+    const __m512 x = _mm512_shuffle_f32x4(a.v[2 * h], a.v[2 * h + 1], 0x44);
+    const __m512 y = _mm512_shuffle_f32x4(a.v[2 * h], a.v[2 * h + 1], 0xEE);
+    out.v[2 * h] = _mm512_shuffle_f32x4(x, x, 0xD8);
+    out.v[2 * h + 1] = _mm512_shuffle_f32x4(y, y, 0xD8);
+  }
+  return out;
+}
+
+// Between the natural order and ProductOf's.
+template <bool kBf16>
+SIMDATTN_FP8_TARGET inline Quad ToPairOrder(Quad a) {
+  return kBf16 ? ToWordPairOrder(a) : TransposeBlocks(a);
+}
+template <bool kBf16>
+SIMDATTN_FP8_TARGET inline Quad ToNaturalOrder(Quad a) {
+  return kBf16 ? FromWordPairOrder(a) : TransposeBlocks(a);
+}
+
+// A chunk's load masks for its first `count` (<= 64) elements: fp8 codes'
+// or bf16 words' (two vectors).
+struct ChunkMasks {
+  __mmask64 codes = 0;
+  __mmask32 words[2] = {0, 0};
+};
+SIMDATTN_FP8_TARGET inline ChunkMasks MasksFor(size_t count) {
+  ChunkMasks m;
+  m.codes = CodeMask(count);
+  m.words[0] = WordMask(count);
+  m.words[1] = count > 32 ? WordMask(count - 32) : 0;
+  return m;
+}
+
+// A chunk of two value rows, even and odd (none where !pair), interleaved as
+// pairs in w[0, 4): ProductOf's order.
+template <bool kBf16>
+SIMDATTN_FP8_TARGET __attribute__((always_inline)) inline void LoadValuePairs(
+    const Lookup& t, const ChunkMasks& m, const uint8_t* even,
+    const uint8_t* odd, bool pair, __m512i w[4]) {
+  if constexpr (kBf16) {
+    #pragma GCC unroll 4
+    for (size_t h = 0; h < 2; ++h) {
+      const __m512i e = _mm512_maskz_loadu_epi16(m.words[h], even + 64 * h);
+      const __m512i o =
+          _mm512_maskz_loadu_epi16(pair ? m.words[h] : 0, odd + 64 * h);
+      w[2 * h] = _mm512_unpacklo_epi16(e, o);
+      w[2 * h + 1] = _mm512_unpackhi_epi16(e, o);
+    }
+  } else {
+    const __m512i e = _mm512_maskz_loadu_epi8(m.codes, even);
+    const __m512i o = _mm512_maskz_loadu_epi8(pair ? m.codes : 0, odd);
+    Widen(t, _mm512_unpacklo_epi8(e, o), w[0], w[1]);
+    Widen(t, _mm512_unpackhi_epi8(e, o), w[2], w[3]);
+  }
+}
+
+// a += the products of values j and j + 1 (j alone where !pair) with their
+// weights' pair (`pair_weights`, rows weight_stride apart).
+template <int R, int C, bool kBf16>
+SIMDATTN_FP8_TARGET __attribute__((always_inline)) inline void AddValuePairs(
+    const Lookup& t, const ChunkMasks (&masks)[C], const uint8_t* row,
+    size_t value_stride, bool pair, const uint32_t* pair_weights,
+    size_t weight_stride, __m512 (&a)[R][C][4]) {
+  constexpr size_t kRowBytes = kBf16 ? 2 * kCodes : kCodes;  // A chunk's.
+  #pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) {
+    __m512i w[4];
+    LoadValuePairs<kBf16>(t, masks[c], row + c * kRowBytes,
+                          row + c * kRowBytes + value_stride, pair, w);
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512bh weight = (__m512bh)_mm512_set1_epi32(
+          static_cast<int>(pair_weights[r * weight_stride]));
+      #pragma GCC unroll 4
+      for (int b = 0; b < 4; ++b) {
+        a[r][c][b] = _mm512_dpbf16_ps(a[r][c][b], (__m512bh)w[b], weight);
+      }
+    }
+  }
+}
+
 // acc += P V for R rows, C chunks of 64 dims held in registers from chunk
-// c0 on.
-template <int R, int C>
+// c0 on. Its loops over rows, chunks and vectors are unrolled by pragma:
+// else GCC 12 kept the accumulators in memory, stored on every step.
+template <int R, int C, bool kBf16>
 SIMDATTN_FP8_TARGET void ProductOf(const Lookup& t, const uint32_t* weights,
                                    size_t weight_stride, const uint8_t* values,
                                    size_t value_stride, size_t n, size_t cols,
                                    size_t c0, float* acc, size_t acc_stride) {
+  constexpr size_t kRowBytes = kBf16 ? 2 * kCodes : kCodes;  // A chunk's.
   __m512 a[R][C][4];
+  #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) {
+      Quad q;
+      #pragma GCC unroll 4
       for (int b = 0; b < 4; ++b) {
         const size_t dim = (c0 + c) * kCodes + 16 * b;
-        a[r][c][b] = dim < cols
-                         ? _mm512_maskz_loadu_ps(FloatMask(cols - dim),
-                                                 acc + r * acc_stride + dim)
-                         : _mm512_setzero_ps();
+        q.v[b] = dim < cols
+                     ? _mm512_maskz_loadu_ps(FloatMask(cols - dim),
+                                             acc + r * acc_stride + dim)
+                     : _mm512_setzero_ps();
       }
-      TransposeBlocks(a[r][c]);
+      q = ToPairOrder<kBf16>(q);
+      for (int b = 0; b < 4; ++b) a[r][c][b] = q.v[b];
     }
   }
-  for (size_t j = 0; j < n; j += 2) {
-    const bool pair = j + 1 < n;
-    for (int c = 0; c < C; ++c) {
-      const size_t first = (c0 + c) * kCodes;
-      const __mmask64 m = first < cols ? CodeMask(cols - first) : 0;
-      const uint8_t* row = values + j * value_stride + first;
-      const __m512i even = _mm512_maskz_loadu_epi8(m, row);
-      const __m512i odd =
-          _mm512_maskz_loadu_epi8(pair ? m : 0, row + value_stride);
-      __m512i w[4];
-      Widen(t, _mm512_unpacklo_epi8(even, odd), w[0], w[1]);
-      Widen(t, _mm512_unpackhi_epi8(even, odd), w[2], w[3]);
-      for (int r = 0; r < R; ++r) {
-        const __m512bh weight = (__m512bh)_mm512_set1_epi32(
-            static_cast<int>(weights[r * weight_stride + j / 2]));
-        for (int b = 0; b < 4; ++b) {
-          a[r][c][b] = _mm512_dpbf16_ps(a[r][c][b], (__m512bh)w[b], weight);
-        }
-      }
-    }
+  ChunkMasks masks[C];
+  #pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) {
+    const size_t first = (c0 + c) * kCodes;
+    masks[c] = MasksFor(first < cols ? cols - first : 0);
   }
+  const uint8_t* rows = values + c0 * kRowBytes;
+  size_t j = 0;
+  for (; j + 2 <= n; j += 2) {
+    AddValuePairs<R, C, kBf16>(t, masks, rows + j * value_stride, value_stride,
+                               true, weights + j / 2, weight_stride, a);
+  }
+  if (j < n) {
+    AddValuePairs<R, C, kBf16>(t, masks, rows + j * value_stride, value_stride,
+                               false, weights + j / 2, weight_stride, a);
+  }
+  #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) {
-      TransposeBlocks(a[r][c]);
+      const Quad q =
+          ToNaturalOrder<kBf16>({{a[r][c][0], a[r][c][1], a[r][c][2], a[r][c][3]}});
+      #pragma GCC unroll 4
       for (int b = 0; b < 4; ++b) {
         const size_t dim = (c0 + c) * kCodes + 16 * b;
         if (dim < cols) {
           _mm512_mask_storeu_ps(acc + r * acc_stride + dim,
-                                FloatMask(cols - dim), a[r][c][b]);
+                                FloatMask(cols - dim), q.v[b]);
         }
       }
     }
   }
 }
 
-// f(integral_constant<int, R>) for R = rows, 1 or 2.
+// f(integral_constant<int, R>) for R = rows, 1 to 4.
 template <class F>
 void WithRows(size_t rows, const F& f) {
-  if (rows == 1) {
-    f(std::integral_constant<int, 1>());
+  switch (rows) {
+    case 1:
+      return f(std::integral_constant<int, 1>());
+    case 2:
+      return f(std::integral_constant<int, 2>());
+    case 3:
+      return f(std::integral_constant<int, 3>());
+    default:
+      return f(std::integral_constant<int, 4>());
+  }
+}
+
+// f(bool_constant<type is kBF16>) and its lookup tables (fp8's only).
+template <class F>
+void WithType(KVType type, const F& f) {
+  if (type == KVType::kBF16) {
+    f(std::true_type(), Lookup{});
   } else {
-    f(std::integral_constant<int, 2>());
+    f(std::false_type(), LoadLookup(type));
   }
 }
 
@@ -304,11 +443,12 @@ bool Fp8PairsUsable() {
 void Fp8Scores(KVType type, const uint32_t* queries, size_t rows,
                const uint8_t* keys, size_t key_stride, size_t n, size_t cols,
                float alpha, float* scores, size_t score_stride) {
-  const Lookup t = LoadLookup(type);
-  WithRows(rows, [&](auto r) {
-    ScoresOf<decltype(r)::value>(t, queries, Fp8QueryStride(cols), keys,
-                                 key_stride, n, cols, alpha, scores,
-                                 score_stride);
+  WithType(type, [&](auto bf16, const Lookup& t) {
+    WithRows(rows, [&](auto r) {
+      ScoresOf<decltype(r)::value, decltype(bf16)::value>(
+          t, queries, Fp8QueryStride(cols), keys, key_stride, n, cols, alpha,
+          scores, score_stride);
+    });
   });
 }
 
@@ -325,20 +465,85 @@ void Fp8WeightsTimesValues(KVType type, const uint32_t* weights,
                            size_t weight_stride, size_t rows,
                            const uint8_t* values, size_t value_stride, size_t n,
                            size_t cols, float* acc, size_t acc_stride) {
-  const Lookup t = LoadLookup(type);
   const size_t chunks = (cols + kCodes - 1) / kCodes;
-  WithRows(rows, [&](auto r) {
-    // Two chunks (128 dims) a pass: up to 16 accumulators.
-    constexpr int kChunks = 2;
-    for (size_t c0 = 0; c0 < chunks; c0 += kChunks) {
-      ProductOf<decltype(r)::value, kChunks>(t, weights, weight_stride, values,
-                                             value_stride, n, cols, c0, acc,
-                                             acc_stride);
+  static const bool by_pairs = std::getenv("SIMDATTN_AB_ROWPAIRS") != nullptr;  // AB-TEMP
+  if (by_pairs && rows > 2) {
+    for (size_t r0 = 0; r0 < rows; r0 += 2) {
+      Fp8WeightsTimesValues(type, weights + r0 * weight_stride, weight_stride,
+                            std::min<size_t>(2, rows - r0), values, value_stride,
+                            n, cols, acc + r0 * acc_stride, acc_stride);
     }
+    return;
+  }
+  WithType(type, [&](auto bf16, const Lookup& t) {
+    WithRows(rows, [&](auto r) {
+      // Up to 16 accumulators: two chunks (128 dims) a pass for one or two
+      // rows, one for more.
+      constexpr int kRows = decltype(r)::value;
+      constexpr int kChunks = kRows <= 2 ? 2 : 1;
+      for (size_t c0 = 0; c0 < chunks; c0 += kChunks) {
+        ProductOf<kRows, kChunks, decltype(bf16)::value>(
+            t, weights, weight_stride, values, value_stride, n, cols, c0, acc,
+            acc_stride);
+      }
+    });
   });
 }
 
+SIMDATTN_FP8_TARGET float Fp8QueryPairs(KVType type, const float* q,
+                                        size_t rows, size_t cols, size_t stride,
+                                        uint32_t* out) {
+  const __m512 infinity = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  __m512 largest = _mm512_setzero_ps();
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < cols; c += 16) {
+      const __m512 x = _mm512_abs_ps(
+          _mm512_maskz_loadu_ps(FloatMask(cols - c), q + r * stride + c));
+      if (_mm512_cmp_ps_mask(x, infinity, _CMP_LT_OQ) != 0xFFFF) return 0.0f;
+      largest = _mm512_max_ps(largest, x);
+    }
+  }
+  const float most = _mm512_reduce_max_ps(largest);
+  // A denormal largest is declined: its power, 2^(1 - e), is no float.
+  if (most != 0.0f && most < 0x1p-126f) return 0.0f;
+  int e = 0;
+  std::frexp(most, &e);  // most in [2^(e-1), 2^e); e = 0 for 0.
+  const __m512 power = _mm512_set1_ps(std::ldexp(1.0f, 1 - e));  // Exact.
+  const __m512 smallest = _mm512_set1_ps(0x1p-126f);
+  const size_t q_stride = Fp8QueryStride(cols);
+  std::memset(out, 0, rows * q_stride * sizeof(uint32_t));
+  for (size_t r = 0; r < rows; ++r) {
+    auto* words = reinterpret_cast<uint16_t*>(out + r * q_stride);
+    for (size_t c = 0; c < cols; c += 16) {
+      const __m512 x = _mm512_mul_ps(
+          _mm512_maskz_loadu_ps(FloatMask(cols - c), q + r * stride + c),
+          power);
+      const __m512 magnitude = _mm512_abs_ps(x);
+      if ((_mm512_cmp_ps_mask(magnitude, smallest, _CMP_LT_OQ) &
+           _mm512_cmp_ps_mask(magnitude, _mm512_setzero_ps(), _CMP_NEQ_OQ)) !=
+          0) {
+        return 0.0f;
+      }
+      // Nearest even, as ToBFloat16 (finite, normal or zero here).
+      const __m256i bits = (__m256i)_mm512_cvtneps_pbh(x);
+      // Sixteen elements: WordOf's two runs of 8 (bf16 rows: one of 16).
+      uint16_t* first = words + c / kCodes * kCodes + WordOf(type, c % kCodes);
+      uint16_t* second =
+          words + c / kCodes * kCodes + WordOf(type, c % kCodes + 8);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(first),
+                       _mm256_castsi256_si128(bits));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(second),
+                       _mm256_extracti128_si256(bits, 1));
+    }
+  }
+  return 1.0f / _mm512_cvtss_f32(power);
+}
+
 #else  // !SIMDATTN_HAVE_FP8_PAIRS: never called (Fp8PairsUsable).
+
+float Fp8QueryPairs(KVType, const float*, size_t, size_t, size_t, uint32_t*) {
+  return 0.0f;
+}
 
 bool Fp8PairsUsable() { return false; }
 void Fp8Scores(KVType, const uint32_t*, size_t, const uint8_t*, size_t, size_t,
@@ -351,32 +556,6 @@ void Fp8WeightsTimesValues(KVType, const uint32_t*, size_t, size_t,
                            size_t) {}
 
 #endif  // SIMDATTN_HAVE_FP8_PAIRS
-
-float Fp8QueryPairs(const float* q, size_t rows, size_t cols, size_t stride,
-                    uint32_t* out) {
-  float largest = 0.0f;
-  for (size_t r = 0; r < rows; ++r) {
-    for (size_t c = 0; c < cols; ++c) {
-      const float x = q[r * stride + c];
-      if (!std::isfinite(x)) return 0.0f;
-      largest = std::max(largest, std::fabs(x));
-    }
-  }
-  int e = 0;
-  std::frexp(largest, &e);  // largest in [2^(e-1), 2^e); e = 0 for 0.
-  const size_t q_stride = Fp8QueryStride(cols);
-  auto* words = reinterpret_cast<uint16_t*>(out);
-  std::memset(out, 0, rows * q_stride * sizeof(uint32_t));
-  for (size_t r = 0; r < rows; ++r) {
-    for (size_t c = 0; c < cols; ++c) {
-      const float x = std::ldexp(q[r * stride + c], 1 - e);
-      if (x != 0.0f && std::fabs(x) < 0x1p-126f) return 0.0f;
-      words[2 * r * q_stride + c / kCodes * kCodes + WordOf(c % kCodes)] =
-          ToBFloat16(x).bits;
-    }
-  }
-  return std::ldexp(1.0f, e - 1);
-}
 
 }  // namespace internal
 }  // namespace simdattn

@@ -1,17 +1,19 @@
-// Decode's products over fp8 cache rows (E4M3, E5M2) under kBFloat16
-// arithmetic (Q and P rounded to bf16) on bf16 pairs (vdpbf16ps), each
-// vector of 64 codes widened in registers by two table lookups (vpermi2b,
-// AVX512_VBMI). Every fp8 value is a bf16 exactly (subnormals, E5M2's
-// infinities and both NaNs included), so each product is exact in float32,
-// as on the float32 route over the same rounded operands; sums are float32,
-// in the kernels' own order. vdpbf16ps reads bf16 denormals as zero and
-// flushes denormal results: the queries are scaled by a power of two, and
-// queries or weights that would still hold a denormal are declined (the
-// float32 route stands in), so that only products below 2^-126 are lost
-// (an error below 2^-126 a product). Infinities and NaNs then propagate as
-// on the float32 route.
+// Decode's products over fp8 cache rows (E4M3, E5M2) and bf16 ones under
+// kBFloat16 arithmetic (Q and P rounded to bf16) on bf16 pairs (vdpbf16ps):
+// each vector of 64 fp8 codes widened in registers by two table lookups
+// (vpermi2b, AVX512_VBMI), bf16 words paired as they lie. Every fp8 value is
+// a bf16 exactly (subnormals, E5M2's infinities and both NaNs included), so
+// each product is exact in float32, as on the float32 route over the same
+// rounded operands; sums are float32, in the kernels' own order. vdpbf16ps
+// reads bf16 denormals as zero and flushes denormal results: the queries are
+// scaled by a power of two, and queries or weights that would still hold a
+// denormal are declined (the float32 route stands in), so that only
+// products below 2^-125 are lost (a bf16 row's denormal elements among them,
+// times queries below 2 and weights up to 1). Infinities and NaNs then
+// propagate as on the float32 route.
 // E4M3 codes count as 2^-8 of their value, E5M2's as theirs: matmul-inl.h's
 // LoadB reads them so (kLoadScale), and the callers' scales expect it.
+// Rows are given as bytes, `stride` bytes apart.
 // Internal: attention-inl.h calls them where Fp8PairsUsable().
 #ifndef SIMDATTN_SRC_OPS_FP8_PAIRS_H_
 #define SIMDATTN_SRC_OPS_FP8_PAIRS_H_
@@ -27,23 +29,27 @@ namespace internal {
 // Built for x86-64 and the CPU has AVX512_BF16 and AVX512_VBMI.
 bool Fp8PairsUsable();
 
-// Rows of queries and weights handled together: 1 or 2 (3 and 4 rows ran
-// slower than the float32 route on Zen 4: bench/RESULTS.md).
-inline constexpr size_t kFp8PairRows = 2;
+// Rows of queries and weights handled together over rows of `type`: fp8's 1
+// or 2 (3 and 4 rows ran slower than the float32 route on Zen 4:
+// bench/RESULTS.md), bf16's up to 4 (a group of four heads).
+inline constexpr size_t PairRows(KVType type) {
+  return type == KVType::kBF16 ? 4 : 2;
+}
 
 // uint32 per query row of `cols` elements (Fp8QueryPairs).
 inline constexpr size_t Fp8QueryStride(size_t cols) {
   return (cols + 63) / 64 * 32;
 }
 
-// Query rows (rows <= kFp8PairRows, `stride` apart) as Fp8Scores reads
-// them: row r at out + r * Fp8QueryStride(cols), bf16 (nearest even) in the
-// lookups' lane order, zero past cols, all rows times one power of two that
+// Query rows (rows <= PairRows(type), `stride` floats apart) as Fp8Scores
+// reads them over rows of `type`: row r at out + r * Fp8QueryStride(cols),
+// bf16 (nearest even) in the lookups' lane order (bf16 rows: in order), zero
+// past cols, all rows times one power of two that
 // brings their largest magnitude into [1, 2). Returns the inverse power,
 // which the products then carry, or 0 (out unspecified) where an element is
 // not finite, or would be a denormal (2^126 times below the largest).
-float Fp8QueryPairs(const float* q, size_t rows, size_t cols, size_t stride,
-                    uint32_t* out);
+float Fp8QueryPairs(KVType type, const float* q, size_t rows, size_t cols,
+                    size_t stride, uint32_t* out);
 
 // scores[r * score_stride + j] = alpha * sum_c q[r][c] key_j[c] for the
 // rows Fp8QueryPairs wrote (alpha including its factor) and keys j in
@@ -52,7 +58,7 @@ void Fp8Scores(KVType type, const uint32_t* queries, size_t rows,
                const uint8_t* keys, size_t key_stride, size_t n, size_t cols,
                float alpha, float* scores, size_t score_stride);
 
-// P's rows (rows <= kFp8PairRows, n weights each, `stride` apart) rounded to
+// P's rows (rows <= PairRows(type), n weights each, `stride` apart) rounded to
 // bf16 as Fp8WeightsTimesValues reads them: row r at out + r * out_stride,
 // weights 2i and 2i + 1 in pair i, zeros past n; out_stride >= (n + 15) /
 // 16 * 8. False (out unspecified) where a weight is a denormal.
