@@ -430,10 +430,10 @@ TEST_P(KVCacheTest, DirectE4M3KeepsTheFloat16RoutesBits) {
 // Decode's fp8 and bf16 products under kBFloat16 on bf16 pairs (where the
 // CPU has them) against the float32 route over the same cache and the same
 // rounded Q and P: every code's value (subnormals and zeros among them), 1
-// to 5 rows per K/V head (fp8's 3 and more, bf16's 5, take the float32
-// route), head dims within and past a vector of 64 codes, contiguous and
-// paged, a NaN code in reach, and an E5M2 or bf16 infinity in a key. Both
-// sum exact products in float32, so they agree to its rounding.
+// to 5 rows per K/V head (5 take the float32 route), head dims within and past
+// a vector of 64 codes, contiguous and paged, a NaN code in reach, and an E5M2
+// or bf16 infinity in a key. Both sum exact products in float32, so they agree
+// to its rounding.
 TEST_P(KVCacheTest, Fp8PairsUnderBFloat16MatchTheFloat32Route) {
   constexpr size_t kTokens = 300;
   for (const KVType type :

@@ -140,7 +140,7 @@ struct Problem {
   // The few-rows walk reads E4M3 rows as DirectE4M3 (matmul-inl.h).
   bool direct_e4m3 = false;
   // The few-rows walk's fp8 and bf16 products under kBFloat16 on bf16 pairs
-  // (fp8_pairs.h), for tasks of up to PairRows rows.
+  // (fp8_pairs.h), for tasks of up to kPairRows rows.
   bool fp8_pairs = false;
 
   template <typename T>
@@ -898,9 +898,9 @@ template <typename T>
 constexpr bool kPairRows = kFp8Rows<T> || std::is_same_v<T, BFloat16>;
 template <typename T>
 constexpr KVType kPairType =
-    std::is_same_v<T, BFloat16>             ? KVType::kBF16
+    std::is_same_v<T, BFloat16>            ? KVType::kBF16
     : std::is_same_v<T, internal::Fp8E4M3> ? KVType::kFp8E4M3
-                                            : KVType::kFp8E5M2;
+                                           : KVType::kFp8E5M2;
 
 // A row's elements as the bytes fp8_pairs.h reads.
 template <typename T>
@@ -979,11 +979,10 @@ bool Fp8TileProduct(const Fp8Operands& fp8, ConstMatrix p,
         run = std::min(run, chunk);
         pacer->Reach(pacer->KeyPosition(j0 + n + run - 1) + kKeyBlock);
       }
-      internal::Fp8WeightsTimesValues(kPairType<T>, fp8.weights + n / 2,
-                                      Fp8Operands::kWeightStride, p.rows,
-                                      PairBytes(v.Row(j0 + n)),
-                                      v.stride * sizeof(T), run,
-                                      acc.cols, acc.Row(0), acc.stride);
+      internal::Fp8WeightsTimesValues(
+          kPairType<T>, fp8.weights + n / 2, Fp8Operands::kWeightStride, p.rows,
+          PairBytes(v.Row(j0 + n)), v.stride * sizeof(T), run, acc.cols,
+          acc.Row(0), acc.stride);
     }
     return true;
   }
@@ -1032,8 +1031,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
   // tile's weights in the V panels' scratch (this path packs none either).
   Fp8Operands fp8;
   if constexpr (kPairRows<T>) {
-    static const bool fp8_four = std::getenv("SIMDATTN_AB_FP8FOUR") != nullptr;  // AB-TEMP
-    if (pr.fp8_pairs && rows <= (fp8_four ? 4 : internal::PairRows(kPairType<T>))) {
+    if (pr.fp8_pairs && rows <= internal::kPairRows) {
       fp8 = Fp8Operands::For(kPairType<T>, queries, ws.k_panels, ws.v_panels);
     }
   }

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
@@ -154,10 +153,6 @@ bool Fp8Pairs(const KVSource& kv, bool bf16) {
     return false;
   }
   const int choice = fp8_pairs_choice.load();
-  if (kv.type == KVType::kBF16) {  // AB-TEMP
-    static const bool off = std::getenv("SIMDATTN_AB_BF16PAIRS_OFF") != nullptr;
-    if (off && choice < 0) return false;
-  }
   return choice >= 0 ? choice != 0 : ThisCpu().amd;
 }
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -34,8 +33,7 @@ constexpr size_t kCodes = 64;  // Codes per vector.
 // The word a query element's code position cc (in [0, 64)) takes in a
 // chunk's 64 words: w0's 32, then w1's (Widen; bf16 rows load in order).
 constexpr size_t WordOf(KVType type, size_t cc) {
-  return type == KVType::kBF16 ? cc
-                               : (cc % 16 / 8) * 32 + cc / 16 * 8 + cc % 8;
+  return type == KVType::kBF16 ? cc : (cc % 16 / 8) * 32 + cc / 16 * 8 + cc % 8;
 }
 
 }  // namespace
@@ -226,9 +224,9 @@ SIMDATTN_FP8_TARGET inline Quad TransposeBlocks(Quad a) {
   const __m512 t1 = _mm512_shuffle_f32x4(a.v[2], a.v[3], 0x44);
   const __m512 t2 = _mm512_shuffle_f32x4(a.v[0], a.v[1], 0xEE);
   const __m512 t3 = _mm512_shuffle_f32x4(a.v[2], a.v[3], 0xEE);
-  return {{_mm512_shuffle_f32x4(t0, t1, 0x88), _mm512_shuffle_f32x4(t0, t1, 0xDD),
-           _mm512_shuffle_f32x4(t2, t3, 0x88),
-           _mm512_shuffle_f32x4(t2, t3, 0xDD)}};
+  return {
+      {_mm512_shuffle_f32x4(t0, t1, 0x88), _mm512_shuffle_f32x4(t0, t1, 0xDD),
+       _mm512_shuffle_f32x4(t2, t3, 0x88), _mm512_shuffle_f32x4(t2, t3, 0xDD)}};
 }
 
 SIMDATTN_FP8_TARGET inline __mmask16 FloatMask(size_t count) {
@@ -289,7 +287,7 @@ SIMDATTN_FP8_TARGET __attribute__((always_inline)) inline void LoadValuePairs(
     const Lookup& t, const ChunkMasks& m, const uint8_t* even,
     const uint8_t* odd, bool pair, __m512i w[4]) {
   if constexpr (kBf16) {
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (size_t h = 0; h < 2; ++h) {
       const __m512i e = _mm512_maskz_loadu_epi16(m.words[h], even + 64 * h);
       const __m512i o =
@@ -313,16 +311,16 @@ SIMDATTN_FP8_TARGET __attribute__((always_inline)) inline void AddValuePairs(
     size_t value_stride, bool pair, const uint32_t* pair_weights,
     size_t weight_stride, __m512 (&a)[R][C][4]) {
   constexpr size_t kRowBytes = kBf16 ? 2 * kCodes : kCodes;  // A chunk's.
-  #pragma GCC unroll 4
+#pragma GCC unroll 4
   for (int c = 0; c < C; ++c) {
     __m512i w[4];
     LoadValuePairs<kBf16>(t, masks[c], row + c * kRowBytes,
                           row + c * kRowBytes + value_stride, pair, w);
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m512bh weight = (__m512bh)_mm512_set1_epi32(
           static_cast<int>(pair_weights[r * weight_stride]));
-      #pragma GCC unroll 4
+#pragma GCC unroll 4
       for (int b = 0; b < 4; ++b) {
         a[r][c][b] = _mm512_dpbf16_ps(a[r][c][b], (__m512bh)w[b], weight);
       }
@@ -340,25 +338,24 @@ SIMDATTN_FP8_TARGET void ProductOf(const Lookup& t, const uint32_t* weights,
                                    size_t c0, float* acc, size_t acc_stride) {
   constexpr size_t kRowBytes = kBf16 ? 2 * kCodes : kCodes;  // A chunk's.
   __m512 a[R][C][4];
-  #pragma GCC unroll 4
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int c = 0; c < C; ++c) {
       Quad q;
-      #pragma GCC unroll 4
+#pragma GCC unroll 4
       for (int b = 0; b < 4; ++b) {
         const size_t dim = (c0 + c) * kCodes + 16 * b;
-        q.v[b] = dim < cols
-                     ? _mm512_maskz_loadu_ps(FloatMask(cols - dim),
-                                             acc + r * acc_stride + dim)
-                     : _mm512_setzero_ps();
+        q.v[b] = dim < cols ? _mm512_maskz_loadu_ps(FloatMask(cols - dim),
+                                                    acc + r * acc_stride + dim)
+                            : _mm512_setzero_ps();
       }
       q = ToPairOrder<kBf16>(q);
       for (int b = 0; b < 4; ++b) a[r][c][b] = q.v[b];
     }
   }
   ChunkMasks masks[C];
-  #pragma GCC unroll 4
+#pragma GCC unroll 4
   for (int c = 0; c < C; ++c) {
     const size_t first = (c0 + c) * kCodes;
     masks[c] = MasksFor(first < cols ? cols - first : 0);
@@ -373,13 +370,13 @@ SIMDATTN_FP8_TARGET void ProductOf(const Lookup& t, const uint32_t* weights,
     AddValuePairs<R, C, kBf16>(t, masks, rows + j * value_stride, value_stride,
                                false, weights + j / 2, weight_stride, a);
   }
-  #pragma GCC unroll 4
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int c = 0; c < C; ++c) {
-      const Quad q =
-          ToNaturalOrder<kBf16>({{a[r][c][0], a[r][c][1], a[r][c][2], a[r][c][3]}});
-      #pragma GCC unroll 4
+      const Quad q = ToNaturalOrder<kBf16>(
+          {{a[r][c][0], a[r][c][1], a[r][c][2], a[r][c][3]}});
+#pragma GCC unroll 4
       for (int b = 0; b < 4; ++b) {
         const size_t dim = (c0 + c) * kCodes + 16 * b;
         if (dim < cols) {
@@ -391,18 +388,16 @@ SIMDATTN_FP8_TARGET void ProductOf(const Lookup& t, const uint32_t* weights,
   }
 }
 
-// f(integral_constant<int, R>) for R = rows, 1 to 4.
-template <class F>
+// f(integral_constant<int, R>) for R = rows, 1 to kMost (<= 4).
+template <int kMost = 4, class F>
 void WithRows(size_t rows, const F& f) {
-  switch (rows) {
-    case 1:
-      return f(std::integral_constant<int, 1>());
-    case 2:
-      return f(std::integral_constant<int, 2>());
-    case 3:
-      return f(std::integral_constant<int, 3>());
-    default:
-      return f(std::integral_constant<int, 4>());
+  if (rows <= 1) return f(std::integral_constant<int, 1>());
+  if constexpr (kMost == 2) {
+    return f(std::integral_constant<int, 2>());
+  } else {
+    if (rows == 2) return f(std::integral_constant<int, 2>());
+    if (rows == 3) return f(std::integral_constant<int, 3>());
+    return f(std::integral_constant<int, 4>());
   }
 }
 
@@ -466,21 +461,22 @@ void Fp8WeightsTimesValues(KVType type, const uint32_t* weights,
                            const uint8_t* values, size_t value_stride, size_t n,
                            size_t cols, float* acc, size_t acc_stride) {
   const size_t chunks = (cols + kCodes - 1) / kCodes;
-  static const bool by_pairs = std::getenv("SIMDATTN_AB_ROWPAIRS") != nullptr;  // AB-TEMP
-  if (by_pairs && rows > 2) {
+  // Rows two by two: each pass reads whole value rows (a pass of 4 rows over
+  // half of each ran 1.3x as long from memory; the same bits).
+  if (rows > 2) {
     for (size_t r0 = 0; r0 < rows; r0 += 2) {
       Fp8WeightsTimesValues(type, weights + r0 * weight_stride, weight_stride,
-                            std::min<size_t>(2, rows - r0), values, value_stride,
-                            n, cols, acc + r0 * acc_stride, acc_stride);
+                            std::min<size_t>(2, rows - r0), values,
+                            value_stride, n, cols, acc + r0 * acc_stride,
+                            acc_stride);
     }
     return;
   }
   WithType(type, [&](auto bf16, const Lookup& t) {
-    WithRows(rows, [&](auto r) {
-      // Up to 16 accumulators: two chunks (128 dims) a pass for one or two
-      // rows, one for more.
+    WithRows<2>(rows, [&](auto r) {
+      // 16 accumulators: two chunks (128 dims) a pass.
       constexpr int kRows = decltype(r)::value;
-      constexpr int kChunks = kRows <= 2 ? 2 : 1;
+      constexpr int kChunks = 2;
       for (size_t c0 = 0; c0 < chunks; c0 += kChunks) {
         ProductOf<kRows, kChunks, decltype(bf16)::value>(
             t, weights, weight_stride, values, value_stride, n, cols, c0, acc,
@@ -493,7 +489,8 @@ void Fp8WeightsTimesValues(KVType type, const uint32_t* weights,
 SIMDATTN_FP8_TARGET float Fp8QueryPairs(KVType type, const float* q,
                                         size_t rows, size_t cols, size_t stride,
                                         uint32_t* out) {
-  const __m512 infinity = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const __m512 infinity =
+      _mm512_set1_ps(std::numeric_limits<float>::infinity());
   __m512 largest = _mm512_setzero_ps();
   for (size_t r = 0; r < rows; ++r) {
     for (size_t c = 0; c < cols; c += 16) {

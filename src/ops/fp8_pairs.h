@@ -29,19 +29,17 @@ namespace internal {
 // Built for x86-64 and the CPU has AVX512_BF16 and AVX512_VBMI.
 bool Fp8PairsUsable();
 
-// Rows of queries and weights handled together over rows of `type`: fp8's 1
-// or 2 (3 and 4 rows ran slower than the float32 route on Zen 4:
-// bench/RESULTS.md), bf16's up to 4 (a group of four heads).
-inline constexpr size_t PairRows(KVType type) {
-  return type == KVType::kBF16 ? 4 : 2;
-}
+// Rows of queries and weights handled together: up to a group of four
+// heads (P V takes them two by two: bench/RESULTS.md, "bf16 rows on bf16
+// pairs").
+inline constexpr size_t kPairRows = 4;
 
 // uint32 per query row of `cols` elements (Fp8QueryPairs).
 inline constexpr size_t Fp8QueryStride(size_t cols) {
   return (cols + 63) / 64 * 32;
 }
 
-// Query rows (rows <= PairRows(type), `stride` floats apart) as Fp8Scores
+// Query rows (rows <= kPairRows, `stride` floats apart) as Fp8Scores
 // reads them over rows of `type`: row r at out + r * Fp8QueryStride(cols),
 // bf16 (nearest even) in the lookups' lane order (bf16 rows: in order), zero
 // past cols, all rows times one power of two that
@@ -58,7 +56,7 @@ void Fp8Scores(KVType type, const uint32_t* queries, size_t rows,
                const uint8_t* keys, size_t key_stride, size_t n, size_t cols,
                float alpha, float* scores, size_t score_stride);
 
-// P's rows (rows <= PairRows(type), n weights each, `stride` apart) rounded to
+// P's rows (rows <= kPairRows, n weights each, `stride` apart) rounded to
 // bf16 as Fp8WeightsTimesValues reads them: row r at out + r * out_stride,
 // weights 2i and 2i + 1 in pair i, zeros past n; out_stride >= (n + 15) /
 // 16 * 8. False (out unspecified) where a weight is a denormal.
