@@ -949,6 +949,18 @@ bool Fp8TileScores(const Fp8Operands& fp8, size_t rows,
   return false;
 }
 
+// Whether rows [j0, j0 + cols) of v lie in runs that start at even keys, as
+// the pairs' P V needs: the tile's weights are paired from its first key on
+// (paged blocks hold 16 or more).
+template <typename T>
+bool RunsStartEven(const internal::KVRows<T>& v, size_t j0, size_t cols) {
+  for (size_t n = 0, run = 0; n < cols; n += run) {
+    if (n % 2 != 0) return false;
+    run = std::min(cols - n, v.RunFrom(j0 + n));
+  }
+  return true;
+}
+
 // AddTileProduct on the pairs (acc = P V, or acc + P V unless `first`),
 // true; false where they decline the values (acc unchanged). A pacer, where
 // given, asks for rows ahead before each `chunk` of keys.
@@ -957,13 +969,7 @@ bool Fp8TileProduct(const Fp8Operands& fp8, ConstMatrix p,
                     const internal::KVRows<T>& v, size_t j0, Matrix acc,
                     bool first, const RowPacer<T>* pacer, size_t chunk) {
   if constexpr (kPairRows<T> && kPairTarget) {
-    if (fp8.queries == nullptr) return false;
-    // The tile's weights are paired from its first key on: every run must
-    // start at an even key (paged blocks hold 16 or more).
-    for (size_t n = 0, run = 0; n < p.cols; n += run) {
-      if (n % 2 != 0) return false;
-      run = std::min(p.cols - n, v.RunFrom(j0 + n));
-    }
+    if (fp8.queries == nullptr || !RunsStartEven(v, j0, p.cols)) return false;
     if (!internal::Fp8WeightPairs(p.Row(0), p.rows, p.cols, p.stride,
                                   fp8.weights, Fp8Operands::kWeightStride)) {
       return false;
@@ -985,6 +991,40 @@ bool Fp8TileProduct(const Fp8Operands& fp8, ConstMatrix p,
           acc.Row(0), acc.stride);
     }
     return true;
+  }
+  return false;
+}
+
+// Fp8TileProduct over a copy of the tile's values with the rows listed in
+// `nonfinite` zeroed, where a masked key's P = 0 times such a row would not
+// be 0; true where the pairs took it. The copy, p.cols x v.cols elements of
+// at most 2 bytes, fits in `scratch`: v_panels past the weights, which holds
+// kKeyBlock x value_dim rounded up to nr >= 16 floats on AVX-512.
+// It declines exactly where Fp8TileProduct would decline the values read in
+// place, so a row that sees no such key keeps the bits it has without them.
+template <typename T>
+bool Fp8ZeroedTileProduct(const Fp8Operands& fp8, ConstMatrix p,
+                          const internal::KVRows<T>& v, size_t j0,
+                          const NonFiniteValues& nonfinite, void* scratch,
+                          Matrix acc, bool first) {
+  if constexpr (kPairRows<T> && kPairTarget) {
+    if (fp8.queries == nullptr || !RunsStartEven(v, j0, p.cols)) return false;
+    T* copy = static_cast<T*>(scratch);
+    for (size_t jj = 0; jj < p.cols; ++jj) {
+      std::memcpy(copy + jj * v.cols, v.Row(j0 + jj), v.cols * sizeof(T));
+    }
+    for (size_t n = 0; n < nonfinite.count; ++n) {
+      std::memset(copy + nonfinite.keys[n] * v.cols, 0, v.cols * sizeof(T));
+    }
+    internal::KVRows<T> rows = v;
+    rows.base = copy;
+    rows.table = internal::kSingleBlock;
+    rows.block_stride = 0;
+    rows.stride = v.cols;
+    rows.shift = 63;
+    rows.offset_mask = ~size_t{0} >> 1;
+    rows.first = 0;
+    return Fp8TileProduct<T>(fp8, p, rows, 0, acc, first, nullptr, 0);
   }
   return false;
 }
@@ -1094,6 +1134,12 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
         AddTileProduct(p, v, j0, acc_rows, accumulate, paced ? &pacer : nullptr,
                        direct_weights);
       }
+    } else if (Fp8ZeroedTileProduct(
+                   fp8, p, v, j0, ws.nonfinite,
+                   ws.v_panels +
+                       internal::kPairRows * Fp8Operands::kWeightStride,
+                   acc_rows, first)) {
+      // The pairs took it, the copy past the weights in v_panels.
     } else if constexpr (std::is_same_v<T, int8_t>) {  // Scales zeroed.
       for (size_t jj = 0; jj < cols; ++jj) ws.scales[jj] = v.Scale(j0 + jj);
       for (size_t n = 0; n < ws.nonfinite.count; ++n) {
