@@ -977,6 +977,93 @@ TEST_P(KVCacheTest, Fp8E4M3NaNCodeInReachMakesOnlyItsHeadsNaN) {
   }
 }
 
+// A NaN or an infinity at a key that the mask hides from some rows (a
+// window's early key, or the causal mask's last key from the row before),
+// in a key or a value row of an E4M3 or bf16 cache, under kBFloat16 with the
+// bf16 pairs on and off (the pairs then take a copy with that row zeroed):
+// the rows that do not see it keep their bits; those that see it turn NaN
+// (a key) or non-finite in its column (a value).
+TEST_P(KVCacheTest, NonFiniteAtAMaskedKeyChangesNoOtherRow) {
+  constexpr size_t kTokens = 300, kDim = 72, kPoisonedHead = 1;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const std::vector<float> k = RandomVector(kKVHeads * kTokens * kDim, 7),
+                           v = RandomVector(kKVHeads * kTokens * kDim, 8);
+  struct Case {
+    size_t window, token;
+  };
+  for (const KVType type : {KVType::kFp8E4M3, KVType::kBF16}) {
+    for (const size_t block_size : {size_t{0}, size_t{16}}) {
+      KVCacheConfig config;
+      config.type = type;
+      config.block_size = block_size;
+      for (const bool pairs : {true, false}) {
+        const auto attend = [&](const std::vector<float>& keys,
+                                const std::vector<float>& values,
+                                size_t q_tokens, size_t window) {
+          KVCache cache(1, kKVHeads, kTokens, kDim, config);
+          cache.Append(
+              ConstTensor4::Dense(keys.data(), 1, kKVHeads, kTokens, kDim),
+              ConstTensor4::Dense(values.data(), 1, kKVHeads, kTokens, kDim));
+          const std::vector<float> q =
+              RandomVector(kHeads * q_tokens * kDim, 9);
+          std::vector<float> out(q.size());
+          AttentionOptions options;
+          options.compute = ComputeType::kBFloat16;
+          options.mask.causal = true;
+          options.mask.window = window;
+          internal::SetFp8Pairs(pairs);
+          ScaledDotProductAttention(
+              ConstTensor4::Dense(q.data(), 1, kHeads, q_tokens, kDim),
+              cache.View(),
+              Tensor4::Dense(out.data(), 1, kHeads, q_tokens, kDim), options);
+          internal::SetFp8Pairs(std::nullopt);
+          return out;
+        };
+        for (const Case c : {Case{290, 5}, Case{0, kTokens - 1}}) {
+          for (const size_t q_tokens : {size_t{1}, size_t{2}}) {
+            const std::vector<float> clean = attend(k, v, q_tokens, c.window);
+            // Row i is token kTokens - q_tokens + i (kernels.h's windows).
+            const auto sees = [&](size_t row) {
+              const size_t p = kTokens - q_tokens + row;
+              return c.token <= p && (c.window == 0 || c.token + c.window > p);
+            };
+            for (const bool in_keys : {true, false}) {
+              // E4M3 has no infinity: its NaN code only.
+              for (const float poison :
+                   {kNaN, type == KVType::kBF16 ? kInf : kNaN}) {
+                std::vector<float> keys = k, values = v;
+                (in_keys ? keys
+                         : values)[(kPoisonedHead * kTokens + c.token) * kDim +
+                                   c.token % kDim] = poison;
+                const std::vector<float> out =
+                    attend(keys, values, q_tokens, c.window);
+                const std::string where =
+                    Name(Kind{type, block_size}) +
+                    (in_keys ? " key " : " value ") + std::to_string(poison) +
+                    " at " + std::to_string(c.token) + " window " +
+                    std::to_string(c.window) + (pairs ? " pairs" : " floats") +
+                    " q_tokens " + std::to_string(q_tokens);
+                for (size_t i = 0; i < out.size(); ++i) {
+                  const size_t head = i / (q_tokens * kDim);
+                  if (head / (kHeads / kKVHeads) != kPoisonedHead ||
+                      !sees(i / kDim % q_tokens)) {
+                    ASSERT_EQ(std::memcmp(&out[i], &clean[i], sizeof(float)), 0)
+                        << where << " at " << i;
+                  } else if (in_keys && std::isnan(poison)) {
+                    ASSERT_TRUE(std::isnan(out[i])) << where << " at " << i;
+                  } else if (!in_keys && i % kDim == c.token % kDim) {
+                    ASSERT_FALSE(std::isfinite(out[i])) << where << " at " << i;
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // q8_0 and q4_0 caches hold the bytes ggml's reference quantizers write
 // (tests/data/make_ggml_blocks_golden.sh): random blocks at many scales,
 // zeros, rounding ties (q8_0's away from zero, q4_0's truncation and clamp),
