@@ -407,13 +407,13 @@ TEST_P(KVCacheTest, DirectE4M3KeepsTheFloat16RoutesBits) {
               RandomVector(heads * dim, 13, -magnitude, magnitude);
           const auto attend = [&](bool direct) {
             internal::SetDirectE4M3(direct);
-            internal::SetFp8Pairs(false);
+            internal::SetDecodePairs(false);
             std::vector<float> out(q.size());
             ScaledDotProductAttention(
                 ConstTensor4::Dense(q.data(), 1, heads, 1, dim), cache.View(),
                 Tensor4::Dense(out.data(), 1, heads, 1, dim));
             internal::SetDirectE4M3(std::nullopt);
-            internal::SetFp8Pairs(std::nullopt);
+            internal::SetDecodePairs(std::nullopt);
             return out;
           };
           ExpectSameBits(attend(true), attend(false),
@@ -434,7 +434,7 @@ TEST_P(KVCacheTest, DirectE4M3KeepsTheFloat16RoutesBits) {
 // a vector of 64 codes, contiguous and paged, a NaN code in reach, and an E5M2
 // or bf16 infinity in a key. Both sum exact products in float32, so they agree
 // to its rounding.
-TEST_P(KVCacheTest, Fp8PairsUnderBFloat16MatchTheFloat32Route) {
+TEST_P(KVCacheTest, DecodePairsUnderBFloat16MatchTheFloat32Route) {
   constexpr size_t kTokens = 300;
   for (const KVType type :
        {KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kBF16}) {
@@ -462,14 +462,14 @@ TEST_P(KVCacheTest, Fp8PairsUnderBFloat16MatchTheFloat32Route) {
           const std::vector<float> q = RandomVector(heads * dim, 23, -3, 3);
           {
             const auto attend = [&](bool pairs) {
-              internal::SetFp8Pairs(pairs);
+              internal::SetDecodePairs(pairs);
               std::vector<float> out(q.size());
               AttentionOptions options;
               options.compute = ComputeType::kBFloat16;
               ScaledDotProductAttention(
                   ConstTensor4::Dense(q.data(), 1, heads, 1, dim), cache.View(),
                   Tensor4::Dense(out.data(), 1, heads, 1, dim), options);
-              internal::SetFp8Pairs(std::nullopt);
+              internal::SetDecodePairs(std::nullopt);
               return out;
             };
             const std::vector<float> pairs = attend(true),
@@ -1011,12 +1011,12 @@ TEST_P(KVCacheTest, NonFiniteAtAMaskedKeyChangesNoOtherRow) {
           options.compute = ComputeType::kBFloat16;
           options.mask.causal = true;
           options.mask.window = window;
-          internal::SetFp8Pairs(pairs);
+          internal::SetDecodePairs(pairs);
           ScaledDotProductAttention(
               ConstTensor4::Dense(q.data(), 1, kHeads, q_tokens, kDim),
               cache.View(),
               Tensor4::Dense(out.data(), 1, kHeads, q_tokens, kDim), options);
-          internal::SetFp8Pairs(std::nullopt);
+          internal::SetDecodePairs(std::nullopt);
           return out;
         };
         for (const Case c : {Case{290, 5}, Case{0, kTokens - 1}}) {

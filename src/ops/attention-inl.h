@@ -51,9 +51,9 @@
 #include "src/common/scratch.h"
 #include "src/ops/amx_tiles.h"
 #include "src/ops/bf16-inl.h"
+#include "src/ops/decode_pairs.h"
 #include "src/ops/dropout-inl.h"
 #include "src/ops/exp-inl.h"
-#include "src/ops/fp8_pairs.h"
 #include "src/ops/int_dot-inl.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/lanes-inl.h"
@@ -140,8 +140,8 @@ struct Problem {
   // The few-rows walk reads E4M3 rows as DirectE4M3 (matmul-inl.h).
   bool direct_e4m3 = false;
   // The few-rows walk's fp8 and bf16 products under kBFloat16 on bf16 pairs
-  // (fp8_pairs.h), for tasks of up to kPairRows rows.
-  bool fp8_pairs = false;
+  // (decode_pairs.h), for tasks of up to kMaxPairRows rows.
+  bool decode_pairs = false;
 
   template <typename T>
   internal::KVRows<T> Keys(size_t b, size_t h) const {
@@ -893,56 +893,57 @@ template <typename T>
 constexpr bool kFp8Rows = std::is_same_v<T, internal::Fp8E4M3> ||
                           std::is_same_v<T, internal::Fp8E5M2>;
 
-// Rows whose products fp8_pairs.h takes, and their KVType.
+// Rows whose products decode_pairs.h takes, and their KVType.
 template <typename T>
-constexpr bool kPairRows = kFp8Rows<T> || std::is_same_v<T, BFloat16>;
+constexpr bool kPairable = kFp8Rows<T> || std::is_same_v<T, BFloat16>;
 template <typename T>
 constexpr KVType kPairType =
     std::is_same_v<T, BFloat16>            ? KVType::kBF16
     : std::is_same_v<T, internal::Fp8E4M3> ? KVType::kFp8E4M3
                                            : KVType::kFp8E5M2;
 
-// A row's elements as the bytes fp8_pairs.h reads.
+// A row's elements as the bytes decode_pairs.h reads.
 template <typename T>
 const uint8_t* PairBytes(const T* row) {
   return reinterpret_cast<const uint8_t*>(row);
 }
 
-// A few-rows task's fp8 or bf16 products on bf16 pairs (Problem::fp8_pairs):
+// A few-rows task's fp8 or bf16 products on bf16 pairs (Problem::decode_pairs):
 // its query rows as the kernels' operands, and room for a tile's weights.
-struct Fp8Operands {
+struct PairOperands {
   static constexpr size_t kWeightStride = kKeyBlock / 2;
   const uint32_t* queries = nullptr;  // Null: the float32 routes.
-  float factor = 0.0f;          // The products' power of two (Fp8QueryPairs).
+  float factor = 0.0f;          // The products' power of two (QueryPairs).
   uint32_t* weights = nullptr;  // A tile's, rows kWeightStride apart.
 
   // The queries' operands in `scratch`, none where they are not finite.
-  static Fp8Operands For(KVType type, ConstMatrix queries, float* scratch,
-                         float* weights) {
-    Fp8Operands fp8;
+  static PairOperands For(KVType type, ConstMatrix queries, float* scratch,
+                          float* weights) {
+    PairOperands pair_ops;
     auto* pairs = reinterpret_cast<uint32_t*>(scratch);
-    fp8.factor = internal::Fp8QueryPairs(type, queries.data, queries.rows,
-                                         queries.cols, queries.stride, pairs);
-    if (fp8.factor == 0.0f) return fp8;
-    fp8.queries = pairs;
-    fp8.weights = reinterpret_cast<uint32_t*>(weights);
-    return fp8;
+    pair_ops.factor = internal::QueryPairs(type, queries.data, queries.rows,
+                                           queries.cols, queries.stride, pairs);
+    if (pair_ops.factor == 0.0f) return pair_ops;
+    pair_ops.queries = pairs;
+    pair_ops.weights = reinterpret_cast<uint32_t*>(weights);
+    return pair_ops;
   }
 };
 
 // TileScores on the pairs (S = alpha Q K^T of the task's rows, kKeyBlock
 // apart), true; false (S untouched) where the task has no pair operands.
 template <typename T>
-bool Fp8TileScores(const Fp8Operands& fp8, size_t rows,
-                   const internal::KVRows<T>& k, size_t j0, size_t cols,
-                   float alpha, float* scores) {
-  if constexpr (kPairRows<T> && kPairTarget) {
-    if (fp8.queries == nullptr) return false;
+bool PairTileScores(const PairOperands& pair_ops, size_t rows,
+                    const internal::KVRows<T>& k, size_t j0, size_t cols,
+                    float alpha, float* scores) {
+  if constexpr (kPairable<T> && kPairTarget) {
+    if (pair_ops.queries == nullptr) return false;
     for (size_t n = 0, run = 0; n < cols; n += run) {
       run = std::min(cols - n, k.RunFrom(j0 + n));
-      internal::Fp8Scores(kPairType<T>, fp8.queries, rows,
-                          PairBytes(k.Row(j0 + n)), k.stride * sizeof(T), run,
-                          k.cols, alpha * fp8.factor, scores + n, kKeyBlock);
+      internal::PairScores(kPairType<T>, pair_ops.queries, rows,
+                           PairBytes(k.Row(j0 + n)), k.stride * sizeof(T), run,
+                           k.cols, alpha * pair_ops.factor, scores + n,
+                           kKeyBlock);
     }
     return true;
   }
@@ -965,13 +966,14 @@ bool RunsStartEven(const internal::KVRows<T>& v, size_t j0, size_t cols) {
 // true; false where they decline the values (acc unchanged). A pacer, where
 // given, asks for rows ahead before each `chunk` of keys.
 template <typename T>
-bool Fp8TileProduct(const Fp8Operands& fp8, ConstMatrix p,
-                    const internal::KVRows<T>& v, size_t j0, Matrix acc,
-                    bool first, const RowPacer<T>* pacer, size_t chunk) {
-  if constexpr (kPairRows<T> && kPairTarget) {
-    if (fp8.queries == nullptr || !RunsStartEven(v, j0, p.cols)) return false;
-    if (!internal::Fp8WeightPairs(p.Row(0), p.rows, p.cols, p.stride,
-                                  fp8.weights, Fp8Operands::kWeightStride)) {
+bool PairTileProduct(const PairOperands& pair_ops, ConstMatrix p,
+                     const internal::KVRows<T>& v, size_t j0, Matrix acc,
+                     bool first, const RowPacer<T>* pacer, size_t chunk) {
+  if constexpr (kPairable<T> && kPairTarget) {
+    if (pair_ops.queries == nullptr || !RunsStartEven(v, j0, p.cols))
+      return false;
+    if (!internal::WeightPairs(p.Row(0), p.rows, p.cols, p.stride,
+                               pair_ops.weights, PairOperands::kWeightStride)) {
       return false;
     }
     if (first) {
@@ -985,9 +987,9 @@ bool Fp8TileProduct(const Fp8Operands& fp8, ConstMatrix p,
         run = std::min(run, chunk);
         pacer->Reach(pacer->KeyPosition(j0 + n + run - 1) + kKeyBlock);
       }
-      internal::Fp8WeightsTimesValues(
-          kPairType<T>, fp8.weights + n / 2, Fp8Operands::kWeightStride, p.rows,
-          PairBytes(v.Row(j0 + n)), v.stride * sizeof(T), run, acc.cols,
+      internal::PairWeightsTimesValues(
+          kPairType<T>, pair_ops.weights + n / 2, PairOperands::kWeightStride,
+          p.rows, PairBytes(v.Row(j0 + n)), v.stride * sizeof(T), run, acc.cols,
           acc.Row(0), acc.stride);
     }
     return true;
@@ -995,20 +997,21 @@ bool Fp8TileProduct(const Fp8Operands& fp8, ConstMatrix p,
   return false;
 }
 
-// Fp8TileProduct over a copy of the tile's values with the rows listed in
+// PairTileProduct over a copy of the tile's values with the rows listed in
 // `nonfinite` zeroed, where a masked key's P = 0 times such a row would not
 // be 0; true where the pairs took it. The copy, p.cols x v.cols elements of
 // at most 2 bytes, fits in `scratch`: v_panels past the weights, which holds
 // kKeyBlock x value_dim rounded up to nr >= 16 floats on AVX-512.
-// It declines exactly where Fp8TileProduct would decline the values read in
+// It declines exactly where PairTileProduct would decline the values read in
 // place, so a row that sees no such key keeps the bits it has without them.
 template <typename T>
-bool Fp8ZeroedTileProduct(const Fp8Operands& fp8, ConstMatrix p,
-                          const internal::KVRows<T>& v, size_t j0,
-                          const NonFiniteValues& nonfinite, void* scratch,
-                          Matrix acc, bool first) {
-  if constexpr (kPairRows<T> && kPairTarget) {
-    if (fp8.queries == nullptr || !RunsStartEven(v, j0, p.cols)) return false;
+bool PairZeroedTileProduct(const PairOperands& pair_ops, ConstMatrix p,
+                           const internal::KVRows<T>& v, size_t j0,
+                           const NonFiniteValues& nonfinite, void* scratch,
+                           Matrix acc, bool first) {
+  if constexpr (kPairable<T> && kPairTarget) {
+    if (pair_ops.queries == nullptr || !RunsStartEven(v, j0, p.cols))
+      return false;
     T* copy = static_cast<T*>(scratch);
     for (size_t jj = 0; jj < p.cols; ++jj) {
       std::memcpy(copy + jj * v.cols, v.Row(j0 + jj), v.cols * sizeof(T));
@@ -1018,13 +1021,10 @@ bool Fp8ZeroedTileProduct(const Fp8Operands& fp8, ConstMatrix p,
     }
     internal::KVRows<T> rows = v;
     rows.base = copy;
-    rows.table = internal::kSingleBlock;
-    rows.block_stride = 0;
     rows.stride = v.cols;
-    rows.shift = 63;
-    rows.offset_mask = ~size_t{0} >> 1;
     rows.first = 0;
-    return Fp8TileProduct<T>(fp8, p, rows, 0, acc, first, nullptr, 0);
+    rows.MakeOneBlock();
+    return PairTileProduct<T>(pair_ops, p, rows, 0, acc, first, nullptr, 0);
   }
   return false;
 }
@@ -1067,19 +1067,20 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
   // E4M3 rows read as DirectE4M3 (Problem::direct_e4m3): the queries times
   // its operand scale in the K panels' scratch (this path packs none), each
   // tile's weights in the rows of S past the task's.
-  // fp8 and bf16 rows on bf16 pairs (Problem::fp8_pairs) likewise, each
+  // fp8 and bf16 rows on bf16 pairs (Problem::decode_pairs) likewise, each
   // tile's weights in the V panels' scratch (this path packs none either).
-  Fp8Operands fp8;
-  if constexpr (kPairRows<T>) {
-    if (pr.fp8_pairs && rows <= internal::kPairRows) {
-      fp8 = Fp8Operands::For(kPairType<T>, queries, ws.k_panels, ws.v_panels);
+  PairOperands pair_ops;
+  if constexpr (kPairable<T>) {
+    if (pr.decode_pairs && rows <= internal::kMaxPairRows) {
+      pair_ops =
+          PairOperands::For(kPairType<T>, queries, ws.k_panels, ws.v_panels);
     }
   }
   const float* direct_queries = nullptr;
   float* direct_weights = nullptr;
   if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
     static_assert(2 * kSkinnyRows <= kQueryBlock, "S holds both");
-    if (fp8.queries == nullptr && pr.direct_e4m3 &&
+    if (pair_ops.queries == nullptr && pr.direct_e4m3 &&
         ScaledForDirectE4M3(queries, ws.k_panels)) {
       direct_queries = ws.k_panels;
       direct_weights = ws.scores + kSkinnyRows * kKeyBlock;
@@ -1109,8 +1110,8 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
                           std::min(next_end, next + n + width));
         PrefetchPagedRows(v, j0 + n, j0 + n + width);
       }
-      if (!Fp8TileScores(fp8, rows, k, j0 + n, width, pr.scale,
-                         ws.scores + n)) {
+      if (!PairTileScores(pair_ops, rows, k, j0 + n, width, pr.scale,
+                          ws.scores + n)) {
         TileScores(queries, quantized ? &*quantized : nullptr, k, j0 + n, width,
                    scores_options, ws.scores + n, direct_queries);
       }
@@ -1129,15 +1130,15 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
     const Matrix acc_rows(acc, rows, value_dim, acc_stride);
     if (ws.nonfinite.count == 0) {
-      if (!Fp8TileProduct(fp8, p, v, j0, acc_rows, first,
-                          paced ? &pacer : nullptr, chunk)) {
+      if (!PairTileProduct(pair_ops, p, v, j0, acc_rows, first,
+                           paced ? &pacer : nullptr, chunk)) {
         AddTileProduct(p, v, j0, acc_rows, accumulate, paced ? &pacer : nullptr,
                        direct_weights);
       }
-    } else if (Fp8ZeroedTileProduct(
-                   fp8, p, v, j0, ws.nonfinite,
+    } else if (PairZeroedTileProduct(
+                   pair_ops, p, v, j0, ws.nonfinite,
                    ws.v_panels +
-                       internal::kPairRows * Fp8Operands::kWeightStride,
+                       internal::kMaxPairRows * PairOperands::kWeightStride,
                    acc_rows, first)) {
       // The pairs took it, the copy past the weights in v_panels.
     } else if constexpr (std::is_same_v<T, int8_t>) {  // Scales zeroed.
@@ -1663,7 +1664,7 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   pr.integer_scores = arith.integer_scores;
   pr.rows_from_memory = arith.rows_from_memory;
   pr.direct_e4m3 = arith.direct_e4m3;
-  pr.fp8_pairs = kPairTarget && arith.fp8_pairs;
+  pr.decode_pairs = kPairTarget && arith.decode_pairs;
 
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);

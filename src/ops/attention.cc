@@ -22,7 +22,7 @@
 #include "src/common/check.h"
 #include "src/common/scratch.h"
 #include "src/ops/attend.h"
-#include "src/ops/fp8_pairs.h"
+#include "src/ops/decode_pairs.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/kv_store.h"
 #include "src/ops/matmul_bf16.h"
@@ -133,8 +133,8 @@ bool DirectE4M3(const KVSource& kv) {
   return choice >= 0 ? choice != 0 : DenormalOperandsAreFree();
 }
 
-// -1: by the CPU; else SetFp8Pairs' choice.
-std::atomic<int> fp8_pairs_choice{-1};
+// -1: by the CPU; else SetDecodePairs' choice.
+std::atomic<int> decode_pairs_choice{-1};
 
 // Whether decode's fp8 and bf16 products under kBFloat16 take bf16 pairs: by
 // default on AMD (Zen 4 measured: bench/RESULTS.md, "fp8 on bf16 pairs" and
@@ -143,16 +143,16 @@ std::atomic<int> fp8_pairs_choice{-1};
 // AVX512_BF16 and VBMI. Under float32 arithmetic the queries and weights
 // would need 3 bf16 parts each, which ran slower than the float32 route
 // there.
-bool Fp8Pairs(const KVSource& kv, bool bf16) {
+bool DecodePairs(const KVSource& kv, bool bf16) {
   if (!bf16 || (kv.type != KVType::kFp8E4M3 && kv.type != KVType::kFp8E5M2 &&
                 kv.type != KVType::kBF16)) {
     return false;
   }
   if (!internal::IsAvx512Target(internal::ActiveTargetBit()) ||
-      !internal::Fp8PairsUsable()) {
+      !internal::DecodePairsUsable()) {
     return false;
   }
-  const int choice = fp8_pairs_choice.load();
+  const int choice = decode_pairs_choice.load();
   return choice >= 0 ? choice != 0 : ThisCpu().amd;
 }
 
@@ -277,7 +277,7 @@ void Attend(const char* kFn, ConstTensor4 q,
   arith.integer_scores = int8;
   arith.rows_from_memory = RowsFromMemory(kv, layout.batch);
   arith.direct_e4m3 = DirectE4M3(kv);
-  arith.fp8_pairs = Fp8Pairs(kv, bf16);
+  arith.decode_pairs = DecodePairs(kv, bf16);
   internal::AttentionFor(kv.type)(
       q, layout, kv, out, scale, mask, dropout,
       DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),
@@ -414,8 +414,8 @@ void SetFromMemoryBytes(size_t bytes) { from_memory_bytes = bytes; }
 void SetDirectE4M3(std::optional<bool> direct) {
   direct_e4m3_choice = direct ? int{*direct} : -1;
 }
-void SetFp8Pairs(std::optional<bool> pairs) {
-  fp8_pairs_choice = pairs ? int{*pairs} : -1;
+void SetDecodePairs(std::optional<bool> pairs) {
+  decode_pairs_choice = pairs ? int{*pairs} : -1;
 }
 }  // namespace internal
 

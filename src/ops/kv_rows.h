@@ -59,6 +59,13 @@ struct KVRows {
   size_t RunFrom(size_t t) const {
     return offset_mask + 1 - ((t + first) & offset_mask);
   }
+  // Contiguous storage: every token in block 0, at base + (t + first) *
+  // stride.
+  void MakeOneBlock() {
+    table = kSingleBlock;
+    shift = 63;
+    offset_mask = ~size_t{0} >> 1;
+  }
   // The rows from token j on.
   KVRows From(size_t j) const {
     KVRows rows = *this;
@@ -120,9 +127,7 @@ struct KVSource {
     if (block_table == nullptr) {
       rows.base += b * rows.block_stride;
       if (rows.scales != nullptr) rows.scales += b * m.scale_block_stride;
-      rows.table = kSingleBlock;
-      rows.shift = 63;
-      rows.offset_mask = ~size_t{0} >> 1;
+      rows.MakeOneBlock();
     } else {
       rows.table = block_table + b * blocks_per_sequence;
       rows.shift = block_shift;
@@ -149,8 +154,9 @@ struct AttentionArithmetic {
   bool rows_from_memory = false;
   // Decode reads E4M3 rows straight as float32 bits (attention-inl.h).
   bool direct_e4m3 = false;
-  // Decode's fp8 products under kBFloat16 on bf16 pairs (fp8_pairs.h).
-  bool fp8_pairs = false;
+  // Decode's fp8 and bf16 products under kBFloat16 on bf16 pairs
+  // (decode_pairs.h).
+  bool decode_pairs = false;
 };
 
 // Bytes of K and V above which decode's rows count as coming from memory
@@ -163,9 +169,10 @@ void SetFromMemoryBytes(size_t bytes);
 // speed. Either way the results are the same. For tests.
 void SetDirectE4M3(std::optional<bool> direct);
 
-// Whether decode's fp8 products under kBFloat16 take bf16 pairs where the
-// CPU has them (fp8_pairs.h); nullopt (the default): on AMD's. For tests.
-void SetFp8Pairs(std::optional<bool> pairs);
+// Whether decode's fp8 and bf16 products under kBFloat16 take bf16 pairs
+// where the CPU has them (decode_pairs.h); nullopt (the default): on AMD's. For
+// tests.
+void SetDecodePairs(std::optional<bool> pairs);
 
 // Where batch item b's query rows, and its output rows, lie: rows
 // [0, q.dims[2]) of q.Slice(b, h) (dense), or rows [starts[b], starts[b + 1])

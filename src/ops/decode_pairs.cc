@@ -1,7 +1,7 @@
-// fp8_pairs.h's kernels: AVX512_BF16 and AVX512_VBMI by function
-// attributes, chosen at run time (Fp8PairsUsable), whatever Highway's
+// decode_pairs.h's kernels: AVX512_BF16 and AVX512_VBMI by function
+// attributes, chosen at run time (DecodePairsUsable), whatever Highway's
 // targets.
-#include "src/ops/fp8_pairs.h"
+#include "src/ops/decode_pairs.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +15,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-#define SIMDATTN_HAVE_FP8_PAIRS 1
+#define SIMDATTN_HAVE_DECODE_PAIRS 1
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's _mm512_undefined_ps (in _mm512_unpacklo_ps, shuffle_f32x4 and
 // others) is a self-initialised variable, which its warnings report.
@@ -38,14 +38,14 @@ constexpr size_t WordOf(KVType type, size_t cc) {
 
 }  // namespace
 
-#ifdef SIMDATTN_HAVE_FP8_PAIRS
-#define SIMDATTN_FP8_TARGET \
+#ifdef SIMDATTN_HAVE_DECODE_PAIRS
+#define SIMDATTN_PAIRS_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512bf16,avx512vbmi")))
 
 namespace {
 
 // The bf16 bits of each magnitude code's value (code & 127; E4M3's times
-// 2^-8, fp8_pairs.h): high bytes (the sign bit clear) and low bytes, each as
+// 2^-8, decode_pairs.h): high bytes (the sign bit clear) and low bytes, each as
 // two vectors of 64 entries (vpermi2b's table). Exact: fp8 values have at
 // most 4 significant bits and their exponents lie within bf16's range; NaN
 // codes are a quiet NaN.
@@ -79,7 +79,7 @@ struct Lookup {
   __m512i high0, high1, low0, low1;
 };
 
-SIMDATTN_FP8_TARGET Lookup LoadLookup(KVType type) {
+SIMDATTN_PAIRS_TARGET Lookup LoadLookup(KVType type) {
   const Tables& t = TablesOf(type);
   return {_mm512_load_si512(t.high), _mm512_load_si512(t.high + kCodes),
           _mm512_load_si512(t.low), _mm512_load_si512(t.low + kCodes)};
@@ -88,8 +88,8 @@ SIMDATTN_FP8_TARGET Lookup LoadLookup(KVType type) {
 // The 64 codes as bf16 pairs: w0 holds codes 16L + [0, 8) of each 128-bit
 // lane L, w1 codes 16L + [8, 16), each code's bf16 at the position of its
 // byte within them (vpunpck's order).
-SIMDATTN_FP8_TARGET inline void Widen(const Lookup& t, __m512i codes,
-                                      __m512i& w0, __m512i& w1) {
+SIMDATTN_PAIRS_TARGET inline void Widen(const Lookup& t, __m512i codes,
+                                        __m512i& w0, __m512i& w1) {
   __m512i high = _mm512_permutex2var_epi8(t.high0, codes, t.high1);
   // high | (codes & 0x80): the sign.
   high = _mm512_ternarylogic_epi32(high, codes, _mm512_set1_epi8(-128), 0xF8);
@@ -98,21 +98,21 @@ SIMDATTN_FP8_TARGET inline void Widen(const Lookup& t, __m512i codes,
   w1 = _mm512_unpackhi_epi8(low, high);
 }
 
-SIMDATTN_FP8_TARGET inline __mmask64 CodeMask(size_t count) {
+SIMDATTN_PAIRS_TARGET inline __mmask64 CodeMask(size_t count) {
   return count >= kCodes ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
 }
 
 // The 32 words of mask bits for words [0, count) of a vector.
-SIMDATTN_FP8_TARGET inline __mmask32 WordMask(size_t count) {
+SIMDATTN_PAIRS_TARGET inline __mmask32 WordMask(size_t count) {
   return count >= 32 ? ~__mmask32{0} : (__mmask32{1} << count) - 1;
 }
 
 // A chunk's `count` (<= 64) elements of a key row at `row` as pairs in w0
 // and w1, zero past count: fp8 codes widened (Widen), bf16 words as they lie.
 template <bool kBf16>
-SIMDATTN_FP8_TARGET inline void LoadPairs(const Lookup& t, const uint8_t* row,
-                                          size_t count, __m512i& w0,
-                                          __m512i& w1) {
+SIMDATTN_PAIRS_TARGET inline void LoadPairs(const Lookup& t, const uint8_t* row,
+                                            size_t count, __m512i& w0,
+                                            __m512i& w1) {
   if constexpr (kBf16) {
     w0 = _mm512_maskz_loadu_epi16(WordMask(count), row);
     w1 = _mm512_maskz_loadu_epi16(count > 32 ? WordMask(count - 32) : 0,
@@ -122,14 +122,15 @@ SIMDATTN_FP8_TARGET inline void LoadPairs(const Lookup& t, const uint8_t* row,
   }
 }
 
-SIMDATTN_FP8_TARGET inline __m512 Dot(__m512 acc, __m512i pairs,
-                                      const uint32_t* operand) {
+SIMDATTN_PAIRS_TARGET inline __m512 Dot(__m512 acc, __m512i pairs,
+                                        const uint32_t* operand) {
   return _mm512_dpbf16_ps(acc, (__m512bh)pairs,
                           (__m512bh)_mm512_loadu_si512(operand));
 }
 
 // The sums of a, b, c and d's lanes.
-SIMDATTN_FP8_TARGET inline __m128 Sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+SIMDATTN_PAIRS_TARGET inline __m128 Sum4(__m512 a, __m512 b, __m512 c,
+                                         __m512 d) {
   // Per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3], likewise c, d.
   const __m512 ab =
       _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
@@ -148,11 +149,11 @@ SIMDATTN_FP8_TARGET inline __m128 Sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 
 // Scores of R rows over keys [0, n).
 template <int R, bool kBf16>
-SIMDATTN_FP8_TARGET void ScoresOf(const Lookup& t, const uint32_t* q,
-                                  size_t q_stride, const uint8_t* keys,
-                                  size_t key_stride, size_t n, size_t cols,
-                                  float alpha, float* scores,
-                                  size_t score_stride) {
+SIMDATTN_PAIRS_TARGET void ScoresOf(const Lookup& t, const uint32_t* q,
+                                    size_t q_stride, const uint8_t* keys,
+                                    size_t key_stride, size_t n, size_t cols,
+                                    float alpha, float* scores,
+                                    size_t score_stride) {
   // Two accumulators per key for one row: 8 chains of vdpbf16ps in flight.
   constexpr int kAccs = R == 1 ? 2 : 1;
   constexpr size_t kRowBytes = kBf16 ? 2 * kCodes : kCodes;  // A chunk's.
@@ -219,7 +220,7 @@ struct Quad {
 // natural order of 64 floats and fp8 P V's accumulators, whose vector i
 // holds dims 16L + 4i + [0, 4) in block L (Widen over byte-interleaved
 // rows).
-SIMDATTN_FP8_TARGET inline Quad TransposeBlocks(Quad a) {
+SIMDATTN_PAIRS_TARGET inline Quad TransposeBlocks(Quad a) {
   const __m512 t0 = _mm512_shuffle_f32x4(a.v[0], a.v[1], 0x44);
   const __m512 t1 = _mm512_shuffle_f32x4(a.v[2], a.v[3], 0x44);
   const __m512 t2 = _mm512_shuffle_f32x4(a.v[0], a.v[1], 0xEE);
@@ -229,7 +230,7 @@ SIMDATTN_FP8_TARGET inline Quad TransposeBlocks(Quad a) {
        _mm512_shuffle_f32x4(t2, t3, 0x88), _mm512_shuffle_f32x4(t2, t3, 0xDD)}};
 }
 
-SIMDATTN_FP8_TARGET inline __mmask16 FloatMask(size_t count) {
+SIMDATTN_PAIRS_TARGET inline __mmask16 FloatMask(size_t count) {
   return count >= 16 ? __mmask16{0xFFFF}
                      : static_cast<__mmask16>((1u << count) - 1);
 }
@@ -237,7 +238,7 @@ SIMDATTN_FP8_TARGET inline __mmask16 FloatMask(size_t count) {
 // From the natural order of a chunk's 64 floats to bf16 rows' P V
 // accumulators, whose vectors 2h and 2h + 1 hold dims 32h + 8L + [0, 4) and
 // 32h + 8L + [4, 8) in block L (vpunpck of two rows' words), and back.
-SIMDATTN_FP8_TARGET inline Quad ToWordPairOrder(Quad a) {
+SIMDATTN_PAIRS_TARGET inline Quad ToWordPairOrder(Quad a) {
   Quad out;
   for (int h = 0; h < 2; ++h) {
     out.v[2 * h] = _mm512_shuffle_f32x4(a.v[2 * h], a.v[2 * h + 1], 0x88);
@@ -245,7 +246,7 @@ SIMDATTN_FP8_TARGET inline Quad ToWordPairOrder(Quad a) {
   }
   return out;
 }
-SIMDATTN_FP8_TARGET inline Quad FromWordPairOrder(Quad a) {
+SIMDATTN_PAIRS_TARGET inline Quad FromWordPairOrder(Quad a) {
   Quad out;
   for (int h = 0; h < 2; ++h) {
     const __m512 x = _mm512_shuffle_f32x4(a.v[2 * h], a.v[2 * h + 1], 0x44);
@@ -258,11 +259,11 @@ SIMDATTN_FP8_TARGET inline Quad FromWordPairOrder(Quad a) {
 
 // Between the natural order and ProductOf's.
 template <bool kBf16>
-SIMDATTN_FP8_TARGET inline Quad ToPairOrder(Quad a) {
+SIMDATTN_PAIRS_TARGET inline Quad ToPairOrder(Quad a) {
   return kBf16 ? ToWordPairOrder(a) : TransposeBlocks(a);
 }
 template <bool kBf16>
-SIMDATTN_FP8_TARGET inline Quad ToNaturalOrder(Quad a) {
+SIMDATTN_PAIRS_TARGET inline Quad ToNaturalOrder(Quad a) {
   return kBf16 ? FromWordPairOrder(a) : TransposeBlocks(a);
 }
 
@@ -272,7 +273,7 @@ struct ChunkMasks {
   __mmask64 codes = 0;
   __mmask32 words[2] = {0, 0};
 };
-SIMDATTN_FP8_TARGET inline ChunkMasks MasksFor(size_t count) {
+SIMDATTN_PAIRS_TARGET inline ChunkMasks MasksFor(size_t count) {
   ChunkMasks m;
   m.codes = CodeMask(count);
   m.words[0] = WordMask(count);
@@ -283,7 +284,7 @@ SIMDATTN_FP8_TARGET inline ChunkMasks MasksFor(size_t count) {
 // A chunk of two value rows, even and odd (none where !pair), interleaved as
 // pairs in w[0, 4): ProductOf's order.
 template <bool kBf16>
-SIMDATTN_FP8_TARGET __attribute__((always_inline)) inline void LoadValuePairs(
+SIMDATTN_PAIRS_TARGET __attribute__((always_inline)) inline void LoadValuePairs(
     const Lookup& t, const ChunkMasks& m, const uint8_t* even,
     const uint8_t* odd, bool pair, __m512i w[4]) {
   if constexpr (kBf16) {
@@ -306,7 +307,7 @@ SIMDATTN_FP8_TARGET __attribute__((always_inline)) inline void LoadValuePairs(
 // a += the products of values j and j + 1 (j alone where !pair) with their
 // weights' pair (`pair_weights`, rows weight_stride apart).
 template <int R, int C, bool kBf16>
-SIMDATTN_FP8_TARGET __attribute__((always_inline)) inline void AddValuePairs(
+SIMDATTN_PAIRS_TARGET __attribute__((always_inline)) inline void AddValuePairs(
     const Lookup& t, const ChunkMasks (&masks)[C], const uint8_t* row,
     size_t value_stride, bool pair, const uint32_t* pair_weights,
     size_t weight_stride, __m512 (&a)[R][C][4]) {
@@ -332,10 +333,11 @@ SIMDATTN_FP8_TARGET __attribute__((always_inline)) inline void AddValuePairs(
 // c0 on. Its loops over rows, chunks and vectors are unrolled by pragma:
 // else GCC 12 kept the accumulators in memory, stored on every step.
 template <int R, int C, bool kBf16>
-SIMDATTN_FP8_TARGET void ProductOf(const Lookup& t, const uint32_t* weights,
-                                   size_t weight_stride, const uint8_t* values,
-                                   size_t value_stride, size_t n, size_t cols,
-                                   size_t c0, float* acc, size_t acc_stride) {
+SIMDATTN_PAIRS_TARGET void ProductOf(const Lookup& t, const uint32_t* weights,
+                                     size_t weight_stride,
+                                     const uint8_t* values, size_t value_stride,
+                                     size_t n, size_t cols, size_t c0,
+                                     float* acc, size_t acc_stride) {
   constexpr size_t kRowBytes = kBf16 ? 2 * kCodes : kCodes;  // A chunk's.
   __m512 a[R][C][4];
 #pragma GCC unroll 4
@@ -413,8 +415,8 @@ void WithType(KVType type, const F& f) {
 
 // p[0, n) rounded to bf16, weights 2i and 2i + 1 in out[i]; false where a
 // weight is a float32 denormal (out unspecified).
-SIMDATTN_FP8_TARGET bool RoundIntoPairs(const float* p, size_t n,
-                                        uint32_t* out) {
+SIMDATTN_PAIRS_TARGET bool RoundIntoPairs(const float* p, size_t n,
+                                          uint32_t* out) {
   const __m512 smallest = _mm512_set1_ps(0x1p-126f);
   __mmask16 denormal = 0;
   for (size_t i = 0; i < n; i += 16) {
@@ -430,25 +432,25 @@ SIMDATTN_FP8_TARGET bool RoundIntoPairs(const float* p, size_t n,
 
 }  // namespace
 
-bool Fp8PairsUsable() {
+bool DecodePairsUsable() {
   return __builtin_cpu_supports("avx512bf16") &&
          __builtin_cpu_supports("avx512vbmi");
 }
 
-void Fp8Scores(KVType type, const uint32_t* queries, size_t rows,
-               const uint8_t* keys, size_t key_stride, size_t n, size_t cols,
-               float alpha, float* scores, size_t score_stride) {
+void PairScores(KVType type, const uint32_t* queries, size_t rows,
+                const uint8_t* keys, size_t key_stride, size_t n, size_t cols,
+                float alpha, float* scores, size_t score_stride) {
   WithType(type, [&](auto bf16, const Lookup& t) {
     WithRows(rows, [&](auto r) {
       ScoresOf<decltype(r)::value, decltype(bf16)::value>(
-          t, queries, Fp8QueryStride(cols), keys, key_stride, n, cols, alpha,
+          t, queries, PairQueryStride(cols), keys, key_stride, n, cols, alpha,
           scores, score_stride);
     });
   });
 }
 
-bool Fp8WeightPairs(const float* p, size_t rows, size_t n, size_t stride,
-                    uint32_t* out, size_t out_stride) {
+bool WeightPairs(const float* p, size_t rows, size_t n, size_t stride,
+                 uint32_t* out, size_t out_stride) {
   bool normal = true;
   for (size_t r = 0; r < rows; ++r) {
     normal &= RoundIntoPairs(p + r * stride, n, out + r * out_stride);
@@ -456,19 +458,20 @@ bool Fp8WeightPairs(const float* p, size_t rows, size_t n, size_t stride,
   return normal;
 }
 
-void Fp8WeightsTimesValues(KVType type, const uint32_t* weights,
-                           size_t weight_stride, size_t rows,
-                           const uint8_t* values, size_t value_stride, size_t n,
-                           size_t cols, float* acc, size_t acc_stride) {
+void PairWeightsTimesValues(KVType type, const uint32_t* weights,
+                            size_t weight_stride, size_t rows,
+                            const uint8_t* values, size_t value_stride,
+                            size_t n, size_t cols, float* acc,
+                            size_t acc_stride) {
   const size_t chunks = (cols + kCodes - 1) / kCodes;
   // Rows two by two: each pass reads whole value rows (a pass of 4 rows over
   // half of each ran 1.3x as long from memory; the same bits).
   if (rows > 2) {
     for (size_t r0 = 0; r0 < rows; r0 += 2) {
-      Fp8WeightsTimesValues(type, weights + r0 * weight_stride, weight_stride,
-                            std::min<size_t>(2, rows - r0), values,
-                            value_stride, n, cols, acc + r0 * acc_stride,
-                            acc_stride);
+      PairWeightsTimesValues(type, weights + r0 * weight_stride, weight_stride,
+                             std::min<size_t>(2, rows - r0), values,
+                             value_stride, n, cols, acc + r0 * acc_stride,
+                             acc_stride);
     }
     return;
   }
@@ -486,9 +489,9 @@ void Fp8WeightsTimesValues(KVType type, const uint32_t* weights,
   });
 }
 
-SIMDATTN_FP8_TARGET float Fp8QueryPairs(KVType type, const float* q,
-                                        size_t rows, size_t cols, size_t stride,
-                                        uint32_t* out) {
+SIMDATTN_PAIRS_TARGET float QueryPairs(KVType type, const float* q, size_t rows,
+                                       size_t cols, size_t stride,
+                                       uint32_t* out) {
   const __m512 infinity =
       _mm512_set1_ps(std::numeric_limits<float>::infinity());
   __m512 largest = _mm512_setzero_ps();
@@ -507,7 +510,7 @@ SIMDATTN_FP8_TARGET float Fp8QueryPairs(KVType type, const float* q,
   std::frexp(most, &e);  // most in [2^(e-1), 2^e); e = 0 for 0.
   const __m512 power = _mm512_set1_ps(std::ldexp(1.0f, 1 - e));  // Exact.
   const __m512 smallest = _mm512_set1_ps(0x1p-126f);
-  const size_t q_stride = Fp8QueryStride(cols);
+  const size_t q_stride = PairQueryStride(cols);
   std::memset(out, 0, rows * q_stride * sizeof(uint32_t));
   for (size_t r = 0; r < rows; ++r) {
     auto* words = reinterpret_cast<uint16_t*>(out + r * q_stride);
@@ -536,23 +539,23 @@ SIMDATTN_FP8_TARGET float Fp8QueryPairs(KVType type, const float* q,
   return 1.0f / _mm512_cvtss_f32(power);
 }
 
-#else  // !SIMDATTN_HAVE_FP8_PAIRS: never called (Fp8PairsUsable).
+#else  // !SIMDATTN_HAVE_DECODE_PAIRS: never called (DecodePairsUsable).
 
-float Fp8QueryPairs(KVType, const float*, size_t, size_t, size_t, uint32_t*) {
+float QueryPairs(KVType, const float*, size_t, size_t, size_t, uint32_t*) {
   return 0.0f;
 }
 
-bool Fp8PairsUsable() { return false; }
-void Fp8Scores(KVType, const uint32_t*, size_t, const uint8_t*, size_t, size_t,
-               size_t, float, float*, size_t) {}
-bool Fp8WeightPairs(const float*, size_t, size_t, size_t, uint32_t*, size_t) {
+bool DecodePairsUsable() { return false; }
+void PairScores(KVType, const uint32_t*, size_t, const uint8_t*, size_t, size_t,
+                size_t, float, float*, size_t) {}
+bool WeightPairs(const float*, size_t, size_t, size_t, uint32_t*, size_t) {
   return false;
 }
-void Fp8WeightsTimesValues(KVType, const uint32_t*, size_t, size_t,
-                           const uint8_t*, size_t, size_t, size_t, float*,
-                           size_t) {}
+void PairWeightsTimesValues(KVType, const uint32_t*, size_t, size_t,
+                            const uint8_t*, size_t, size_t, size_t, float*,
+                            size_t) {}
 
-#endif  // SIMDATTN_HAVE_FP8_PAIRS
+#endif  // SIMDATTN_HAVE_DECODE_PAIRS
 
 }  // namespace internal
 }  // namespace simdattn

@@ -14,9 +14,9 @@
 // E4M3 codes count as 2^-8 of their value, E5M2's as theirs: matmul-inl.h's
 // LoadB reads them so (kLoadScale), and the callers' scales expect it.
 // Rows are given as bytes, `stride` bytes apart.
-// Internal: attention-inl.h calls them where Fp8PairsUsable().
-#ifndef SIMDATTN_SRC_OPS_FP8_PAIRS_H_
-#define SIMDATTN_SRC_OPS_FP8_PAIRS_H_
+// Internal: attention-inl.h calls them where DecodePairsUsable().
+#ifndef SIMDATTN_SRC_OPS_DECODE_PAIRS_H_
+#define SIMDATTN_SRC_OPS_DECODE_PAIRS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -27,51 +27,52 @@ namespace simdattn {
 namespace internal {
 
 // Built for x86-64 and the CPU has AVX512_BF16 and AVX512_VBMI.
-bool Fp8PairsUsable();
+bool DecodePairsUsable();
 
 // Rows of queries and weights handled together: up to a group of four
 // heads (P V takes them two by two: bench/RESULTS.md, "bf16 rows on bf16
 // pairs").
-inline constexpr size_t kPairRows = 4;
+inline constexpr size_t kMaxPairRows = 4;
 
-// uint32 per query row of `cols` elements (Fp8QueryPairs).
-inline constexpr size_t Fp8QueryStride(size_t cols) {
+// uint32 per query row of `cols` elements (QueryPairs).
+inline constexpr size_t PairQueryStride(size_t cols) {
   return (cols + 63) / 64 * 32;
 }
 
-// Query rows (rows <= kPairRows, `stride` floats apart) as Fp8Scores
-// reads them over rows of `type`: row r at out + r * Fp8QueryStride(cols),
+// Query rows (rows <= kMaxPairRows, `stride` floats apart) as PairScores
+// reads them over rows of `type`: row r at out + r * PairQueryStride(cols),
 // bf16 (nearest even) in the lookups' lane order (bf16 rows: in order), zero
 // past cols, all rows times one power of two that
 // brings their largest magnitude into [1, 2). Returns the inverse power,
 // which the products then carry, or 0 (out unspecified) where an element is
 // not finite, or would be a denormal (2^126 times below the largest).
-float Fp8QueryPairs(KVType type, const float* q, size_t rows, size_t cols,
-                    size_t stride, uint32_t* out);
+float QueryPairs(KVType type, const float* q, size_t rows, size_t cols,
+                 size_t stride, uint32_t* out);
 
 // scores[r * score_stride + j] = alpha * sum_c q[r][c] key_j[c] for the
-// rows Fp8QueryPairs wrote (alpha including its factor) and keys j in
+// rows QueryPairs wrote (alpha including its factor) and keys j in
 // [0, n), key j's cols codes at keys + j * key_stride.
-void Fp8Scores(KVType type, const uint32_t* queries, size_t rows,
-               const uint8_t* keys, size_t key_stride, size_t n, size_t cols,
-               float alpha, float* scores, size_t score_stride);
+void PairScores(KVType type, const uint32_t* queries, size_t rows,
+                const uint8_t* keys, size_t key_stride, size_t n, size_t cols,
+                float alpha, float* scores, size_t score_stride);
 
-// P's rows (rows <= kPairRows, n weights each, `stride` apart) rounded to
-// bf16 as Fp8WeightsTimesValues reads them: row r at out + r * out_stride,
+// P's rows (rows <= kMaxPairRows, n weights each, `stride` apart) rounded to
+// bf16 as PairWeightsTimesValues reads them: row r at out + r * out_stride,
 // weights 2i and 2i + 1 in pair i, zeros past n; out_stride >= (n + 15) /
 // 16 * 8. False (out unspecified) where a weight is a denormal.
-bool Fp8WeightPairs(const float* p, size_t rows, size_t n, size_t stride,
-                    uint32_t* out, size_t out_stride);
+bool WeightPairs(const float* p, size_t rows, size_t n, size_t stride,
+                 uint32_t* out, size_t out_stride);
 
 // acc[r * acc_stride + c] += sum_j p[r][j] value_j[c] for c in [0, cols) and
 // values j in [0, n) (cols codes each at values + j * value_stride), over
-// the pairs Fp8WeightPairs wrote (row r at weights + r * weight_stride).
-void Fp8WeightsTimesValues(KVType type, const uint32_t* weights,
-                           size_t weight_stride, size_t rows,
-                           const uint8_t* values, size_t value_stride, size_t n,
-                           size_t cols, float* acc, size_t acc_stride);
+// the pairs WeightPairs wrote (row r at weights + r * weight_stride).
+void PairWeightsTimesValues(KVType type, const uint32_t* weights,
+                            size_t weight_stride, size_t rows,
+                            const uint8_t* values, size_t value_stride,
+                            size_t n, size_t cols, float* acc,
+                            size_t acc_stride);
 
 }  // namespace internal
 }  // namespace simdattn
 
-#endif  // SIMDATTN_SRC_OPS_FP8_PAIRS_H_
+#endif  // SIMDATTN_SRC_OPS_DECODE_PAIRS_H_
