@@ -1055,14 +1055,14 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
   const size_t N = hn::Lanes(d);
   const size_t K = a.cols;
   // Several rows of A times B together, their whole vectors; one row too
-  // where it takes block rows, or narrow rows (8 or 16 bits) that fill
-  // RowsTimesB's widest pass, so that a row streams from memory in one
-  // pass. Float rows stay below, where one pass gained at one thread and
-  // lost at two (bench/RESULTS.md, "Wider passes").
+  // where it takes block rows, or rows that fill RowsTimesB's widest pass
+  // (eight vectors), so that a row streams from memory in one pass: on a
+  // Zen 4, float rows of 128 so read 1.1-1.5x as fast as by two passes of
+  // four vectors, from memory and in the L3 (bench/RESULTS.md, "Float value
+  // rows in one pass").
   size_t n_rows_done = n_begin;
   constexpr bool kBlocks = internal::kBlockValues < TB >> 1;
-  const bool one_row =
-      kBlocks || (c.rows == 1 && sizeof(TB) < 4 && n_end - n_begin >= 8 * N);
+  const bool one_row = kBlocks || (c.rows == 1 && n_end - n_begin >= 8 * N);
   if (opt.transpose_b == Transpose::kNo && (c.rows >= 2 || one_row) &&
       c.rows <= 4) {
     internal::WithRowCount<4>(c.rows, [&](auto rows) {
