@@ -170,8 +170,8 @@ void SetFromMemoryBytes(size_t bytes);
 void SetDirectE4M3(std::optional<bool> direct);
 
 // Whether decode's fp8 and bf16 products under kBFloat16 take bf16 pairs
-// where the CPU has them (decode_pairs.h); nullopt (the default): on AMD's. For
-// tests.
+// where the CPU has them (decode_pairs.h); nullopt (the default): on AMD's.
+// For tests.
 void SetDecodePairs(std::optional<bool> pairs);
 
 // Where batch item b's query rows, and its output rows, lie: rows
