@@ -12,6 +12,7 @@
 #include "simdattn/kernels.h"
 #include "simdattn/targets.h"
 #include "src/ops/amx_tiles.h"
+#include "src/ops/gemm_driver.h"
 #include "src/ops/matmul_bf16.h"
 #include "tbb/task_arena.h"
 #include "tests/test_util.h"
@@ -660,6 +661,45 @@ TEST_P(MatMulTest, BitIdenticalForAnyThreadCount) {
            Matrix(c.data(), m, n));
     return c;
   });
+}
+
+// The driver's row blocks: whole tiles, at most max_tiles, a critical path
+// within 1/32 of the shortest any block gives (one tile per task's,
+// ceil(tiles x panels / threads)), kTasksPerThread tasks per thread where
+// tiles allow; and the figures of its comment.
+TEST(GemmGrid, BalancedRowBlockEvensOutTheThreads) {
+  using internal::BalancedRowBlock;
+  using internal::kTasksPerThread;
+  constexpr size_t kTileRows = 6, kMaxTiles = 16;
+  for (size_t rows : {1, 5, 6, 7, 64, 300, 1000, 1024, 2048, 4099}) {
+    for (size_t panels : {1, 2, 5, 12, 36}) {
+      for (size_t threads : {1, 2, 3, 7, 16, 64}) {
+        const size_t block = BalancedRowBlock(
+            rows, panels, kTileRows, size_t{1} << 18, kMaxTiles, threads);
+        const size_t tiles = hwy::DivCeil(rows, kTileRows);
+        ASSERT_EQ(block % kTileRows, 0u);
+        const size_t s = block / kTileRows;
+        ASSERT_GE(s, 1u);
+        ASSERT_LE(s, std::min(kMaxTiles, tiles));
+        const size_t tasks = hwy::DivCeil(tiles, s) * panels;
+        const size_t path = hwy::DivCeil(tasks, threads) * s;
+        const size_t shortest = hwy::DivCeil(tiles * panels, threads);
+        EXPECT_LE(32 * path, 33 * shortest)
+            << rows << " rows, " << panels << " panels, " << threads
+            << " threads: block " << block;
+        if (s > 1) {
+          EXPECT_GE(tasks, kTasksPerThread * threads) << rows << " " << panels;
+        }
+      }
+    }
+  }
+  // 1024 x 64 columns (one panel) at K = 1024: one tile per task at 16
+  // threads, 11 at 2, 16 at 1; at K = 64 a task takes 11 tiles at least.
+  const size_t k1024 = kTileRows * 64 * 1024, k64 = kTileRows * 64 * 64;
+  EXPECT_EQ(BalancedRowBlock(1024, 1, kTileRows, k1024, kMaxTiles, 16), 6u);
+  EXPECT_EQ(BalancedRowBlock(1024, 1, kTileRows, k1024, kMaxTiles, 2), 66u);
+  EXPECT_EQ(BalancedRowBlock(1024, 1, kTileRows, k1024, kMaxTiles, 1), 96u);
+  EXPECT_EQ(BalancedRowBlock(1024, 1, kTileRows, k64, kMaxTiles, 16), 66u);
 }
 
 // C as the columns after A's in rows of one buffer: no element shared, so

@@ -35,6 +35,11 @@ extern "C" void __tsan_release(void* address);
 namespace simdattn {
 namespace internal {
 
+// The threads a parallel loop may use here: the caller's arena's.
+inline size_t ArenaThreads() {
+  return static_cast<size_t>(tbb::this_task_arena::max_concurrency());
+}
+
 // Calls body(first, last) on disjoint subranges covering [begin, end), each
 // at least `grain` long where possible.
 template <typename Body>
@@ -66,9 +71,7 @@ void ParallelFor(size_t begin, size_t end, size_t grain, const Body& body) {
 template <typename Worker>
 void ParallelForDynamic(size_t begin, size_t end, const Worker& worker) {
   if (begin >= end) return;
-  const size_t workers =
-      std::min(end - begin,
-               static_cast<size_t>(tbb::this_task_arena::max_concurrency()));
+  const size_t workers = std::min(end - begin, ArenaThreads());
   std::atomic<size_t> taken{begin};
   const auto next = [&] {
     return std::min(taken.fetch_add(1, std::memory_order_relaxed), end);

@@ -61,6 +61,51 @@ struct GemmGrid {
   }
 };
 
+// Tasks of at least this many multiply-adds: well above a task's
+// scheduling cost.
+inline constexpr size_t kMinTaskWork = size_t{1} << 18;
+// Tasks per thread a grid leaves where it has tiles enough: room for the
+// threads to even out a core slowed by another process.
+inline constexpr size_t kTasksPerThread = 8;
+
+// Rows per task of a grid of `rows` x `panels`, in register tiles of
+// tile_rows rows (each tile_work multiply-adds): a block of up to max_tiles
+// tiles and of at least kMinTaskWork work (if max_tiles allows), chosen for
+// the critical path over `threads` threads, ceil(tasks / threads) tasks of
+// that many tiles. Among blocks leaving kTasksPerThread tasks per thread
+// (the smallest block where none does), the largest whose path is within
+// 1/32 of the shortest. At 16 threads a 1024-row single panel goes in 171
+// tasks of one 6-row tile (path 11 tiles, 10.7 the ideal), where blocks of
+// 5 tiles (35 tasks) took 15. Each block of C sums the whole of K whatever
+// its height: the same bits for any thread count.
+inline size_t BalancedRowBlock(size_t rows, size_t panels, size_t tile_rows,
+                               size_t tile_work, size_t max_tiles,
+                               size_t threads) {
+  const size_t tiles = hwy::DivCeil(std::max<size_t>(rows, 1), tile_rows);
+  max_tiles = std::max<size_t>(1, std::min(max_tiles, tiles));
+  const size_t min_tiles = std::min(
+      max_tiles, hwy::DivCeil(kMinTaskWork, std::max<size_t>(tile_work, 1)));
+  threads = std::max<size_t>(threads, 1);
+  const auto tasks = [&](size_t s) { return hwy::DivCeil(tiles, s) * panels; };
+  const auto path = [&](size_t s) {
+    return hwy::DivCeil(tasks(s), threads) * s;
+  };
+  // Blocks [min_tiles, widest] leave enough tasks: tasks(s) falls with s.
+  size_t widest = min_tiles;
+  while (widest < max_tiles && tasks(widest + 1) >= kTasksPerThread * threads) {
+    ++widest;
+  }
+  size_t shortest = path(min_tiles);
+  for (size_t s = min_tiles + 1; s <= widest; ++s) {
+    shortest = std::min(shortest, path(s));
+  }
+  size_t block = min_tiles;
+  for (size_t s = min_tiles; s <= widest; ++s) {
+    if (32 * path(s) <= 33 * shortest) block = s;
+  }
+  return block * tile_rows;
+}
+
 // run(task) for every task of the grid, over the threads.
 template <class Run>
 void ForEachGemmTask(const GemmGrid& grid, const Run& run) {

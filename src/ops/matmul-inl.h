@@ -2,8 +2,9 @@
 // Included once per SIMD target by matmul.cc (and by other kernels that call
 // it from the same target without another dispatch).
 //
-// Design (Goto/BLIS): the output is cut into tasks of kRowBlock rows (fewer
-// when C is narrow) x one panel of NR = kVectors * Lanes columns. op(B) is
+// Design (Goto/BLIS): the output is cut into tasks of up to kRowBlock rows
+// (fewer where the threads need tasks) x one panel of NR = kVectors * Lanes
+// columns. op(B) is
 // packed into contiguous, zero-padded KC x NR panels (so the transpose costs
 // nothing in the inner loop): once per call by all threads when several row
 // blocks share them, else by the task itself. A task then runs an MR x NR
@@ -54,14 +55,10 @@ constexpr size_t kVectors = 4;
 constexpr size_t kRows = 6;
 constexpr size_t kVectors = 2;
 #endif
-// Rows of A per task: enough micro-kernel calls to amortise packing the B
-// panel (1/kRowBlock of the FLOPs), few enough to leave tasks for 2+ threads.
+// Rows of A per task at most: enough micro-kernel calls to amortise packing
+// the B panel (1/kRowBlock of the FLOPs); fewer where the threads need tasks
+// (internal::BalancedRowBlock).
 constexpr size_t kRowBlock = 16 * kRows;
-// Narrow C (few panels) gets shorter row blocks, so that there are this many
-// tasks to balance over the threads, each of at least this many
-// multiply-adds (well above a task's scheduling cost).
-constexpr size_t kMinTasks = 32;
-constexpr size_t kMinTaskWork = size_t{1} << 18;
 // K per packed panel: KC x NR floats stay in L2 (64 KiB for AVX-512).
 constexpr size_t kDepthBlock = 256;
 // Below this many multiply-adds, or with at most kSkinnyRows rows, packing
@@ -558,11 +555,9 @@ inline void TiledMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
   const size_t nr = kVectors * hn::Lanes(d);
   const size_t M = c.rows, N = c.cols, K = a.cols;
   const size_t panels = hwy::DivCeil(N, nr);
-  // Micro-tiles of kRows rows per row block.
-  size_t tiles = hwy::DivCeil(M, kRows) / hwy::DivCeil(kMinTasks, panels);
-  tiles = std::max(tiles, hwy::DivCeil(kMinTaskWork, kRows * nr * K));
-  tiles = std::min(tiles, kRowBlock / kRows);
-  const size_t row_block = tiles * kRows;
+  const size_t row_block =
+      internal::BalancedRowBlock(M, panels, kRows, kRows * nr * K,
+                                 kRowBlock / kRows, internal::ArenaThreads());
   const bool transposed = opt.transpose_b == Transpose::kYes;
   const size_t kc_max = std::min(K, kDepthBlock);
   // Tasks go by groups of `group` row blocks, panel by panel (GemmGrid). A

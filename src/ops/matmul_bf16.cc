@@ -37,7 +37,6 @@
 #include "src/ops/kv_store.h"
 #include "src/ops/packed_matrix.h"
 #include "src/ops/target_family.h"
-#include "tbb/task_arena.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -167,11 +166,17 @@ void RowsOfTile(size_t rows, Args... args) {
       rows, [&](auto r) { MicroKernel<decltype(r)::value, V>(args...); });
 }
 
-// Tasks of kRowBlock rows x one panel. K is not blocked: a panel holds
-// K / 2 x 64 pairs (96 KiB at K = 768), which L2 serves at the kernel's
-// pace (blocking K for L1 measured slower: bench/RESULTS.md).
+// Tasks of up to kRowBlock rows (BalancedRowBlock) x one panel. K is not
+// blocked: a panel holds K / 2 x 64 pairs (96 KiB at K = 768), which L2
+// serves at the kernel's pace (blocking K for L1 measured slower:
+// bench/RESULTS.md).
 void DotProducts(const Operands& packed, Matrix c, const MatMulOptions& opt) {
-  const auto grid = GemmGrid::PanelMajor(c.rows, c.cols, kRowBlock, kPanel);
+  const size_t panels = hwy::DivCeil(c.cols, kPanel);
+  const auto grid = GemmGrid::PanelMajor(
+      c.rows, c.cols,
+      BalancedRowBlock(c.rows, panels, kRows, kRows * kPanel * 2 * packed.pairs,
+                       kRowBlock / kRows, ArenaThreads()),
+      kPanel);
   ForEachGemmTask(grid, [&](const GemmTask& task) {
     const Epilogue epilogue{opt,
                             opt.bias != nullptr ? opt.bias + task.n0 : nullptr};
@@ -237,7 +242,7 @@ SIMDATTN_BF16_TARGET void AmxTask(const Operands& packed, Matrix c,
 // gets work. Each block of C sums the whole of K whatever the width: the
 // same bits for any thread count.
 size_t AmxTaskColumns(size_t rows, size_t cols) {
-  const size_t threads = tbb::this_task_arena::max_concurrency();
+  const size_t threads = ArenaThreads();
   const size_t row_blocks = hwy::DivCeil(rows, kAmxRowBlock);
   size_t width = kAmxColumns;
   while (width / 2 >= 6 * kTileRows &&

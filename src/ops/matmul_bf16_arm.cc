@@ -100,8 +100,11 @@ namespace {
 void BfdotTasks(const PairRows& a, const uint32_t* b_pairs, size_t k2, Matrix c,
                 const MatMulOptions& opt) {
   const Operands packed{a.data(), a.stride(), b_pairs, k2, k2};
+  const size_t row_block = BalancedRowBlock(
+      c.rows, hwy::DivCeil(c.cols, kPanel), kRows, kRows * kPanel * 2 * k2,
+      kRowBlock / kRows, ArenaThreads());
   ForEachGemmTask(
-      GemmGrid::PanelMajor(c.rows, c.cols, kRowBlock, kPanel),
+      GemmGrid::PanelMajor(c.rows, c.cols, row_block, kPanel),
       [&](const GemmTask& task) {
         for (size_t m = task.m0; m < task.m_end; m += kRows) {
           WithRowCount<kRows>(std::min(kRows, task.m_end - m), [&](auto r) {
