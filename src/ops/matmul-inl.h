@@ -4,11 +4,11 @@
 //
 // Design (Goto/BLIS): the output is cut into tasks of up to kRowBlock rows
 // (fewer where the threads need tasks) x one panel of NR = kVectors * Lanes
-// columns. op(B) is
-// packed into contiguous, zero-padded KC x NR panels (so the transpose costs
-// nothing in the inner loop): once per call by all threads when several row
-// blocks share them, else by the task itself. A task then runs an MR x NR
-// register-tiled micro-kernel over each MR rows of A, which it reads in place.
+// columns. op(B) is packed into contiguous, zero-padded KC x NR panels (so
+// the transpose costs nothing in the inner loop): once per call by all
+// threads when several row blocks share them, else by the task itself. A
+// task then runs an MR x NR register-tiled micro-kernel over each MR rows of
+// A, which it reads in place.
 // K is blocked by KC but never split across threads: each output is reduced in
 // a fixed order, so results do not depend on the thread count.
 
