@@ -1093,8 +1093,8 @@ static void TestAttentionVariants(void) {
   mask.window = 0;
   mask.alibi_slopes = NULL;
   CHECK_ERROR(AttendVariant(q, k, v, out, &options), INVALID,
-              "mask.causal_offsets is given but neither mask.causal nor "
-              "mask.window (nor mask.alibi_slopes) is set");
+              "mask.causal_offsets is given but none of mask.causal, "
+              "mask.window, mask.alibi_slopes and mask.tree_offsets is set");
   mask.alibi_slopes = slopes;
   mask.window = 3;
   options.log_sum_exp = out;
@@ -1525,6 +1525,60 @@ static void TestModuleVarlen(void) {
     }
   }
   simdattn_module_destroy(module);
+}
+
+/* Issue 76's reproducer: a latent pool's values are read with the keys'
+ * scales. One head, head_dim 4, value_dim 2; key [1, 2, 3, 4] at slot 0
+ * and a zero query give its value [1, 2]: E4M3 with key_scale 0.5 and
+ * value_scale 0 (1), and int8 with value_scales (never read) holding 7. */
+static void TestLatentPagesReadValuesWithKeyScales(void) {
+  static const int64_t kSlot[1] = {0};
+  static const size_t kStarts[2] = {0, 1}, kLens[1] = {1};
+  static const int32_t kTable[1] = {0};
+  int t;
+  for (t = 0; t < 2; ++t) {
+    uint8_t pool[4];
+    float key[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    float key_scales[1] = {0.0f}, value_scales[1] = {7.0f};
+    float q[4] = {0.0f, 0.0f, 0.0f, 0.0f}, out[2] = {-1.0f, -1.0f};
+    simdattn_kv_pages pages = SIMDATTN_KV_PAGES_INIT;
+    simdattn_varlen_step step = SIMDATTN_VARLEN_STEP_INIT;
+    pages.type = t == 0 ? SIMDATTN_FP8_E4M3 : SIMDATTN_INT8;
+    pages.kv_heads = 1;
+    pages.head_dim = 4;
+    pages.value_dim = 2;
+    pages.keys = pool;
+    pages.values = pool;
+    pages.block_stride = pages.head_stride = 4;
+    pages.row_stride = 4;
+    pages.block_size = 1;
+    pages.num_blocks = 1;
+    if (t == 0) {
+      pages.key_scale = 0.5f;
+    } else {
+      pages.key_scales = key_scales;
+      pages.value_scales = value_scales;
+      pages.scale_block_stride = pages.scale_head_stride = 1;
+    }
+    CHECK_OK(simdattn_write_kv_slots(Const4(Dense4(key, 1, 1, 1, 4)),
+                                     Const4(Dense4(NULL, 0, 0, 0, 0)), kSlot,
+                                     &pages));
+    if (t == 0) {
+      CHECK(pool[0] == 0x40 && pool[1] == 0x48 && pool[2] == 0x4C &&
+            pool[3] == 0x50);
+    }
+    step.num_seqs = 1;
+    step.query_starts = kStarts;
+    step.seq_lens = kLens;
+    step.block_table = kTable;
+    step.blocks_per_sequence = 1;
+    CHECK_OK(simdattn_varlen_attention(Const4(Dense4(q, 1, 1, 1, 4)), &step,
+                                       &pages, Dense4(out, 1, 1, 1, 2), NULL));
+    /* int8 stores round(x * 127 / 4) times 4 / 127: 32 and 64. */
+    CHECK_NEAR(out[0], t == 0 ? 1.0f : 32 * (4.0f / 127), 1e-6);
+    CHECK_NEAR(out[1], t == 0 ? 2.0f : 64 * (4.0f / 127), 1e-6);
+    CHECK(value_scales[0] == 7.0f);
+  }
 }
 
 static void TestModuleRope(void) {
@@ -2877,6 +2931,7 @@ int main(void) {
   TestMoveSequence();
   TestModuleRope();
   TestModuleVarlen();
+  TestLatentPagesReadValuesWithKeyScales();
   if (g_failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;

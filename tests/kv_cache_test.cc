@@ -143,6 +143,7 @@ std::vector<double> Reference(const KVCache& cache, const std::vector<float>& q,
   for (size_t b = 0; b < kBatch; ++b) {
     const Held held = Read(cache, b);
     const size_t length = cache.length(b);
+    if (length == 0) continue;  // An empty sequence's rows are zeros.
     for (size_t h = 0; h < kHeads; ++h) {
       const size_t g = h / (kHeads / kKVHeads);
       for (size_t i = 0; i < q_tokens; ++i) {
@@ -1545,6 +1546,45 @@ TEST_P(KVCacheTest, NaNInUnusedSlotsAndBlocksIsNeverRead) {
       const std::vector<float> out = Attend(cache, q, q_tokens, true);
       for (float x : out) ASSERT_TRUE(std::isfinite(x)) << Name(kind);
       ExpectNear(out, Reference(cache, q, q_tokens, true, 0), 2e-6, Name(kind));
+    }
+  }
+}
+
+// An empty sequence is a normal state (a slot between requests): decode and
+// chunked prefill over a batch where it sits give its rows zeros and a
+// log-sum-exp of minus infinity, and the others their rows.
+TEST_P(KVCacheTest, EmptySequenceGivesZeroRows) {
+  for (const Kind& kind : AllKinds()) {
+    KVCache cache = MakeCache(kind);
+    const size_t dim = cache.head_dim();
+    AppendRandom(cache, {0, 2}, 45, 1);
+    for (const size_t window : {size_t{0}, size_t{16}}) {
+      for (const size_t q_tokens : {size_t{1}, size_t{7}}) {
+        const std::vector<float> q =
+            RandomVector(kBatch * kHeads * q_tokens * dim, 2);
+        std::vector<float> out(kBatch * kHeads * q_tokens * dim, kNaN);
+        std::vector<float> lse(kBatch * kHeads * q_tokens, kNaN);
+        AttentionOptions options;
+        options.mask.causal = true;
+        options.mask.window = window;
+        options.log_sum_exp = lse.data();
+        ScaledDotProductAttention(
+            ConstTensor4::Dense(q.data(), kBatch, kHeads, q_tokens, dim),
+            cache.View(),
+            Tensor4::Dense(out.data(), kBatch, kHeads, q_tokens, dim), options);
+        const std::string what = Name(kind) + " window " +
+                                 std::to_string(window) + " queries " +
+                                 std::to_string(q_tokens);
+        ExpectNear(out, Reference(cache, q, q_tokens, true, window), 2e-6,
+                   what);
+        for (size_t r = 0; r < kHeads * q_tokens; ++r) {
+          ASSERT_EQ(lse[kHeads * q_tokens + r], -INFINITY) << what;
+          ASSERT_TRUE(std::isfinite(lse[r])) << what;
+          for (size_t c = 0; c < dim; ++c) {
+            ASSERT_EQ(out[(kHeads * q_tokens + r) * dim + c], 0.0f) << what;
+          }
+        }
+      }
     }
   }
 }

@@ -54,7 +54,10 @@ struct Pool {
     pages.row_stride = row;
     if (ElementTraitsOf(type).scaled) {
       pages.key_scales = key_scales.data();
-      pages.value_scales = latent ? key_scales.data() : value_scales.data();
+      // A latent pool's values take the keys' scales: its value scales,
+      // never read, hold what would be wrong.
+      if (latent) value_scales.assign(key_scales.size(), 7.0f);
+      pages.value_scales = value_scales.data();
       pages.scale_block_stride = kKVHeads * kBlockSize;
       pages.scale_head_stride = kBlockSize;
     }
@@ -303,26 +306,48 @@ TEST_P(ServingTest, SlotWritesAreAppendsBitForBit) {
 }
 
 // MLA's latent pool: one row per token, values its first value_dim
-// elements, against a pool holding them as separate values.
+// elements read with the keys' scales (the pool's value scales, 2 and 7,
+// are not), against a pool holding them as separate values with those
+// scales; every type. The issue 76 reproducer is c_api_test.c's.
 TEST_P(ServingTest, LatentPagesServeValuesFromKeyRows) {
-  const size_t dim = 48, value_dim = 32;
+  const size_t dim = 64, value_dim = 32;
   const std::vector<size_t> lengths = {30, 90};
   const std::vector<size_t> q_lens = {30, 1};
-  Pool latent(KVType::kBF16, dim, value_dim, /*latent=*/true);
   const Sequences s(lengths);
-  WriteAll(s, latent.pages, 8, /*latent=*/true);
-  // The same rows as keys, their first value_dim elements as values.
-  Pool split(KVType::kBF16, dim, value_dim);
-  std::memcpy(split.keys.data(), latent.keys.data(), latent.keys.size());
-  std::memcpy(split.values.data(), latent.keys.data(), latent.keys.size());
   const size_t n = Starts(q_lens).back();
   const std::vector<float> q = RandomVector(n * kHeads * dim, 9);
   AttentionOptions options;
   options.mask.causal = true;
-  const StepResult a = Varlen(s, latent.pages, q_lens, q, options);
-  const StepResult b = Varlen(s, split.pages, q_lens, q, options);
-  EXPECT_EQ(
-      std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)), 0);
+  for (const KVType type :
+       {KVType::kF32, KVType::kBF16, KVType::kF16, KVType::kInt8,
+        KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
+    const std::string name = ElementTraitsOf(type).name;
+    Pool latent(type, dim, value_dim, /*latent=*/true);
+    WriteAll(s, latent.pages, 8, /*latent=*/true);
+    // The same rows as keys, their first value_dim elements as values.
+    Pool split(type, dim, value_dim);
+    std::memcpy(split.keys.data(), latent.keys.data(), latent.keys.size());
+    std::memcpy(split.values.data(), latent.keys.data(), latent.keys.size());
+    split.key_scales = split.value_scales = latent.key_scales;
+    split.pages.value_scale = split.pages.key_scale;
+    const StepResult a = Varlen(s, latent.pages, q_lens, q, options);
+    const StepResult b = Varlen(s, split.pages, q_lens, q, options);
+    EXPECT_EQ(
+        std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)),
+        0)
+        << name;
+    EXPECT_EQ(
+        std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)),
+        0)
+        << name;
+    // Null value scales are not asked for.
+    latent.pages.value_scales = nullptr;
+    const StepResult c = Varlen(s, latent.pages, q_lens, q, options);
+    EXPECT_EQ(
+        std::memcmp(a.out.data(), c.out.data(), a.out.size() * sizeof(float)),
+        0)
+        << name;
+  }
 }
 
 // A draft tree (root 0; 1 and 2 its children; 3 under 1, 4 under 2) in a

@@ -183,7 +183,8 @@ struct AttentionMask {
   bool causal = false;
   size_t causal_offset = 0;
   // Per batch item (ragged batches: a decode batch of sequences at different
-  // positions, chunked prefill); replaces causal_offset.
+  // positions, chunked prefill); replaces causal_offset. Needs a field that
+  // reads positions: causal, window, alibi_slopes or tree_offsets.
   const size_t* causal_offsets = nullptr;
   size_t window = 0;
   // Nonzero = masked (the seeds' convention, torch.triu(...).bool()). Same
@@ -391,7 +392,8 @@ struct KVCacheView {
   size_t batch = 0, kv_heads = 0, head_dim = 0;
   // Elements per value row, read with the keys' strides; 0: head_dim. With
   // values == keys, each key row's first value_dim elements are its value
-  // (MLA's latent rows: [c_kv | k_rope] keys, c_kv values).
+  // (MLA's latent rows: [c_kv | k_rope] keys, c_kv values), scaled as the
+  // key (key_scale, key_scales; value_scale and value_scales unread).
   size_t value_dim = 0;
   const size_t* lengths = nullptr;
   const void* keys = nullptr;
@@ -416,7 +418,9 @@ struct KVCacheView {
 // values, as ScaledDotProductAttention over them widened to float (bf16, f16)
 // or dequantized (int8: the scale is applied to each score and each weight,
 // so results differ from attention over dequantized values by rounding). The
-// queries are each sequence's last q_tokens tokens (lengths[b] >= q_tokens):
+// queries are each sequence's last q_tokens tokens (lengths[b] >= q_tokens;
+// an empty sequence, lengths[b] == 0, gives rows of zeros and a
+// log-sum-exp of minus infinity, as a fully masked row does):
 // options.mask.causal (and window) count positions from there, and key
 // lengths come from the cache, so mask.causal_offset(s) and key_lengths must
 // be unset. Masks' and dropout's key dimension is kv.capacity.
@@ -455,7 +459,8 @@ SIMDATTN_API void VarlenAttention(ConstTensor4 q, const size_t* query_starts,
 // element c of head h at keys[block * block_stride + h * head_stride +
 // offset * row_stride + c], values, int8 scales and fp8 scales alike). With
 // values == keys (value_dim < head_dim), a latent pool: each key row's first
-// value_dim elements are its value (MLA).
+// value_dim elements are its value (MLA), written and read with the keys'
+// scales (value_scale and value_scales are ignored).
 struct KVPages {
   KVType type = KVType::kF32;
   size_t kv_heads = 0, head_dim = 0;

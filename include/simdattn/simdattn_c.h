@@ -293,7 +293,8 @@ typedef struct simdattn_mask {
   const size_t* key_lengths;
   /* NULL, or dims[0] offsets replacing causal_offset per batch item (a
    * decode batch of sequences at different positions, chunked prefill);
-   * needs causal or window. */
+   * needs what reads positions: causal, window, alibi_slopes or
+   * tree_offsets. */
   const size_t* causal_offsets;
   /* > 0: a sliding window, row i keeps only columns p - window < j <= p
    * (always causal; Mistral). */
@@ -535,8 +536,9 @@ SIMDATTN_API simdattn_status simdattn_kv_cache_attention(
  * element c of head h at keys[block * block_stride + h * head_stride +
  * offset * row_stride + c] (strides in elements of `type`), values, int8
  * scales (one float per slot and head) and fp8 scales alike. values == keys
- * (value_dim < head_dim): a latent pool (MLA). SIMDATTN_KV_PAGES_INIT, then
- * the fields. */
+ * (value_dim < head_dim): a latent pool (MLA), whose values are read and
+ * written with the keys' scales (key_scale, key_scales; value_scale and
+ * value_scales are ignored). SIMDATTN_KV_PAGES_INIT, then the fields. */
 typedef struct simdattn_kv_pages {
   size_t struct_size;
   int32_t type;     /* a simdattn_element_type */

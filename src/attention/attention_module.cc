@@ -553,13 +553,14 @@ void AttentionEngine::ForwardStep(ConstMatrix x, const VarlenStep& step,
   const KVCacheView kv = pages.View(num_seqs, step.seq_lens, step.block_table,
                                     step.blocks_per_sequence);
   const size_t value_dim = internal::ValueDim(kv);
-  SIMDATTN_REQUIRE(pages.kv_heads == c.num_kv_heads &&
-                       pages.head_dim == c.head_dim &&
-                       value_dim == c.head_dim && pages.values != pages.keys,
-                   name_, "the pages hold kv_heads ", pages.kv_heads,
-                   ", head_dim ", pages.head_dim, ", value_dim ", value_dim,
-                   pages.values == pages.keys ? " (latent)" : "", ", expected ",
-                   c.num_kv_heads, ", ", c.head_dim, ", ", c.head_dim);
+  SIMDATTN_REQUIRE(
+      pages.kv_heads == c.num_kv_heads && pages.head_dim == c.head_dim &&
+          value_dim == c.head_dim &&
+          !internal::Latent(pages.keys, pages.values),
+      name_, "the pages hold kv_heads ", pages.kv_heads, ", head_dim ",
+      pages.head_dim, ", value_dim ", value_dim,
+      internal::Latent(pages.keys, pages.values) ? " (latent)" : "",
+      ", expected ", c.num_kv_heads, ", ", c.head_dim, ", ", c.head_dim);
   // Everything VarlenAttention checks, checked before the keys and values
   // are stored: an error changes no page.
   internal::CheckQueryStarts(name_, step.query_starts, num_seqs, num_tokens);

@@ -268,8 +268,9 @@ void CheckAttentionMask(const char* function, const AttentionMask& mask,
                        mask.window != 0 || mask.alibi_slopes != nullptr ||
                        mask.tree_offsets != nullptr,
                    function,
-                   "mask.causal_offsets is given but neither mask.causal nor "
-                   "mask.window (nor mask.alibi_slopes) is set");
+                   "mask.causal_offsets is given but none of mask.causal, "
+                   "mask.window, mask.alibi_slopes and mask.tree_offsets is "
+                   "set");
   // A tree's new tokens are [causal_offsets[b], key_lengths[b]): what a
   // cache's lengths give.
   if (mask.tree_offsets != nullptr) {
@@ -361,16 +362,18 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
     }
     SIMDATTN_REQUIRE(length <= capacity, function, "kv.lengths[", b, "] (",
                      length, ") exceeds the capacity (", capacity, ")");
-    SIMDATTN_REQUIRE(length >= q_tokens, function, "kv.lengths[", b, "] (",
-                     length, ") is less than its ", q_tokens,
+    // An empty sequence is a normal state (a slot between requests): its
+    // queries see no key.
+    SIMDATTN_REQUIRE(length >= q_tokens || length == 0, function, "kv.lengths[",
+                     b, "] (", length, ") is less than its ", q_tokens,
                      " queries, the sequence's last tokens");
     spans.longest = std::max(spans.longest, length);
     if (!paged) continue;
     // The first key any of its queries reads (kv_rows.h's
     // kFirstKeyGranule): blocks wholly before may be released (-1). A
     // sequence without queries is not read.
-    size_t first = q_tokens == 0 ? length : 0;
-    if (window != 0 && q_tokens != 0) {
+    size_t first = q_tokens == 0 || length == 0 ? length : 0;
+    if (window != 0 && first == 0) {
       const size_t seen = length - q_tokens + 1;
       first = seen > window ? seen - window : 0;
       first -= first % granule;
@@ -399,11 +402,17 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
         ValueDim(kv), ") or a stride (", kv.block_stride, ", ", kv.head_stride,
         ", ", kv.row_stride, ") is not a multiple of them");
   }
+  // A latent view's values take the keys' scales: its value scales are
+  // neither read nor checked.
+  const bool latent = Latent(kv.keys, kv.values);
   if (traits.side_scaled) {
-    SIMDATTN_REQUIRE(std::isfinite(kv.key_scale) && kv.key_scale > 0.0f &&
-                         std::isfinite(kv.value_scale) && kv.value_scale > 0.0f,
-                     function, "kv.key_scale (", kv.key_scale,
-                     ") and kv.value_scale (", kv.value_scale,
+    const auto usable = [](float scale) {
+      return std::isfinite(scale) && scale > 0.0f;
+    };
+    SIMDATTN_REQUIRE(usable(kv.key_scale), function, "kv.key_scale (",
+                     kv.key_scale, ") must be finite and positive");
+    SIMDATTN_REQUIRE(latent || usable(kv.value_scale), function,
+                     "kv.value_scale (", kv.value_scale,
                      ") must be finite and positive");
   }
   // What the cache's memory spans, as (blocks, kv_heads, block_size, dim),
@@ -427,8 +436,9 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
     spans.key_scales = CheckTensor4(function, "kv.key_scales", kv.key_scales,
                                     scale_dims, scale_strides, sizeof(float));
     spans.value_scales =
-        CheckTensor4(function, "kv.value_scales", kv.value_scales, scale_dims,
-                     scale_strides, sizeof(float));
+        latent ? spans.key_scales
+               : CheckTensor4(function, "kv.value_scales", kv.value_scales,
+                              scale_dims, scale_strides, sizeof(float));
   }
   return spans;
 }

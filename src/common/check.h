@@ -104,6 +104,13 @@ inline size_t ValueDim(const KVCacheView& kv) {
   return kv.value_dim == 0 ? kv.head_dim : kv.value_dim;
 }
 
+// Whether keys and values are one latent pool (MLA): values == keys, each
+// key row's first ValueDim elements its value, read with the keys' scales
+// (key_scale, key_scales) wherever the view or pages came from.
+inline bool Latent(const void* keys, const void* values) {
+  return keys != nullptr && values == keys;
+}
+
 // Validates a varlen step's query_starts (kernels.h's VarlenAttention):
 // num_seqs + 1 offsets from 0, non-decreasing, the last num_tokens.
 void CheckQueryStarts(const char* function, const size_t* query_starts,

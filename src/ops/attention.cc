@@ -369,20 +369,22 @@ void AttendCache(const char* kFn, ConstTensor4 q,
     source.block_shift = static_cast<unsigned>(
         hwy::Num0BitsBelowLS1Bit_Nonzero64(kv.block_size));
   }
+  const bool latent = internal::Latent(kv.keys, kv.values);
   for (internal::KVMemory* m : {&source.keys, &source.values}) {
     const bool keys = m == &source.keys;
+    const bool key_scales = keys || latent;
     m->data = keys ? kv.keys : kv.values;
     m->block_stride = kv.block_stride;
     m->head_stride = kv.head_stride;
     m->row_stride = kv.row_stride;
     if (ElementTraitsOf(kv.type).scaled) {
-      m->scales = keys ? kv.key_scales : kv.value_scales;
+      m->scales = key_scales ? kv.key_scales : kv.value_scales;
       m->scale_block_stride = kv.scale_block_stride;
       m->scale_head_stride = kv.scale_head_stride;
     }
     m->cols = keys ? kv.head_dim : internal::ValueDim(kv);
     if (ElementTraitsOf(kv.type).side_scaled) {
-      m->side_scale = keys ? kv.key_scale : kv.value_scale;
+      m->side_scale = key_scales ? kv.key_scale : kv.value_scale;
     }
   }
   AttentionMask mask = user_mask;
@@ -395,7 +397,8 @@ void AttendCache(const char* kFn, ConstTensor4 q,
     offsets_buffer.emplace(hwy::DivCeil(batch * sizeof(size_t), sizeof(float)));
     size_t* offsets = reinterpret_cast<size_t*>(offsets_buffer->data());
     for (size_t b = 0; b < batch; ++b) {
-      offsets[b] = kv.lengths[b] - layout.Tokens(b);
+      // An empty sequence's rows: offset 0, and no key to see.
+      offsets[b] = kv.lengths[b] - std::min(kv.lengths[b], layout.Tokens(b));
     }
     mask.causal_offsets = offsets;
   }

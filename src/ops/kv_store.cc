@@ -56,7 +56,7 @@ void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
                   const int64_t* slot_mapping, const KVPages& pages) {
   constexpr const char* kFn = "WriteKVSlots";
   const size_t tokens = keys.dims[2], heads = pages.kv_heads;
-  const bool latent = pages.values == pages.keys && pages.keys != nullptr;
+  const bool latent = internal::Latent(pages.keys, pages.values);
   // The pool as a paged view of no sequence: its block size, element type,
   // strides, scales and memory checked as attention checks them.
   const int32_t no_table[1] = {0};
