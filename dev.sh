@@ -15,6 +15,7 @@ cd "$(dirname "$0")"
 BUILD_PACKAGES=(cmake ninja-build g++ ccache pkg-config
   libhwy-dev libtbb-dev libgtest-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev
+  libxxhash-dev  # The KV transfer format's checksum (header-only use).
   abigail-tools xz-utils  # The ABI check (tests/abi).
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev  # Comparison benchmarks only.
   clang-14 libclang-rt-14-dev)  # libFuzzer targets (tests/fuzz).

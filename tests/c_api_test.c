@@ -1581,6 +1581,168 @@ static void TestLatentPagesReadValuesWithKeyScales(void) {
   }
 }
 
+/* Pool sizes and operations (0.7): a dense q8_0 pool from
+ * simdattn_kv_pages_dense, slots written, read, copied and moved out and
+ * back in; each entry point's bad input fails and changes nothing. */
+static void TestPoolOperations(void) {
+  enum { kHeads = 2, kD = 32, kBlock = 4, kBlocks = 3, kN = 5 };
+  static const int64_t kSlots[kN] = {0, 1, 2, 5, 9};
+  simdattn_kv_pages pages = SIMDATTN_KV_PAGES_INIT, f32_pages;
+  size_t block_bytes = 0, block_values = 0, key_bytes = 0, value_bytes = 0;
+  size_t scales = 7, first = 0, bytes = 0, i;
+  uint8_t keys[kBlocks * kHeads * kBlock * 34], values[sizeof(keys)];
+  uint8_t before[2 * sizeof(keys)], buffer[1024];
+  float k[kN * kHeads * kD], v[kN * kHeads * kD];
+  float read_k[kN * kHeads * kD], read_v[kN * kHeads * kD];
+  float f32_keys[kBlocks * kHeads * kBlock * kD];
+  const int64_t from[2] = {0, 1}, to[2] = {6, 6}, outside[1] = {12};
+  const int32_t blocks_from[1] = {0}, blocks_to[1] = {2}, bad_block[1] = {3};
+
+  CHECK_OK(simdattn_element_size(SIMDATTN_Q8_0, &block_bytes, &block_values));
+  CHECK(block_bytes == 34 && block_values == 32);
+  CHECK_ERROR(simdattn_element_size(99, &block_bytes, NULL), INVALID,
+              "type (99) is not a simdattn_element_type");
+
+  CHECK_OK(simdattn_kv_pages_dense(SIMDATTN_Q8_0, kHeads, kD, 0, kBlock,
+                                   kBlocks, &pages, &key_bytes, &value_bytes,
+                                   &scales));
+  CHECK(key_bytes == sizeof(keys) && value_bytes == sizeof(keys) &&
+        scales == 0 && pages.row_stride == kD &&
+        pages.head_stride == kBlock * kD &&
+        pages.block_stride == kHeads * kBlock * kD);
+  CHECK_ERROR(simdattn_kv_pages_dense(SIMDATTN_Q8_0, kHeads, kD, 0, 3, kBlocks,
+                                      &pages, NULL, NULL, NULL),
+              INVALID, "block_size (3) is not a power of two");
+  CHECK(pages.block_size == kBlock);
+  CHECK_ERROR(simdattn_kv_pages_dense(SIMDATTN_Q8_0, kHeads, 16, 0, kBlock,
+                                      kBlocks, &pages, NULL, NULL, NULL),
+              INVALID, "head_dim (16)");
+  CHECK_ERROR(simdattn_kv_pages_dense(SIMDATTN_F32, kHeads, kD, 0, kBlock,
+                                      kBlocks, NULL, NULL, NULL, NULL),
+              INVALID, "pages is null");
+  pages.keys = keys;
+  pages.values = values;
+
+  CHECK_OK(simdattn_first_key_read(100, 1, 30, 0, &first));
+  CHECK(first == 64);
+  CHECK_ERROR(simdattn_first_key_read(100, 1, 30, 2, &first), INVALID,
+              "dropout (2) is neither 0 nor 1");
+  CHECK_ERROR(simdattn_first_key_read(100, 1, 30, 0, NULL), INVALID,
+              "first is null");
+
+  Fill(k, kN * kHeads * kD, 71);
+  Fill(v, kN * kHeads * kD, 72);
+  memset(keys, 0, sizeof(keys));
+  memset(values, 0, sizeof(values));
+  CHECK_OK(simdattn_write_kv_slots(Const4(Dense4(k, 1, kHeads, kN, kD)),
+                                   Const4(Dense4(v, 1, kHeads, kN, kD)), kSlots,
+                                   &pages));
+  CHECK_OK(simdattn_read_kv_slots(&pages, kSlots,
+                                  Dense4(read_k, 1, kHeads, kN, kD),
+                                  Dense4(read_v, 1, kHeads, kN, kD)));
+  /* q8_0 rounds each value to within half a step of its block's max. */
+  for (i = 0; i < kN * kHeads * kD; ++i) CHECK_NEAR(read_k[i], k[i], 0.01);
+  read_v[0] = -7.0f;
+  CHECK_ERROR(
+      simdattn_read_kv_slots(&pages, outside, Dense4(read_v, 1, kHeads, 1, kD),
+                             Dense4(read_v + kHeads * kD, 1, kHeads, 1, kD)),
+      INVALID, "slot_mapping[0] (12) is not a slot of the 3 x 4 pool");
+  CHECK(read_v[0] == -7.0f);
+  CHECK_ERROR(
+      simdattn_read_kv_slots(NULL, kSlots, Dense4(read_k, 1, kHeads, 1, kD),
+                             Dense4(read_v, 1, kHeads, 1, kD)),
+      INVALID, "pages is null");
+
+  memcpy(before, keys, sizeof(keys));
+  memcpy(before + sizeof(keys), values, sizeof(values));
+  CHECK_ERROR(simdattn_copy_kv_slots(&pages, from, to, 2), INVALID,
+              "slot 6 appears twice in to");
+  CHECK_ERROR(simdattn_copy_kv_slots(&pages, outside, to, 1), INVALID,
+              "from[0] (12) is not a slot");
+  CHECK_ERROR(simdattn_copy_kv_blocks(&pages, bad_block, blocks_to, 1), INVALID,
+              "from[0] (3) is not a block of the 3 in the pool");
+  CHECK(memcmp(before, keys, sizeof(keys)) == 0 &&
+        memcmp(before + sizeof(keys), values, sizeof(values)) == 0);
+  CHECK_OK(simdattn_copy_kv_blocks(&pages, blocks_from, blocks_to, 1));
+  CHECK(memcmp(keys + 2 * kHeads * kBlock * 34, keys, kHeads * kBlock * 34) ==
+        0);
+  CHECK_OK(simdattn_copy_kv_slots(&pages, from, to, 1));
+
+  CHECK_OK(simdattn_kv_transfer_bytes(&pages, kN, &bytes));
+  CHECK(bytes == 64 + 2 * kN * kHeads * 34 && bytes <= sizeof(buffer));
+  CHECK_ERROR(simdattn_kv_transfer_bytes(&pages, kN, NULL), INVALID,
+              "bytes is null");
+  CHECK_ERROR(simdattn_export_kv_slots(&pages, kSlots, kN, buffer, bytes - 1),
+              INVALID,
+              "buffer_bytes (743) is less than the 744 bytes of 5 tokens");
+  CHECK_OK(simdattn_export_kv_slots(&pages, kSlots, kN, buffer, bytes));
+  CHECK_OK(simdattn_read_kv_slots(&pages, kSlots,
+                                  Dense4(read_k, 1, kHeads, kN, kD),
+                                  Dense4(v, 1, kHeads, kN, kD)));
+  /* Into an f32 pool: refused, naming both. */
+  CHECK_OK(simdattn_kv_pages_dense(SIMDATTN_F32, kHeads, kD, 0, kBlock, kBlocks,
+                                   &f32_pages, NULL, NULL, NULL));
+  f32_pages.keys = f32_keys;
+  f32_pages.values = f32_keys;
+  CHECK_ERROR(simdattn_import_kv_slots(&f32_pages, kSlots, kN, buffer, bytes),
+              INVALID,
+              "the buffer holds q8_0 kv_heads 2 head_dim 32 value_dim 32 "
+              "tokens, the target is f32 kv_heads 2 head_dim 32");
+  /* Back into other slots of the q8_0 pool, byte for byte. */
+  memset(keys, 0, sizeof(keys));
+  CHECK_OK(simdattn_import_kv_slots(&pages, kSlots, kN, buffer, bytes));
+  CHECK_OK(simdattn_read_kv_slots(&pages, kSlots,
+                                  Dense4(read_v, 1, kHeads, kN, kD),
+                                  Dense4(v, 1, kHeads, kN, kD)));
+  for (i = 0; i < kN * kHeads * kD; ++i) CHECK(read_v[i] == read_k[i]);
+  buffer[100] ^= 1;
+  CHECK_ERROR(simdattn_import_kv_slots(&pages, kSlots, kN, buffer, bytes),
+              INVALID, "checksum does not match");
+}
+
+/* simdattn_write_kv_slots_rope stores apply_rope's then write_kv_slots'
+ * bits; without rope or positions it fails, writing nothing. */
+static void TestFusedRopeWrite(void) {
+  enum { kD = 8, kN = 3 };
+  static const int64_t kSlots[kN] = {5, 2, 7};
+  static const size_t kPositions[kN] = {9, 0, 300};
+  float k[kN * kD], v[kN * kD], fused_k[8 * kD], fused_v[8 * kD];
+  float plain_k[8 * kD], plain_v[8 * kD];
+  simdattn_kv_pages fused = OneHeadPages(fused_k, fused_v, kD, 4, 2);
+  simdattn_kv_pages plain = OneHeadPages(plain_k, plain_v, kD, 4, 2);
+  simdattn_rope_options rope = SIMDATTN_ROPE_OPTIONS_INIT;
+  Fill(k, kN * kD, 81);
+  Fill(v, kN * kD, 82);
+  memset(fused_k, 0, sizeof(fused_k));
+  memset(fused_v, 0, sizeof(fused_v));
+  memset(plain_k, 0, sizeof(plain_k));
+  memset(plain_v, 0, sizeof(plain_v));
+  CHECK_OK(simdattn_write_kv_slots_rope(Const4(Dense4(k, 1, 1, kN, kD)),
+                                        Const4(Dense4(v, 1, 1, kN, kD)), kSlots,
+                                        &fused, &rope, kPositions));
+  rope.positions = kPositions;
+  CHECK_ERROR(simdattn_write_kv_slots_rope(Const4(Dense4(k, 1, 1, kN, kD)),
+                                           Const4(Dense4(v, 1, 1, kN, kD)),
+                                           kSlots, &plain, &rope, kPositions),
+              INVALID, "rope.positions must be null");
+  CHECK_OK(simdattn_apply_rope(Dense4(k, kN, 1, 1, kD), &rope));
+  CHECK_OK(simdattn_write_kv_slots(Const4(Dense4(k, 1, 1, kN, kD)),
+                                   Const4(Dense4(v, 1, 1, kN, kD)), kSlots,
+                                   &plain));
+  CHECK(memcmp(fused_k, plain_k, sizeof(fused_k)) == 0 &&
+        memcmp(fused_v, plain_v, sizeof(fused_v)) == 0);
+  rope.positions = NULL;
+  CHECK_ERROR(simdattn_write_kv_slots_rope(Const4(Dense4(k, 1, 1, kN, kD)),
+                                           Const4(Dense4(v, 1, 1, kN, kD)),
+                                           kSlots, &plain, NULL, kPositions),
+              INVALID, "rope is null");
+  CHECK_ERROR(simdattn_write_kv_slots_rope(Const4(Dense4(k, 1, 1, kN, kD)),
+                                           Const4(Dense4(v, 1, 1, kN, kD)),
+                                           kSlots, &plain, &rope, NULL),
+              INVALID, "positions is null");
+  CHECK(memcmp(fused_k, plain_k, sizeof(fused_k)) == 0);
+}
+
 static void TestModuleRope(void) {
   enum { kB = 2, kT = 7, kIn = 5, kOut = 8, kHeads = 2, kKvHeads = 1 };
   simdattn_module_config config =
@@ -2783,7 +2945,7 @@ static void TestVarlenStep(void) {
 static void TestMoveSequence(void) {
   enum { kHeads = 2, kN = 21, kD = 8 };
   float k[kN * kD], v[kN * kD], q[kHeads * kD], a[kHeads * kD], b[kHeads * kD];
-  unsigned char buffer[kN * (2 * kD + 8)];
+  unsigned char buffer[64 + kN * (2 * kD + 8)];
   simdattn_kv_cache_config paged = SIMDATTN_KV_CACHE_CONFIG_INIT;
   simdattn_kv_cache_config contiguous = SIMDATTN_KV_CACHE_CONFIG_INIT;
   simdattn_kv_cache *from = NULL, *to = NULL;
@@ -2799,10 +2961,10 @@ static void TestMoveSequence(void) {
   CHECK_OK(simdattn_kv_cache_append(from, Const4(Dense4(k, 1, 1, kN, kD)),
                                     Const4(Dense4(v, 1, 1, kN, kD)), NULL));
   CHECK_OK(simdattn_kv_cache_export_bytes(from, kN, &bytes));
-  CHECK(bytes == kN * (2 * kD + 8));
+  CHECK(bytes == 64 + kN * (2 * kD + 8)); /* 0.7: the transfer header */
   CHECK_OK(simdattn_kv_cache_export(from, 0, 0, kN, buffer, sizeof(buffer)));
   CHECK_ERROR(simdattn_kv_cache_import(to, 0, buffer, bytes - 1, kN), INVALID,
-              "is less than the 504 bytes of 21 tokens");
+              "is less than the 568 bytes of 21 tokens");
   CHECK_OK(simdattn_kv_cache_import(to, 0, buffer, sizeof(buffer), kN));
   CHECK_OK(simdattn_kv_cache_length(to, 0, &length));
   CHECK(length == kN);
@@ -2932,6 +3094,8 @@ int main(void) {
   TestModuleRope();
   TestModuleVarlen();
   TestLatentPagesReadValuesWithKeyScales();
+  TestPoolOperations();
+  TestFusedRopeWrite();
   if (g_failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;

@@ -1,8 +1,11 @@
-// The module of current models: MultiHeadAttention loading Hugging Face
+// The modules of current models: MultiHeadAttention loading Hugging Face
 // llama-style state_dicts and serving continuous-batching steps over pages
 // the test owns (AttentionModule::ForwardStep with a VarlenStep), against a
 // float64 PyTorch layer (tests/data/make_llama_golden.py) on every SIMD
 // target; and the step's errors, which leave pages and outputs as they were.
+// MlaAttention (DeepSeek's latent attention) likewise against
+// tests/data/make_mla_golden.py's layer, through the cache and pages of
+// every type.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -189,6 +192,283 @@ TEST_P(LlamaModuleTest, ServingStepsMatchPyTorch) {
     }
     EXPECT_EQ(row, x.shape[0]);
   }
+}
+
+// Speculative verification of a draft tree through the module's step: each
+// draft token (rotated at the prefix's length plus its depth, seeing the
+// prefix and its ancestors) gives the row a linear step over its path alone
+// gives.
+TEST_P(LlamaModuleTest, TreeStepEqualsEachPathAlone) {
+  MultiHeadAttentionConfig m;
+  m.d_in = 32;
+  m.d_out = 32;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.weight_names = WeightNames::kLlama;
+  m.rope = RopeOptions{};
+  MultiHeadAttention module(m);
+  constexpr size_t kPrefix = 6, kDrafts = 5, kIn = 32;
+  // Root 0; 1 and 2 its children; 3 under 1, 4 under 2.
+  const size_t parent[kDrafts] = {kDrafts, 0, 0, 1, 2};
+  const std::vector<float> x =
+      test::RandomVector((kPrefix + kDrafts) * kIn, 17);
+  Pool pool(2, 8);
+  const std::vector<int32_t> table = {5, 9, 2, -1};
+  const auto slot = [&](size_t p) {
+    return int64_t{table[p / Pool::kBlockSize]} * int64_t{Pool::kBlockSize} +
+           int64_t(p % Pool::kBlockSize);
+  };
+  // Runs one sequence's step of the given x rows over `pages`.
+  const auto run = [&](const std::vector<size_t>& rows, size_t length,
+                       const size_t* positions, const uint64_t* bits,
+                       const KVPages& pages) {
+    const size_t n = rows.size();
+    std::vector<float> in(n * kIn), out(n * kIn, kNaN);
+    for (size_t i = 0; i < n; ++i) {
+      std::copy_n(x.begin() + rows[i] * kIn, kIn, in.begin() + i * kIn);
+    }
+    const std::vector<size_t> starts = {0, n}, lens = {length};
+    std::vector<int64_t> slots;
+    for (size_t p = length - n; p < length; ++p) slots.push_back(slot(p));
+    const size_t offsets[1] = {0};
+    VarlenStep step;
+    step.num_seqs = 1;
+    step.query_starts = starts.data();
+    step.seq_lens = lens.data();
+    step.block_table = table.data();
+    step.blocks_per_sequence = table.size();
+    step.slot_mapping = slots.data();
+    step.positions = positions;
+    step.tree_bits = bits;
+    step.tree_offsets = bits != nullptr ? offsets : nullptr;
+    module.ForwardStep(ConstMatrix(in.data(), n, kIn), step, pages,
+                       Matrix(out.data(), n, kIn));
+    return out;
+  };
+  std::vector<size_t> prefix(kPrefix);
+  std::iota(prefix.begin(), prefix.end(), 0);
+  run(prefix, kPrefix, nullptr, nullptr, pool.pages);
+  const std::vector<float> keys = pool.keys, values = pool.values;
+
+  uint64_t bits = 0;
+  std::vector<size_t> positions(kDrafts), drafts(kDrafts);
+  for (size_t i = 0; i < kDrafts; ++i) {
+    drafts[i] = kPrefix + i;
+    positions[i] = kPrefix;
+    for (size_t a = i; a != kDrafts; a = parent[a]) {
+      bits |= uint64_t{1} << (i * kDrafts + a);
+      positions[i] += a != i;
+    }
+  }
+  const std::vector<float> tree =
+      run(drafts, kPrefix + kDrafts, positions.data(), &bits, pool.pages);
+  for (size_t i = 0; i < kDrafts; ++i) {
+    std::vector<size_t> path;
+    for (size_t a = i; a != kDrafts; a = parent[a])
+      path.insert(path.begin(), a);
+    std::vector<size_t> rows;
+    for (size_t a : path) rows.push_back(kPrefix + a);
+    Pool alone(2, 8);
+    alone.keys = keys;
+    alone.values = values;
+    alone.pages.keys = alone.keys.data();
+    alone.pages.values = alone.values.data();
+    const std::vector<float> linear =
+        run(rows, kPrefix + path.size(), nullptr, nullptr, alone.pages);
+    for (size_t c = 0; c < kIn; ++c) {
+      ASSERT_NEAR(tree[i * kIn + c], linear[(path.size() - 1) * kIn + c], 1e-5)
+          << "draft " << i << ", feature " << c;
+    }
+  }
+}
+
+// MLA: Forward, generation over a latent KVCache and varlen steps over
+// latent pages give the float64 layer's rows: float32 within float
+// arithmetic's error, the other types within about three times the error
+// their rounding gave on a Zen 5 (bf16 1.2e-3, f16 2.3e-4, int8 and q8_0
+// 5e-3, fp8 3.8e-2, q4_0 6.7e-2 of outputs up to 0.86), far below what a
+// wrongly scaled value (the 20-33x of issue 76) would give.
+const std::string kMlaDir = std::string(SIMDATTN_TEST_DATA_DIR) + "/mla/";
+
+MlaConfig MlaConfigOf(const nlohmann::json& c) {
+  MlaConfig m;
+  m.hidden_size = c["hidden"];
+  m.num_heads = c["num_heads"];
+  m.q_lora_rank = c["q_lora_rank"];
+  m.kv_lora_rank = c["kv_lora_rank"];
+  m.qk_nope_head_dim = c["qk_nope_head_dim"];
+  m.qk_rope_head_dim = c["qk_rope_head_dim"];
+  m.v_head_dim = c["v_head_dim"];
+  m.rope_theta = c["rope_theta"];
+  m.rms_norm_eps = c["rms_norm_eps"];
+  return m;
+}
+
+double MlaTolerance(KVType type) {
+  switch (type) {
+    case KVType::kF32:
+      return 2e-6;
+    case KVType::kBF16:
+      return 4e-3;
+    case KVType::kF16:
+      return 1e-3;
+    case KVType::kInt8:
+    case KVType::kQ8_0:
+      return 1.5e-2;
+    case KVType::kFp8E4M3:
+    case KVType::kFp8E5M2:
+      return 0.1;
+    default:  // q4_0.
+      return 0.2;
+  }
+}
+
+TEST_P(LlamaModuleTest, MlaMatchesPyTorchThroughCachesAndPages) {
+  std::ifstream in(kMlaDir + "cases.json");
+  const nlohmann::json cases = nlohmann::json::parse(in)["cases"];
+  ASSERT_EQ(cases.size(), 2u);
+  for (const nlohmann::json& c : cases) {
+    const std::string name = c["name"];
+    SCOPED_TRACE(name);
+    const io::SafeTensors weights =
+        io::SafeTensors::Load(kMlaDir + name + ".safetensors");
+    const io::NpyArray x = io::ReadNpy(kMlaDir + name + ".x.npy");
+    const io::NpyArray expected = io::ReadNpy(kMlaDir + name + ".y.npy");
+    MlaAttention module(MlaConfigOf(c));
+    module.LoadStateDict(io::StateDictOf(weights));
+    const size_t hidden = c["hidden"], tokens = x.shape[0];
+    const double scale = std::max(1.0, c["max_abs_output"].get<double>());
+    const auto expect = [&](const std::vector<float>& y, double tolerance,
+                            const std::string& what) {
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_NEAR(y[i], expected.data[i], tolerance * scale)
+            << what << ", token " << i / hidden;
+      }
+    };
+    std::vector<float> y(tokens * hidden, kNaN);
+    module.Forward(ConstTensor3(x.data.data(), 1, tokens, hidden),
+                   Tensor3(y.data(), 1, tokens, hidden));
+    expect(y, 2e-5, "Forward");
+
+    // Chunks as a server feeds them: a prefill, decodes, a verification.
+    std::vector<size_t> chunks = {5, 1, 1, 3};
+    chunks.push_back(tokens - 10);
+    const size_t latent = module.latent_dim();
+    for (const KVType type :
+         {KVType::kF32, KVType::kBF16, KVType::kF16, KVType::kInt8,
+          KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
+      const std::string type_name = ElementTraitsOf(type).name;
+      if (latent % ElementTraitsOf(type).values != 0) continue;
+      // A KVCache (paged for float32) and caller pages of the type.
+      KVCacheConfig config = module.LatentCacheConfig(type);
+      config.block_size = type == KVType::kF32 ? 16 : 0;
+      KVCache cache(1, 1, tokens, latent, config);
+      KVPages pages = DenseKVPages(type, 1, latent, c["kv_lora_rank"], 4, 8);
+      const KVPagesSize size = SizeOf(pages);
+      std::vector<uint8_t> pool(size.key_bytes, 0xFF);
+      std::vector<float> scales(size.scales, kNaN);
+      pages.keys = pages.values = pool.data();
+      pages.key_scales = pages.value_scales = scales.data();
+      const std::vector<int32_t> table = {6, 1, 4, 0, 7};  // 20 slots.
+      std::vector<float> from_cache(tokens * hidden, kNaN),
+          from_pages(tokens * hidden, kNaN);
+      size_t done = 0;
+      for (const size_t n : chunks) {
+        const float* xs = x.data.data() + done * hidden;
+        module.ForwardStep(
+            ConstTensor3(xs, 1, n, hidden), cache,
+            Tensor3(from_cache.data() + done * hidden, 1, n, hidden));
+        const std::vector<size_t> starts = {0, n}, lens = {done + n};
+        std::vector<int64_t> slots;
+        for (size_t p = done; p < done + n; ++p) {
+          slots.push_back(int64_t{table[p / 4]} * 4 + int64_t(p % 4));
+        }
+        VarlenStep step;
+        step.num_seqs = 1;
+        step.query_starts = starts.data();
+        step.seq_lens = lens.data();
+        step.block_table = table.data();
+        step.blocks_per_sequence = table.size();
+        step.slot_mapping = slots.data();
+        module.ForwardStep(
+            ConstMatrix(xs, n, hidden), step, pages,
+            Matrix(from_pages.data() + done * hidden, n, hidden));
+        done += n;
+      }
+      expect(from_cache, MlaTolerance(type), type_name + " cache");
+      expect(from_pages, MlaTolerance(type), type_name + " pages");
+      // The two paths store the same bits and read them alike.
+      for (size_t i = 0; i < from_cache.size(); ++i) {
+        ASSERT_NEAR(from_cache[i], from_pages[i], 1e-5 * scale) << type_name;
+      }
+    }
+  }
+}
+
+TEST(MlaErrors, ArgumentsNameThemselvesAndChangeNothing) {
+  MlaConfig c;
+  c.hidden_size = 16;
+  c.num_heads = 2;
+  c.kv_lora_rank = 8;
+  c.qk_nope_head_dim = 4;
+  c.qk_rope_head_dim = 3;
+  c.v_head_dim = 4;
+  ExpectInvalid([&] { MlaAttention m(c); },
+                {"MlaAttention: ", "qk_rope_head_dim (3) is not even"});
+  c.qk_rope_head_dim = 4;
+  MlaAttention module(c);
+  EXPECT_EQ(module.latent_dim(), 12u);
+  const std::map<std::string, std::vector<size_t>> shapes =
+      module.StateDictShapes();
+  EXPECT_EQ(shapes.at("q_proj.weight"), (std::vector<size_t>{16, 16}));
+  EXPECT_EQ(shapes.at("kv_a_proj_with_mqa.weight"),
+            (std::vector<size_t>{12, 16}));
+  EXPECT_EQ(shapes.at("kv_b_proj.weight"), (std::vector<size_t>{16, 8}));
+  EXPECT_EQ(shapes.at("o_proj.weight"), (std::vector<size_t>{16, 8}));
+  ExpectInvalid([&] { module.LoadStateDict({}); },
+                {"MlaAttention: ", "missing tensor 'q_proj.weight'"});
+  const std::vector<float> x(3 * 16, 0.5f);
+  std::vector<float> y(3 * 16, -7.0f);
+  // A cache of the wrong shape, pages that are not latent.
+  KVCache wrong(1, 1, 8, 16, {});
+  ExpectInvalid(
+      [&] {
+        module.ForwardStep(ConstTensor3(x.data(), 1, 3, 16), wrong,
+                           Tensor3(y.data(), 1, 3, 16));
+      },
+      {"expected a latent cache of 1, 12, 8 (LatentCacheConfig)"});
+  std::vector<float> keys(4 * 4 * 12, kNaN), values(keys);
+  KVPages pages = DenseKVPages(KVType::kF32, 1, 12, 8, 4, 4);
+  pages.keys = keys.data();
+  pages.values = values.data();
+  const std::vector<size_t> starts = {0, 3}, lens = {3};
+  const std::vector<int32_t> table = {2, -1};
+  const std::vector<int64_t> slots = {8, 9, 10};
+  VarlenStep step;
+  step.num_seqs = 1;
+  step.query_starts = starts.data();
+  step.seq_lens = lens.data();
+  step.block_table = table.data();
+  step.blocks_per_sequence = 2;
+  step.slot_mapping = slots.data();
+  const auto run = [&] {
+    module.ForwardStep(ConstMatrix(x.data(), 3, 16), step, pages,
+                       Matrix(y.data(), 3, 16));
+  };
+  ExpectInvalid(run, {"expected latent pages of 1, 12, 8"});
+  pages.values = keys.data();
+  const std::vector<size_t> short_lens = {2};
+  step.seq_lens = short_lens.data();
+  ExpectInvalid(run, {"step.seq_lens[0] (2) is less than its 3 new tokens"});
+  step.seq_lens = lens.data();
+  const std::vector<int64_t> outside = {8, 9, 99};
+  step.slot_mapping = outside.data();
+  ExpectInvalid(run, {"step.slot_mapping[2] (99) is not a slot"});
+  for (const float k : keys) ASSERT_TRUE(std::isnan(k));
+  for (const float v : y) ASSERT_EQ(v, -7.0f);
+  step.slot_mapping = slots.data();
+  run();
+  for (const float v : y) ASSERT_TRUE(std::isfinite(v));
 }
 
 // A small llama-style module over a pool for the error cases.

@@ -416,6 +416,54 @@ TEST(Robustness, ServingStepsAllocateNothing) {
   });
 }
 
+// MlaAttention's steps, over a latent cache and over latent pages (the
+// fused rotate-and-write included), allocate nothing once warm.
+TEST(Robustness, MlaStepsAllocateNothing) {
+  MlaConfig c;
+  c.hidden_size = 32;
+  c.num_heads = 4;
+  c.q_lora_rank = 16;
+  c.kv_lora_rank = 24;
+  c.qk_nope_head_dim = 8;
+  c.qk_rope_head_dim = 8;
+  c.v_head_dim = 8;
+  const MlaAttention module(c);
+  const size_t latent = module.latent_dim();
+  KVCache cache(2, 1, 32, latent, module.LatentCacheConfig(KVType::kBF16));
+  KVPages pages = DenseKVPages(KVType::kF32, 1, latent, 24, 16, 4);
+  std::vector<float> pool(SizeOf(pages).key_bytes / sizeof(float), 0.0f);
+  pages.keys = pages.values = pool.data();
+  const std::vector<float> x = test::RandomVector(2 * 8 * 32, 3);
+  std::vector<float> y(x.size());
+  module.ForwardStep(ConstTensor3(x.data(), 2, 8, 32), cache,
+                     Tensor3(y.data(), 2, 8, 32));
+  const size_t starts[3] = {0, 1, 3}, lens[2] = {9, 20};
+  const int32_t table[4] = {0, 1, 2, 3};
+  const int64_t slots[3] = {8, 50, 51};
+  VarlenStep step;
+  step.num_seqs = 2;
+  step.query_starts = starts;
+  step.seq_lens = lens;
+  step.block_table = table;
+  step.blocks_per_sequence = 2;
+  step.slot_mapping = slots;
+  const auto steps = [&] {
+    module.ForwardStep(ConstTensor3(x.data(), 2, 1, 32), cache,
+                       Tensor3(y.data(), 2, 1, 32));
+    for (size_t b = 0; b < 2; ++b) cache.Truncate(b, 8);
+    module.ForwardStep(ConstMatrix(x.data(), 3, 32), step, pages,
+                       Matrix(y.data(), 3, 32));
+  };
+  tbb::task_arena(1).execute([&] {
+    steps();  // The first steps at these shapes may allocate.
+    const Allocations a = Count([&] {
+      for (int s = 0; s < 10; ++s) steps();
+    });
+    EXPECT_EQ(a.news, 0u);
+    EXPECT_EQ(a.scratch_bytes, 0u);
+  });
+}
+
 // With every thread, how many buffers are in flight at once depends on the
 // scheduling, so the pool may still grow while more threads join in (by a
 // small per-task workspace each); but it does not grow per call, and nothing

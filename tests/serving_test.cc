@@ -484,8 +484,9 @@ TEST_P(ServingTest, MovedSequencesAttendAsBefore) {
         std::memcmp(before.data(), after.data(), before.size() * sizeof(float)),
         0)
         << ElementTraitsOf(type).name;
-    // Past the capacity: an error, nothing changed.
-    ExpectInvalid([&] { to.Import(2, buffer.data(), 74); },
+    // Past the capacity (77 more): an error, nothing changed.
+    from.Export(1, 0, n, buffer.data());
+    ExpectInvalid([&] { to.Import(2, buffer.data(), n); },
                   {"KVCache::Import: ", "exceeds the capacity (150)"});
     EXPECT_EQ(to.length(2), n);
     ExpectInvalid([&] { from.Export(0, 70, 8, buffer.data()); },
@@ -669,6 +670,410 @@ TEST(ServingErrors, BadStepsAndSlotsNameThemselvesAndChangeNothing) {
       },
       {"options.dropout (0.1) must be 0"});
   EXPECT_EQ(out, before);
+}
+
+// A write with RoPE stores what ApplyRope then WriteKVSlots store, bit for
+// bit: positions out of order and repeated, partial and interleaved
+// rotations, a skipped token, every type.
+TEST_P(ServingTest, FusedRopeWriteIsRotateThenWrite) {
+  const size_t n = 9;
+  const int64_t slots[n] = {3, 4, 5, 6, 40, -1, 41, 100, 7};
+  const size_t positions[n] = {0, 1, 2, 3, 1000, 77, 4097, 5, 3};
+  for (const KVType type :
+       {KVType::kF32, KVType::kBF16, KVType::kF16, KVType::kInt8,
+        KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
+    const size_t dim = ElementTraitsOf(type).values > 1 ? 64 : 40;
+    for (const RopePairing pairing :
+         {RopePairing::kHalfSplit, RopePairing::kInterleaved}) {
+      RopeOptions rope;
+      rope.pairing = pairing;
+      rope.rotary_dim = pairing == RopePairing::kHalfSplit ? 0 : 16;
+      rope.rotary_offset = pairing == RopePairing::kHalfSplit ? 0 : 8;
+      rope.theta = 500000.0f;
+      std::vector<float> k = RandomVector(n * kKVHeads * dim, 31);
+      const std::vector<float> v = RandomVector(n * kKVHeads * dim, 32);
+      Pool fused(type, dim), separate(type, dim);
+      const ConstTensor4 values =
+          ConstTensor4::FromTokenMajor(v.data(), 1, n, kKVHeads, dim);
+      WriteKVSlots(ConstTensor4::FromTokenMajor(k.data(), 1, n, kKVHeads, dim),
+                   values, slots, fused.pages, rope, positions);
+      RopeOptions per_token = rope;
+      per_token.positions = positions;
+      ApplyRope(Tensor4::FromTokenMajor(k.data(), n, 1, kKVHeads, dim),
+                per_token);
+      WriteKVSlots(ConstTensor4::FromTokenMajor(k.data(), 1, n, kKVHeads, dim),
+                   values, slots, separate.pages);
+      EXPECT_EQ(fused.keys, separate.keys) << ElementTraitsOf(type).name;
+      EXPECT_EQ(fused.values, separate.values) << ElementTraitsOf(type).name;
+      EXPECT_EQ(std::memcmp(fused.key_scales.data(), separate.key_scales.data(),
+                            fused.key_scales.size() * sizeof(float)),
+                0);
+    }
+  }
+  Pool pool(KVType::kF32, 8);
+  const std::vector<float> k(kKVHeads * 8, 1.0f);
+  const ConstTensor4 one =
+      ConstTensor4::FromTokenMajor(k.data(), 1, 1, kKVHeads, 8);
+  RopeOptions rope;
+  const std::vector<uint8_t> before = pool.keys;
+  ExpectInvalid(
+      [&] { WriteKVSlots(one, one, slots, pool.pages, rope, nullptr); },
+      {"WriteKVSlots: ", "positions is null"});
+  rope.positions = positions;
+  ExpectInvalid(
+      [&] { WriteKVSlots(one, one, slots, pool.pages, rope, positions); },
+      {"rope.positions must be null"});
+  rope.positions = nullptr;
+  rope.rotary_dim = 10;
+  ExpectInvalid(
+      [&] { WriteKVSlots(one, one, slots, pool.pages, rope, positions); },
+      {"rope.rotary_offset (0) + .rotary_dim (10) exceeds the head_dim (8)"});
+  EXPECT_EQ(pool.keys, before);
+}
+
+// Pool sizes and operations (kernels.h): plain byte moves and widening, so
+// one target suffices.
+constexpr KVType kEveryType[] = {
+    KVType::kF32,     KVType::kBF16,    KVType::kF16,  KVType::kInt8,
+    KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0};
+
+size_t DimOf(KVType type) { return ElementTraitsOf(type).values > 1 ? 64 : 24; }
+
+// A pool's bytes and scales, for "nothing changed" and byte comparisons.
+std::vector<uint8_t> Snapshot(const Pool& pool) {
+  std::vector<uint8_t> all(pool.keys);
+  all.insert(all.end(), pool.values.begin(), pool.values.end());
+  for (const std::vector<float>* s : {&pool.key_scales, &pool.value_scales}) {
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(s->data());
+    all.insert(all.end(), bytes, bytes + s->size() * sizeof(float));
+  }
+  return all;
+}
+
+// One token's stored bytes and scales in every head.
+std::vector<uint8_t> SlotBytes(const Pool& pool, size_t slot) {
+  const KVPages& p = pool.pages;
+  const size_t value_dim = p.value_dim ? p.value_dim : p.head_dim;
+  std::vector<uint8_t> bytes;
+  for (size_t h = 0; h < p.kv_heads; ++h) {
+    const size_t at = slot / p.block_size * p.block_stride + h * p.head_stride +
+                      slot % p.block_size * p.row_stride;
+    const uint8_t* k = pool.keys.data() + ElementBytes(p.type, at);
+    bytes.insert(bytes.end(), k, k + ElementBytes(p.type, p.head_dim));
+    if (!pool.values.empty()) {
+      const uint8_t* v = pool.values.data() + ElementBytes(p.type, at);
+      bytes.insert(bytes.end(), v, v + ElementBytes(p.type, value_dim));
+    }
+    if (!ElementTraitsOf(p.type).scaled) continue;
+    const size_t s = slot / p.block_size * p.scale_block_stride +
+                     h * p.scale_head_stride + slot % p.block_size;
+    for (const float scale : {pool.key_scales[s], pool.value_scales[s]}) {
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&scale);
+      bytes.insert(bytes.end(), b, b + sizeof(float));
+    }
+  }
+  return bytes;
+}
+
+TEST(PoolOperations, DenseLayoutIsTheHandMadeOne) {
+  for (const KVType type : kEveryType) {
+    const std::string name = ElementTraitsOf(type).name;
+    const size_t dim = DimOf(type), value_dim = dim / 2;
+    const Pool pool(type, dim, value_dim);
+    const KVPages p =
+        DenseKVPages(type, kKVHeads, dim, value_dim, kBlockSize, kNumBlocks);
+    const KVPages& q = pool.pages;
+    EXPECT_EQ(p.row_stride, q.row_stride) << name;
+    EXPECT_EQ(p.head_stride, q.head_stride) << name;
+    EXPECT_EQ(p.block_stride, q.block_stride) << name;
+    const KVPagesSize size = SizeOf(p);
+    EXPECT_EQ(size.key_bytes, pool.keys.size()) << name;
+    // Values read value_dim of their last row: the pool's last half row
+    // is not reached.
+    EXPECT_EQ(size.value_bytes,
+              pool.values.size() - ElementBytes(type, dim - value_dim))
+        << name;
+    if (ElementTraitsOf(type).scaled) {
+      EXPECT_EQ(p.scale_block_stride, q.scale_block_stride);
+      EXPECT_EQ(p.scale_head_stride, q.scale_head_stride);
+      EXPECT_EQ(size.scales, pool.key_scales.size());
+    } else {
+      EXPECT_EQ(size.scales, 0u) << name;
+    }
+  }
+  EXPECT_EQ(ElementTraitsOf(KVType::kQ8_0).bytes, 34u);
+  EXPECT_EQ(ElementTraitsOf(KVType::kQ4_0).bytes, 18u);
+  ExpectInvalid([] { DenseKVPages(KVType::kF32, 2, 8, 0, 12, 4); },
+                {"DenseKVPages: ", "block_size (12) is not a power of two"});
+  ExpectInvalid([] { DenseKVPages(KVType::kQ4_0, 2, 48, 0, 16, 4); },
+                {"type q4_0 stores blocks of 32 elements, but head_dim (48)"});
+  ExpectInvalid(
+      [] {
+        DenseKVPages(KVType::kF32, size_t{1} << 40, 1 << 20, 0, 1 << 10, 4);
+      },
+      {"DenseKVPages: ", "overflows"});
+}
+
+// FirstKeyRead is the rule attention applies: a released block before it
+// is never read, one at it is refused.
+TEST(PoolOperations, FirstKeyReadIsWhatAttentionReads) {
+  EXPECT_EQ(FirstKeyRead(100, 1, 0), 0u);
+  EXPECT_EQ(FirstKeyRead(100, 1, 30), 64u);  // 70 down to 16s.
+  EXPECT_EQ(FirstKeyRead(100, 1, 30, /*dropout=*/true), 0u);
+  EXPECT_EQ(FirstKeyRead(1000, 8, 100), 880u);  // 893 down to 16s.
+  EXPECT_EQ(FirstKeyRead(1000, 8, 100, true), 768u);
+  EXPECT_EQ(FirstKeyRead(20, 0, 4), 20u);
+  EXPECT_EQ(FirstKeyRead(0, 1, 4), 0u);
+  EXPECT_EQ(FirstKeyRead(10, 1, 100), 0u);
+  const size_t dim = 8, length = 100, window = 30;
+  Pool pool(KVType::kF32, dim);
+  Sequences s({length});
+  WriteAll(s, pool.pages, 3);
+  const size_t first = FirstKeyRead(length, 1, window);
+  const std::vector<float> q = RandomVector(kHeads * dim, 4);
+  std::vector<float> out(kHeads * dim);
+  AttentionOptions options;
+  options.mask.causal = true;
+  options.mask.window = window;
+  const auto attend = [&] {
+    const std::vector<size_t> starts = {0, 1};
+    VarlenAttention(ConstTensor4::FromTokenMajor(q.data(), 1, 1, kHeads, dim),
+                    starts.data(), s.View(pool.pages),
+                    Tensor4::FromTokenMajor(out.data(), 1, 1, kHeads, dim),
+                    options);
+  };
+  for (size_t block = 0; block < first / kBlockSize; ++block) {
+    s.block_table[block] = -1;
+  }
+  attend();
+  s.block_table[first / kBlockSize] = -1;
+  ExpectInvalid(attend, {"(-1) is not a block of the 64 in the pool"});
+}
+
+// What ReadKVSlots gives is what KVCache::Read gives of the same appends
+// (attention's reading, by kv_cache_test), latent pools included.
+TEST(PoolOperations, ReadIsWhatAttentionReads) {
+  for (const KVType type : kEveryType) {
+    for (const bool latent : {false, true}) {
+      const std::string name =
+          std::string(ElementTraitsOf(type).name) + (latent ? " latent" : "");
+      const size_t dim = DimOf(type), value_dim = latent ? dim / 2 : dim;
+      const size_t n = 21;
+      Pool pool(type, dim, latent ? value_dim : 0, latent);
+      KVCacheConfig config;
+      config.type = type;
+      config.key_scale = pool.pages.key_scale;
+      config.value_scale = pool.pages.value_scale;
+      config.latent = latent;
+      config.value_dim = latent ? value_dim : 0;
+      KVCache cache(1, kKVHeads, n, dim, config);
+      const std::vector<float> k = RandomVector(kKVHeads * n * dim, 5);
+      const std::vector<float> v = RandomVector(kKVHeads * n * dim, 6);
+      const ConstTensor4 keys =
+          ConstTensor4::FromTokenMajor(k.data(), 1, n, kKVHeads, dim);
+      const ConstTensor4 values =
+          latent ? ConstTensor4{}
+                 : ConstTensor4::FromTokenMajor(v.data(), 1, n, kKVHeads, dim);
+      cache.Append(keys, values);
+      std::vector<int64_t> slots(n);
+      for (size_t t = 0; t < n; ++t) slots[t] = int64_t(3 * t + 5);
+      WriteKVSlots(keys, values, slots.data(), pool.pages);
+      std::vector<float> held_k(kKVHeads * n * dim),
+          held_v(kKVHeads * n * value_dim);
+      cache.Read(0, Tensor3(held_k.data(), kKVHeads, n, dim),
+                 Tensor3(held_v.data(), kKVHeads, n, value_dim));
+      // Read into token-major rows, one slot skipped.
+      std::vector<float> read_k(n * kKVHeads * dim, kNaN),
+          read_v(n * kKVHeads * value_dim, kNaN);
+      slots[4] = -1;
+      ReadKVSlots(
+          pool.pages, slots.data(),
+          Tensor4::FromTokenMajor(read_k.data(), 1, n, kKVHeads, dim),
+          Tensor4::FromTokenMajor(read_v.data(), 1, n, kKVHeads, value_dim));
+      for (size_t h = 0; h < kKVHeads; ++h) {
+        for (size_t t = 0; t < n; ++t) {
+          for (size_t c = 0; c < dim; ++c) {
+            const float got = read_k[(t * kKVHeads + h) * dim + c];
+            if (t == 4) {
+              ASSERT_TRUE(std::isnan(got)) << name;
+            } else {
+              ASSERT_EQ(got, held_k[(h * n + t) * dim + c]) << name;
+            }
+          }
+          for (size_t c = 0; c < value_dim && t != 4; ++c) {
+            ASSERT_EQ(read_v[(t * kKVHeads + h) * value_dim + c],
+                      held_v[(h * n + t) * value_dim + c])
+                << name;
+          }
+        }
+      }
+    }
+  }
+  Pool pool(KVType::kF32, 8);
+  std::vector<float> out(kKVHeads * 8);
+  const int64_t slot = 1 << 20;
+  ExpectInvalid(
+      [&] {
+        ReadKVSlots(pool.pages, &slot,
+                    Tensor4::FromTokenMajor(out.data(), 1, 1, kKVHeads, 8),
+                    Tensor4::FromTokenMajor(out.data(), 1, 1, kKVHeads, 8));
+      },
+      {"ReadKVSlots: ", "values overlap keys"});
+  std::vector<float> out_v(kKVHeads * 8);
+  ExpectInvalid(
+      [&] {
+        ReadKVSlots(pool.pages, &slot,
+                    Tensor4::FromTokenMajor(out.data(), 1, 1, kKVHeads, 8),
+                    Tensor4::FromTokenMajor(out_v.data(), 1, 1, kKVHeads, 8));
+      },
+      {"slot_mapping[0] (1048576) is not a slot of the 64 x 16 pool"});
+}
+
+// Copies move bytes and scales exactly, as if read first: a compaction
+// whose sources and targets overlap, and whole blocks.
+TEST(PoolOperations, CopiesAreByteExact) {
+  for (const KVType type : kEveryType) {
+    const std::string name = ElementTraitsOf(type).name;
+    const size_t dim = DimOf(type), n = kNumBlocks * kBlockSize;
+    Pool pool(type, dim);
+    std::vector<int64_t> every(n);
+    std::iota(every.begin(), every.end(), 0);
+    const std::vector<float> k = RandomVector(n * kKVHeads * dim, 7);
+    const std::vector<float> v = RandomVector(n * kKVHeads * dim, 8);
+    WriteKVSlots(ConstTensor4::FromTokenMajor(k.data(), 1, n, kKVHeads, dim),
+                 ConstTensor4::FromTokenMajor(v.data(), 1, n, kKVHeads, dim),
+                 every.data(), pool.pages);
+    const Pool before = pool;
+    // Accepted drafts at 10, 12 and 13 moved to 10, 11, 12; 12's source is
+    // also a target.
+    const int64_t from[] = {10, 12, 13, 40}, to[] = {10, 11, 12, 900};
+    CopyKVSlots(pool.pages, from, to, 4);
+    for (size_t i = 0; i < 4; ++i) {
+      ASSERT_EQ(SlotBytes(pool, size_t(to[i])),
+                SlotBytes(before, size_t(from[i])))
+          << name << " slot " << to[i];
+    }
+    ASSERT_EQ(SlotBytes(pool, 13), SlotBytes(before, 13)) << name;
+    const int32_t blocks_from[] = {3, 9}, blocks_to[] = {9, 20};
+    const Pool copied = pool;
+    CopyKVBlocks(pool.pages, blocks_from, blocks_to, 2);
+    for (size_t i = 0; i < 2; ++i) {
+      for (size_t t = 0; t < kBlockSize; ++t) {
+        ASSERT_EQ(SlotBytes(pool, blocks_to[i] * kBlockSize + t),
+                  SlotBytes(copied, blocks_from[i] * kBlockSize + t))
+            << name;
+      }
+    }
+    // Errors change nothing.
+    const std::vector<uint8_t> snapshot = Snapshot(pool);
+    const int64_t twice[] = {5, 5}, bad[] = {5, -1};
+    ExpectInvalid([&] { CopyKVSlots(pool.pages, from, twice, 2); },
+                  {"CopyKVSlots: ", "slot 5 appears twice in to"});
+    ExpectInvalid([&] { CopyKVSlots(pool.pages, bad, from, 2); },
+                  {"from[1] (-1) is not a slot of the 64 x 16 pool"});
+    const int32_t block_twice[] = {4, 4}, block_bad[] = {1, 64};
+    ExpectInvalid(
+        [&] { CopyKVBlocks(pool.pages, blocks_from, block_twice, 2); },
+        {"CopyKVBlocks: ", "block 4 appears twice in to"});
+    ExpectInvalid([&] { CopyKVBlocks(pool.pages, block_bad, blocks_to, 2); },
+                  {"from[1] (64) is not a block of the 64 in the pool"});
+    ExpectInvalid([&] { CopyKVSlots(pool.pages, nullptr, to, 1); },
+                  {"from is null"});
+    EXPECT_EQ(Snapshot(pool), snapshot) << name;
+  }
+}
+
+// A transfer moves tokens between pages and caches in either direction,
+// bit for bit; a wrong type, dims, scales, version or byte is refused
+// naming both sides, changing nothing.
+TEST(PoolOperations, TransfersAreSelfDescribing) {
+  for (const KVType type : kEveryType) {
+    const std::string name = ElementTraitsOf(type).name;
+    const size_t dim = DimOf(type), n = 37;
+    Pool pool(type, dim);
+    KVCacheConfig config;
+    config.type = type;
+    config.block_size = kBlockSize;
+    config.key_scale = pool.pages.key_scale;
+    config.value_scale = pool.pages.value_scale;
+    KVCache cache(2, kKVHeads, 64, dim, config);
+    const std::vector<float> k = RandomVector(kKVHeads * n * dim, 8);
+    const std::vector<float> v = RandomVector(kKVHeads * n * dim, 9);
+    cache.Append(ConstTensor4::FromTokenMajor(k.data(), 1, n, kKVHeads, dim),
+                 ConstTensor4::FromTokenMajor(v.data(), 1, n, kKVHeads, dim),
+                 {0});
+    // Cache -> pages.
+    std::vector<uint8_t> buffer(cache.ExportBytes(n));
+    ASSERT_EQ(buffer.size(), KVTransferBytes(pool.pages, n)) << name;
+    cache.Export(0, 0, n, buffer.data());
+    std::vector<int64_t> slots(n);
+    for (size_t t = 0; t < n; ++t) slots[t] = int64_t(1000 - 7 * t);
+    ImportKVSlots(pool.pages, slots.data(), n, buffer.data(), buffer.size());
+    // Pages -> a second sequence of the cache: its bytes are the first's.
+    std::vector<uint8_t> back(buffer.size());
+    ExportKVSlots(pool.pages, slots.data(), n, back.data(), back.size());
+    EXPECT_EQ(back, buffer) << name;
+    cache.Import(1, back.data(), n);
+    std::vector<uint8_t> again(buffer.size());
+    cache.Export(1, 0, n, again.data());
+    EXPECT_EQ(again, buffer) << name;
+
+    // Refusals: the pool as it was.
+    const std::vector<uint8_t> snapshot = Snapshot(pool);
+    const auto import = [&](const std::vector<uint8_t>& b, size_t count) {
+      ImportKVSlots(pool.pages, slots.data(), count, b.data(), b.size());
+    };
+    std::vector<uint8_t> corrupt = buffer;
+    corrupt[buffer.size() / 2] ^= 0x10;
+    ExpectInvalid([&] { import(corrupt, n); },
+                  {"ImportKVSlots: ", "checksum does not match"});
+    std::vector<uint8_t> version = buffer;
+    version[8] = 2;
+    ExpectInvalid([&] { import(version, n); },
+                  {"transfer format version (2) is not this library's (1)"});
+    ExpectInvalid(
+        [&] {
+          import(std::vector<uint8_t>(buffer.begin(), buffer.end() - 1), n);
+        },
+        {"do not hold the 37 tokens"});
+    ExpectInvalid([&] { import(buffer, n - 1); },
+                  {"the buffer holds 37 tokens, count is 36"});
+    const KVType other = type == KVType::kF32 ? KVType::kF16 : KVType::kF32;
+    if (ElementTraitsOf(other).values == ElementTraitsOf(type).values) {
+      Pool wrong(other, dim);
+      ExpectInvalid(
+          [&] {
+            ImportKVSlots(wrong.pages, slots.data(), n, buffer.data(),
+                          buffer.size());
+          },
+          {std::string("the buffer holds ") + name + " kv_heads 2 head_dim " +
+               std::to_string(dim),
+           std::string("the target is ") + ElementTraitsOf(other).name});
+    }
+    EXPECT_EQ(Snapshot(pool), snapshot) << name;
+  }
+  // An f32 export into an f16 cache (the case), and a bf16 export
+  // into an f16 cache of the same size: refused, the cache unchanged.
+  for (const KVType from : {KVType::kF32, KVType::kBF16}) {
+    KVCacheConfig source_config, target_config;
+    source_config.type = from;
+    target_config.type = KVType::kF16;
+    KVCache source(1, 2, 8, 16, source_config);
+    KVCache target(1, 2, 8, 16, target_config);
+    const std::vector<float> x = RandomVector(2 * 4 * 16, 1);
+    source.Append(ConstTensor4::Dense(x.data(), 1, 2, 4, 16),
+                  ConstTensor4::Dense(x.data(), 1, 2, 4, 16));
+    std::vector<uint8_t> buffer(source.ExportBytes(4));
+    source.Export(0, 0, 4, buffer.data());
+    std::vector<uint8_t> big(std::max(buffer.size(), target.ExportBytes(4)));
+    std::copy(buffer.begin(), buffer.end(), big.begin());
+    ExpectInvalid(
+        [&] { target.Import(0, big.data(), 4); },
+        {"KVCache::Import: ",
+         std::string("the buffer holds ") + ElementTraitsOf(from).name,
+         "the target is f16 kv_heads 2 head_dim 16 value_dim 16"});
+    EXPECT_EQ(target.length(0), 0u);
+  }
 }
 
 }  // namespace

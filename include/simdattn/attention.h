@@ -8,6 +8,7 @@
 //   CausalAttention           batched, causal mask, dropout on the weights
 //   MultiHeadAttentionWrapper num_heads CausalAttention heads, concatenated
 //   MultiHeadAttention        d_out split into heads, out_proj; grouped-query
+//   MlaAttention              DeepSeek's latent attention (not of the seeds)
 //
 // Inputs and outputs are (batch, tokens, features) views of caller memory.
 // Forward is const and may run concurrently on one module; it allocates only
@@ -189,18 +190,20 @@ class SIMDATTN_API KVCache {
   void Reorder(const std::vector<size_t>& order);
 
   // Moving a sequence (prefill on one worker and decode on another, offload
-  // to host memory, a prefix cache): its tokens [first, first + count) as
-  // the cache stores them, in its own type, into ExportBytes(count) bytes at
-  // `buffer`: keys (kv_heads, count, head_dim), then values (kv_heads, count,
-  // value_dim; not in a latent cache), then int8 key and value scales
-  // (kv_heads, count floats each; a latent cache's key scales only).
+  // to host memory, a prefix cache, caller-owned pages): its tokens [first,
+  // first + count) as the cache stores them, in kernels.h's transfer format
+  // (a self-describing header with a checksum, then the rows; ImportKVSlots
+  // reads it into pages, ExportKVSlots writes it from them), into
+  // ExportBytes(count) bytes at `buffer`.
   size_t ExportBytes(size_t count) const;
   void Export(size_t sequence, size_t first, size_t count, void* buffer) const;
-  // Appends `count` tokens exported by a cache of the same type, kv_heads,
+  // Appends the `count` tokens of a transfer at `buffer` (ExportBytes(count)
+  // bytes readable) exported by a cache or pages of the same type, kv_heads,
   // head_dim, value_dim, latent and fp8 scales (any layout) to `sequence`:
   // attention over them then gives the bits it gave over the source. Keys
   // keep the rotation they were stored with. Throws, changing nothing, if
-  // they do not fit.
+  // the header differs (naming both sides), the checksum fails or they do
+  // not fit.
   void Import(size_t sequence, const void* buffer, size_t count);
 
   // Where the tokens lie, for ScaledDotProductAttention; valid until the
@@ -246,23 +249,6 @@ class SIMDATTN_API KVCache {
   size_t value_dim_ = 0;
   KVCacheConfig config_;
   std::unique_ptr<Storage> storage_;
-};
-
-// One serving step's sequences over caller-owned pages (vLLM's metadata, as
-// kernels.h's VarlenAttention and WriteKVSlots take it): sequence b's new
-// tokens are rows [query_starts[b], query_starts[b + 1]) of the step's packed
-// tokens, its last ones; it holds seq_lens[b] tokens after the step, in the
-// blocks block_table[b * blocks_per_sequence + t / block_size]. Token t's
-// key and value are stored at slot_mapping[t] (block * block_size + offset;
-// negative: not stored), which should be the slot its sequence's table gives
-// its position: that is the engine's bookkeeping, not checked.
-struct VarlenStep {
-  size_t num_seqs = 0;
-  const size_t* query_starts = nullptr;  // num_seqs + 1 (query_start_loc).
-  const size_t* seq_lens = nullptr;      // num_seqs.
-  const int32_t* block_table = nullptr;
-  size_t blocks_per_sequence = 0;
-  const int64_t* slot_mapping = nullptr;  // One per packed token.
 };
 
 // The common implementation of the modules: projections, scores, masked
@@ -425,6 +411,81 @@ class SIMDATTN_API MultiHeadAttention : public AttentionModule {
   // dropout, num_heads, qkv_bias).
   MultiHeadAttention(size_t d_in, size_t d_out, size_t context_length,
                      float dropout, size_t num_heads, bool qkv_bias = false);
+};
+
+// DeepSeek-V2/V3's Multi-head Latent Attention, as Hugging Face's
+// DeepseekV2Attention defines it (no yarn scaling): queries q_proj(x), or
+// q_b_proj(RMSNorm(q_a_proj(x))); a latent row per token, [RMSNorm(c_kv) |
+// rotated k_pe] from kv_a_proj_with_mqa(x); per head a key [W_UK c | k_pe]
+// and a value W_UV c through kv_b_proj; scores scaled by 1 / sqrt(nope +
+// rope), causal; o_proj back to hidden_size. RoPE rotates the rope dims as
+// interleaved pairs (HF's permute-then-rotate_half). It runs in the absorbed
+// form: each head's query becomes [W_UK^T q_nope | q_pe] over the latent
+// rows, whose first kv_lora_rank elements serve as values, and W_UV applies
+// after: one latent row of kv_lora_rank + qk_rope_head_dim elements per
+// token is cached (LatentCacheConfig). Forward is const and may run
+// concurrently; steps allocate nothing once warm.
+struct MlaConfig {
+  size_t hidden_size = 0;
+  size_t num_heads = 0;
+  // 0: q_proj (DeepSeek-V2-Lite); else q_a_proj, q_a_layernorm, q_b_proj.
+  size_t q_lora_rank = 0;
+  size_t kv_lora_rank = 512;
+  size_t qk_nope_head_dim = 128;
+  size_t qk_rope_head_dim = 64;
+  size_t v_head_dim = 128;
+  float rope_theta = 10000.0f;
+  // q_a_layernorm's and kv_a_layernorm's epsilon (HF builds both with the
+  // default 1e-6, whatever the model's config says).
+  float rms_norm_eps = 1e-6f;
+  // Initial weights drawn from PyTorch's distributions with this seed.
+  uint64_t seed = 0;
+};
+
+class SIMDATTN_API MlaAttention {
+ public:
+  explicit MlaAttention(const MlaConfig& config);
+  MlaAttention(MlaAttention&&) noexcept;
+  MlaAttention& operator=(MlaAttention&&) noexcept;
+  ~MlaAttention();
+
+  // Hugging Face's names and shapes (nn.Linear's (out, in)): q_proj.weight
+  // or q_a_proj.weight, q_a_layernorm.weight, q_b_proj.weight;
+  // kv_a_proj_with_mqa.weight, kv_a_layernorm.weight, kv_b_proj.weight,
+  // o_proj.weight; f32, bf16 or f16 (widened). Strict, as the other
+  // modules' loads: on error no weight changes.
+  void LoadStateDict(const StateDict& state_dict);
+  std::map<std::string, std::vector<size_t>> StateDictShapes() const;
+
+  // The latent cache a KVCache or a caller's pages hold for it: head_dim
+  // kv_lora_rank + qk_rope_head_dim, value_dim kv_lora_rank, latent, keys
+  // rotated on append (interleaved, the last qk_rope_head_dim dims).
+  KVCacheConfig LatentCacheConfig(KVType type = KVType::kF32) const;
+  size_t latent_dim() const;
+
+  // x (batch, tokens, hidden_size) -> y likewise, not overlapping x: each
+  // sequence causal from position 0. Eval only (options.compute applies).
+  void Forward(ConstTensor3 x, Tensor3 y,
+               const ForwardOptions& options = {}) const;
+  // Generation over a cache of LatentCacheConfig (any type; without its
+  // rope, the module rotates the keys): the next n tokens (batch, n,
+  // hidden_size) appended and attended, the rows Forward over the whole
+  // sequences gives.
+  void ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
+                   const ForwardOptions& options = {}) const;
+  // A continuous-batching step over latent pages (values == keys, head_dim
+  // latent_dim(), value_dim kv_lora_rank): x (num_tokens, hidden_size)
+  // packs the step's new tokens (kernels.h's VarlenStep: positions, draft
+  // trees); their latent rows are written rotated (one pass) and attended.
+  // On a bad argument nothing is written.
+  void ForwardStep(ConstMatrix x, const VarlenStep& step, const KVPages& pages,
+                   Matrix y, const ForwardOptions& options = {}) const;
+
+  const MlaConfig& config() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace simdattn

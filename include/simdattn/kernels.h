@@ -428,6 +428,34 @@ SIMDATTN_API void ScaledDotProductAttention(
     ConstTensor4 q, const KVCacheView& kv, Tensor4 out,
     const AttentionOptions& options = {});
 
+struct KVPages;
+
+// One serving step's sequences over caller-owned pages (vLLM's metadata),
+// the one description that VarlenAttention, WriteKVSlots and the modules'
+// ForwardStep take: sequence b's new tokens are rows [query_starts[b],
+// query_starts[b + 1]) of the step's packed tokens, its last ones; it holds
+// seq_lens[b] tokens after the step, in the blocks block_table[b *
+// blocks_per_sequence + t / block_size]. Token t's key and value are stored
+// at slot_mapping[t] (block * block_size + offset; negative: not stored),
+// which should be the slot its sequence's table gives its position: that is
+// the engine's bookkeeping, not checked. Positions (RoPE's, of the keys
+// written and the queries rotated): positions[t] per packed token (a draft
+// tree's tokens sit at the prefix's length plus their depth), or, null,
+// sequence b's new tokens at seq_lens[b] - q_len, ..., seq_lens[b] - 1. Draft
+// trees (speculative verification): tree_bits and tree_offsets as
+// AttentionMask's, per sequence over its new tokens; null: none.
+struct VarlenStep {
+  size_t num_seqs = 0;
+  const size_t* query_starts = nullptr;  // num_seqs + 1 (query_start_loc).
+  const size_t* seq_lens = nullptr;      // num_seqs.
+  const int32_t* block_table = nullptr;
+  size_t blocks_per_sequence = 0;
+  const int64_t* slot_mapping = nullptr;  // One per packed token.
+  const size_t* positions = nullptr;      // One per packed token, or null.
+  const uint64_t* tree_bits = nullptr;
+  const size_t* tree_offsets = nullptr;  // num_seqs, or null.
+};
+
 // One serving step's attention over caller-owned pages (vLLM's and
 // FlashInfer's varlen conventions): any mix of prefill chunks, decodes and
 // speculative verifications of kv.batch sequences in one call, spread over
@@ -451,6 +479,11 @@ SIMDATTN_API void ScaledDotProductAttention(
 // the (num_seqs, q_heads, 1, head_dim) call.
 SIMDATTN_API void VarlenAttention(ConstTensor4 q, const size_t* query_starts,
                                   const KVCacheView& kv, Tensor4 out,
+                                  const AttentionOptions& options = {});
+// VarlenAttention over `pages` as `step` describes the sequences (its
+// trees joining options.mask, which must then have none).
+SIMDATTN_API void VarlenAttention(ConstTensor4 q, const VarlenStep& step,
+                                  const KVPages& pages, Tensor4 out,
                                   const AttentionOptions& options = {});
 
 // A pool of KV blocks that the caller owns and writes (one per layer, or a
@@ -522,6 +555,97 @@ struct KVPages {
 SIMDATTN_API void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
                                const int64_t* slot_mapping,
                                const KVPages& pages);
+// The same write with each key first rotated, token t at position
+// positions[t] (vLLM's rotary embedding and reshape_and_cache, SGLang's
+// fused kernel, in one pass): the bits of ApplyRope over the (num_tokens,
+// kv_heads, 1, head_dim) view with those positions, then WriteKVSlots.
+// rope.positions must be null.
+SIMDATTN_API void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
+                               const int64_t* slot_mapping,
+                               const KVPages& pages, const RopeOptions& rope,
+                               const size_t* positions);
+// The step's writes: token t at step.slot_mapping[t], rotated at its
+// position (VarlenStep's) when rope is given.
+SIMDATTN_API void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
+                               const VarlenStep& step, const KVPages& pages,
+                               const RopeOptions* rope = nullptr);
+
+// Pool sizes and operations, for every element type and any strides.
+
+// A dense pool of num_blocks blocks of block_size tokens: per side
+// (num_blocks, kv_heads, block_size, row) elements, row the longer of
+// head_dim and value_dim (values are read with the keys' strides), int8
+// scales (num_blocks, kv_heads, block_size) floats; every field set but the
+// memory, which SizeOf gives. Throws naming the argument if block_size is
+// not a power of two, a block type's dims are not multiples of 32, or the
+// sizes overflow.
+SIMDATTN_API KVPages DenseKVPages(KVType type, size_t kv_heads, size_t head_dim,
+                                  size_t value_dim, size_t block_size,
+                                  size_t num_blocks);
+
+// The memory pages' dims and strides reach from each pointer: bytes from
+// keys and from values (a latent pool needs only the keys'), floats from
+// key_scales and from value_scales (int8; 0 for the other types).
+struct KVPagesSize {
+  size_t key_bytes = 0, value_bytes = 0;
+  size_t scales = 0;
+};
+SIMDATTN_API KVPagesSize SizeOf(const KVPages& pages);
+
+// The first position attention reads of a sequence of `length` tokens whose
+// last q_tokens are queried with mask.window `window`: the first query's
+// window start, length - q_tokens + 1 - window, rounded down to a multiple
+// of 16 (of 128 with dropout: its bits come in groups); 0 without a window;
+// `length` when q_tokens or length is 0 (nothing is read). Blocks wholly
+// before it may be released (block_table entries -1).
+SIMDATTN_API size_t FirstKeyRead(size_t length, size_t q_tokens, size_t window,
+                                 bool dropout = false);
+
+// The keys (1, kv_heads, n, head_dim) and values (1, kv_heads, n,
+// value_dim) at slot_mapping[0..n), as attention reads them (widened, times
+// their scales; a latent pool's values are its key rows' first value_dim,
+// or values may be empty), into FromTokenMajor views like WriteKVSlots';
+// a negative slot leaves its rows as they are.
+SIMDATTN_API void ReadKVSlots(const KVPages& pages, const int64_t* slot_mapping,
+                              Tensor4 keys, Tensor4 values);
+
+// Copies the rows (bytes and scales, as stored) of slots from[i] to slots
+// to[i], i < count, as if all were read before any is written: prefix
+// sharing's copy-on-write, accepted tree drafts compacted into place. The
+// targets must be distinct. CopyKVBlocks copies whole blocks (vLLM's
+// copy_blocks). On error nothing is written.
+SIMDATTN_API void CopyKVSlots(const KVPages& pages, const int64_t* from,
+                              const int64_t* to, size_t count);
+SIMDATTN_API void CopyKVBlocks(const KVPages& pages, const int32_t* from,
+                               const int32_t* to, size_t count);
+
+// Moving tokens between pools, caches and host memory (KVCache::Export and
+// Import write and read the same format): `count` tokens' rows as stored,
+// self-described. Version 1, little-endian:
+//   bytes  0-7   "SIMDAKV" and a zero byte
+//          8-11  format version (1)
+//         12-15  element type (an ElementType's value)
+//         16-19  flags: bit 0, latent (values are the key rows')
+//         20-31  kv_heads, head_dim, value_dim (uint32 each)
+//         32-39  tokens (uint64)
+//         40-47  key_scale, value_scale (float32: fp8's; 1 otherwise)
+//         48-55  payload bytes (uint64)
+//         56-63  XXH3-64 (xxHash) of bytes 0-55 followed by the payload
+// then, head by head and token by token within each, the key rows, the
+// value rows (not when latent), int8's key scales and value scales (not
+// when latent), as floats. An import checks every field against its target
+// and refuses a mismatch naming both sides, a truncated buffer or a wrong
+// checksum, changing nothing.
+SIMDATTN_API size_t KVTransferBytes(const KVPages& pages, size_t count);
+// Slots slots[0..count) (swapping blocks out: their slots) into buffer, of
+// buffer_bytes >= KVTransferBytes(pages, count).
+SIMDATTN_API void ExportKVSlots(const KVPages& pages, const int64_t* slots,
+                                size_t count, void* buffer,
+                                size_t buffer_bytes);
+// A transfer of `count` tokens into slots[0..count) (distinct).
+SIMDATTN_API void ImportKVSlots(const KVPages& pages, const int64_t* slots,
+                                size_t count, const void* buffer,
+                                size_t buffer_bytes);
 
 }  // namespace simdattn
 

@@ -488,10 +488,13 @@ SIMDATTN_API simdattn_status simdattn_kv_cache_reorder(simdattn_kv_cache* cache,
                                                        const size_t* order);
 
 /* 0.5: moving a sequence (attention.h's KVCache::Export and Import): its
- * tokens [first, first + count) in the cache's own type into buffer, which
- * holds buffer_bytes >= *bytes of simdattn_kv_cache_export_bytes(count);
- * import appends count such tokens to a sequence of a cache of the same
- * type, heads and dims (any layout), or fails changing nothing. */
+ * tokens [first, first + count) in the cache's own type, in kernels.h's
+ * transfer format (0.7: a self-describing header with an XXH3-64 checksum,
+ * then the rows), into buffer, which holds buffer_bytes >= *bytes of
+ * simdattn_kv_cache_export_bytes(count); import appends the count tokens of
+ * such a transfer to a sequence of a cache (or, simdattn_import_kv_slots,
+ * to pages) of the same type, heads, dims and fp8 scales, any layout, or
+ * fails naming both sides and changing nothing. */
 SIMDATTN_API simdattn_status simdattn_kv_cache_export_bytes(
     const simdattn_kv_cache* cache, size_t count, size_t* bytes);
 SIMDATTN_API simdattn_status simdattn_kv_cache_export(
@@ -572,6 +575,14 @@ typedef struct simdattn_varlen_step {
   /* simdattn_module_forward_varlen only: one slot per packed token, where
    * its key and value are stored (negative: not stored). */
   const int64_t* slot_mapping;
+  /* 0.7: each packed token's position (rotary; a draft tree's tokens at
+   * the prefix's length plus their depth), NULL: each sequence's new tokens
+   * at its last positions; draft trees per sequence over its new tokens, as
+   * simdattn_mask's tree_bits and tree_offsets (num_seqs entries), NULL:
+   * none. */
+  const size_t* positions;
+  const uint64_t* tree_bits;
+  const size_t* tree_offsets;
 } simdattn_varlen_step;
 #define SIMDATTN_VARLEN_STEP_INIT SIMDATTN_STRUCT_INIT_(simdattn_varlen_step)
 
@@ -583,6 +594,72 @@ typedef struct simdattn_varlen_step {
 SIMDATTN_API simdattn_status simdattn_write_kv_slots(
     simdattn_const_tensor4 keys, simdattn_const_tensor4 values,
     const int64_t* slot_mapping, const simdattn_kv_pages* pages);
+/* 0.7: the same write with each key first rotated, token t at position
+ * positions[t] (vLLM's rotary embedding and reshape_and_cache in one pass):
+ * the bits of simdattn_apply_rope over the (num_tokens, kv_heads, 1,
+ * head_dim) view with those positions, then simdattn_write_kv_slots.
+ * rope->positions must be NULL. */
+SIMDATTN_API simdattn_status simdattn_write_kv_slots_rope(
+    simdattn_const_tensor4 keys, simdattn_const_tensor4 values,
+    const int64_t* slot_mapping, const simdattn_kv_pages* pages,
+    const simdattn_rope_options* rope, const size_t* positions);
+
+/* 0.7: pool sizes and operations (kernels.h's "Pool sizes and operations"),
+ * every element type, any strides; on error nothing is written. */
+
+/* An element type's bytes per block and values per block (1 and the
+ * element's size for types that are not blocks: q8_0 is 34 bytes per 32
+ * values, q4_0 18); either pointer may be NULL. */
+SIMDATTN_API simdattn_status simdattn_element_size(int32_t type,
+                                                   size_t* block_bytes,
+                                                   size_t* block_values);
+/* *pages becomes a dense pool's layout (kernels.h's DenseKVPages: per side
+ * (num_blocks, kv_heads, block_size, max(head_dim, value_dim)), int8 scales
+ * (num_blocks, kv_heads, block_size)), every field set but the memory, and
+ * the memory it needs: key_bytes and value_bytes from keys and from values
+ * (a latent pool needs the keys' only), scales floats from each of
+ * key_scales and value_scales (int8; else 0). Any out pointer but pages
+ * may be NULL. */
+SIMDATTN_API simdattn_status simdattn_kv_pages_dense(
+    int32_t type, size_t kv_heads, size_t head_dim, size_t value_dim,
+    size_t block_size, size_t num_blocks, simdattn_kv_pages* pages,
+    size_t* key_bytes, size_t* value_bytes, size_t* scales);
+/* The first position attention reads of a sequence of `length` tokens whose
+ * last q_tokens are queried with a window (kernels.h's FirstKeyRead): its
+ * blocks wholly before may be released (block_table entries -1). dropout: 0
+ * or 1. */
+SIMDATTN_API simdattn_status simdattn_first_key_read(size_t length,
+                                                     size_t q_tokens,
+                                                     size_t window,
+                                                     int32_t dropout,
+                                                     size_t* first);
+/* The keys (1, kv_heads, n, head_dim) and values (1, kv_heads, n,
+ * value_dim; empty for a latent pool's) at slot_mapping[0..n) as attention
+ * reads them (widened, times their scales); negative slots skipped. */
+SIMDATTN_API simdattn_status simdattn_read_kv_slots(
+    const simdattn_kv_pages* pages, const int64_t* slot_mapping,
+    simdattn_tensor4 keys, simdattn_tensor4 values);
+/* Copies slots from[i] to to[i] (blocks, for the second: vLLM's
+ * copy_blocks), i < count, byte for byte with their scales, as if all were
+ * read first; the targets distinct. */
+SIMDATTN_API simdattn_status
+simdattn_copy_kv_slots(const simdattn_kv_pages* pages, const int64_t* from,
+                       const int64_t* to, size_t count);
+SIMDATTN_API simdattn_status
+simdattn_copy_kv_blocks(const simdattn_kv_pages* pages, const int32_t* from,
+                        const int32_t* to, size_t count);
+/* The transfer format of simdattn_kv_cache_export between pages and host
+ * memory (swapping blocks: their slots): *bytes for count tokens; export of
+ * slots[0..count) into buffer (buffer_bytes >= that); import of a transfer
+ * of count tokens into slots[0..count) (distinct). */
+SIMDATTN_API simdattn_status simdattn_kv_transfer_bytes(
+    const simdattn_kv_pages* pages, size_t count, size_t* bytes);
+SIMDATTN_API simdattn_status
+simdattn_export_kv_slots(const simdattn_kv_pages* pages, const int64_t* slots,
+                         size_t count, void* buffer, size_t buffer_bytes);
+SIMDATTN_API simdattn_status
+simdattn_import_kv_slots(const simdattn_kv_pages* pages, const int64_t* slots,
+                         size_t count, const void* buffer, size_t buffer_bytes);
 
 /* One call for a step's mix of prefill chunks, decodes and verifications:
  * q (1, q_heads, num_tokens, head_dim) and out (1, q_heads, num_tokens,

@@ -20,6 +20,7 @@
 #include "src/attention/state_dict.h"
 #include "src/common/check.h"
 #include "src/common/scratch.h"
+#include "src/ops/kv_pool.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/mask.h"
 #include "src/ops/rope.h"
@@ -564,9 +565,12 @@ void AttentionEngine::ForwardStep(ConstMatrix x, const VarlenStep& step,
   // Everything VarlenAttention checks, checked before the keys and values
   // are stored: an error changes no page.
   internal::CheckQueryStarts(name_, step.query_starts, num_seqs, num_tokens);
-  const internal::KVCacheViewSpans spans =
-      internal::CheckKVCacheView(name_, kv, num_tokens, step.query_starts,
-                                 c.variants.window, internal::kFirstKeyGranule);
+  SIMDATTN_REQUIRE(step.tree_offsets == nullptr || step.tree_bits != nullptr,
+                   name_,
+                   "step.tree_offsets is given but step.tree_bits is "
+                   "null");
+  const internal::KVCacheViewSpans spans = internal::CheckKVCacheView(
+      name_, kv, num_tokens, step.query_starts, c.variants.window);
   const auto [x_range, y_range] =
       CheckInputOutput(ConstTensor3(x), Tensor3(y), spans.longest);
   for (const Footprint* pool :
@@ -579,28 +583,23 @@ void AttentionEngine::ForwardStep(ConstMatrix x, const VarlenStep& step,
   ScratchBuffer qkv_buffer(sizes.qkv);
   Project(ConstTensor3(x), qkv_buffer.data(), options.compute);
   if (c.rope) {
-    // Token t of sequence b sits at seq_lens[b] - q_len + (t - its start):
-    // each token rotated as a batch item of one token at its position.
+    // Each token rotated as a batch item of one token at its position.
     ScratchBuffer positions_buffer(SizeTs(num_tokens));
-    size_t* positions = reinterpret_cast<size_t*>(positions_buffer.data());
-    for (size_t b = 0; b < num_seqs; ++b) {
-      const size_t first = step.query_starts[b], end = step.query_starts[b + 1];
-      for (size_t t = first; t < end; ++t) {
-        positions[t] = step.seq_lens[b] - (end - t);
-      }
-    }
+    const size_t* positions = internal::TokenPositions(
+        name_, step, num_tokens,
+        reinterpret_cast<size_t*>(positions_buffer.data()));
     Rotate(qkv_buffer.data(), num_tokens, 1, positions, true);
   }
   ConstTensor4 q, k, v;
   HeadViews(qkv_buffer.data(), 1, num_tokens, &q, &k, &v);
-  WriteKVSlots(k, v, step.slot_mapping, pages);
+  WriteKVSlots(k, v, step, pages);
 
   ScratchBuffer context_buffer(sizes.context);
   AttentionOptions attention;
   attention.scale = ScoreScale();
   attention.mask = Mask(0);
   attention.compute = options.compute;
-  VarlenAttention(q, step.query_starts, kv,
+  VarlenAttention(q, step, pages,
                   ContextView(context_buffer.data(), Tensor3(y)), attention);
   if (c.out_proj) {
     ProjectOut(context_buffer.data(), Tensor3(y), options.compute);

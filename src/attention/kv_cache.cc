@@ -21,6 +21,7 @@
 #include "src/common/check.h"
 #include "src/common/element.h"
 #include "src/common/parallel.h"
+#include "src/ops/kv_pool.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/kv_store.h"
 
@@ -30,16 +31,6 @@ using internal::CheckedMul;
 using internal::ShapeString;
 
 namespace {
-
-// A row as attention reads it: widened, times the row's scale (int8) or
-// the side's (fp8; 1 for the other types).
-void ReadRow(KVType type, const void* src, float scale, size_t n, float* dst) {
-  internal::VisitElementType(type, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* row = static_cast<const T*>(src);
-    for (size_t i = 0; i < n; ++i) dst[i] = scale * internal::WidenAt(row, i);
-  });
-}
 
 // Zeroed memory for a cache's elements. Large buffers are 2 MiB aligned and
 // advised to use transparent huge pages (Linux): a paged cache's blocks are
@@ -131,6 +122,18 @@ struct KVCache::Storage {
   size_t ScaleOffset(size_t b, size_t h, size_t t) const {
     return Block(b, t) * scale_block_stride + h * scale_head_stride +
            t % block_size;
+  }
+  // Tokens [first, first + count) of sequence b as slots of the pool
+  // (kv_pool.h's SlotOf over a TokenSlots).
+  struct TokenSlots {
+    const Storage* storage;
+    size_t b, first;
+  };
+  static size_t SlotOfToken(const void* context, size_t i) {
+    const auto& at = *static_cast<const TokenSlots*>(context);
+    const size_t t = at.first + i;
+    return at.storage->Block(at.b, t) * at.storage->block_size +
+           t % at.storage->block_size;
   }
   // Bytes of `elements` elements (a multiple of per_block).
   size_t Bytes(size_t elements) const { return elements / per_block * element; }
@@ -561,17 +564,17 @@ void KVCache::AppendTo(ConstTensor4 keys, ConstTensor4 values,
             const size_t scale = int8 ? s.ScaleOffset(b, h, position) : 0;
             const MatrixView<const float> k(keys.Slice(i, h).Row(t), run,
                                             head_dim_, keys.strides[2]);
+            const internal::RopeRows rope =
+                s.rope ? s.rope->From(position) : internal::RopeRows{};
             internal::StoreKVRows(s.type, k, s.keys + s.Bytes(at), s.row_stride,
                                   int8 ? &s.key_scales[scale] : nullptr,
-                                  s.key_scale, s.rope ? &*s.rope : nullptr,
-                                  position);
+                                  s.key_scale, s.rope ? &rope : nullptr);
             if (!s.latent) {
               const MatrixView<const float> v(values.Slice(i, h).Row(t), run,
                                               value_dim_, values.strides[2]);
-              internal::StoreKVRows(s.type, v, s.values + s.Bytes(at),
-                                    s.row_stride,
-                                    int8 ? &s.value_scales[scale] : nullptr,
-                                    s.value_scale, nullptr, position);
+              internal::StoreKVRows(
+                  s.type, v, s.values + s.Bytes(at), s.row_stride,
+                  int8 ? &s.value_scales[scale] : nullptr, s.value_scale);
             }
             t += run;
           }
@@ -690,60 +693,9 @@ KVCacheView KVCache::View() const {
 }
 
 size_t KVCache::ExportBytes(size_t count) const {
-  const Storage& s = *storage_;
-  size_t row = s.Bytes(head_dim_) + (s.latent ? 0 : s.Bytes(value_dim_));
-  if (s.scaled) row += (s.latent ? 1 : 2) * sizeof(float);
-  return internal::CheckedMul(
-      "KVCache::ExportBytes", "count * kv_heads * the bytes of a token's row",
-      internal::CheckedMul("KVCache::ExportBytes", "count * kv_heads", count,
-                           kv_heads_),
-      row);
+  return internal::TransferBytes("KVCache::ExportBytes",
+                                 internal::KVPool::Of(View()), count);
 }
-
-namespace {
-
-// Export's and Import's buffer, section by section (attention.h): for every
-// (head, token) of tokens [first, first + count) of sequence b, copy(cache,
-// buffer, bytes) with the row's bytes in the cache's keys, values and
-// scales and their place in the buffer. Storage is const to export, Byte
-// const to import.
-inline uint8_t* AsBytes(float* p) { return reinterpret_cast<uint8_t*>(p); }
-inline const uint8_t* AsBytes(const float* p) {
-  return reinterpret_cast<const uint8_t*>(p);
-}
-template <class Storage, typename Byte, class Copy>
-void ForEachExportedRow(Storage& s, size_t kv_heads, size_t head_dim,
-                        size_t value_dim, size_t b, size_t first, size_t count,
-                        Byte* buffer, const Copy& copy) {
-  // Null only where there is nothing to copy (the callers check): no
-  // pointer is formed from it (null + offset is undefined behaviour).
-  if (buffer == nullptr) return;
-  const size_t rows = kv_heads * count;
-  const size_t key_bytes = s.Bytes(head_dim), value_bytes = s.Bytes(value_dim);
-  Byte* values = buffer + rows * key_bytes;
-  Byte* key_scales = values + (s.latent ? 0 : rows * value_bytes);
-  Byte* value_scales = key_scales + rows * sizeof(float);
-  for (size_t h = 0; h < kv_heads; ++h) {
-    for (size_t t = 0; t < count; ++t) {
-      const size_t row = h * count + t, position = first + t;
-      const size_t at = s.Bytes(s.Offset(b, h, position));
-      copy(s.keys + at, buffer + row * key_bytes, key_bytes);
-      if (!s.latent) {
-        copy(s.values + at, values + row * value_bytes, value_bytes);
-      }
-      if (!s.scaled) continue;
-      const size_t scale = s.ScaleOffset(b, h, position);
-      copy(AsBytes(&s.key_scales[scale]), key_scales + row * sizeof(float),
-           sizeof(float));
-      if (!s.latent) {
-        copy(AsBytes(&s.value_scales[scale]),
-             value_scales + row * sizeof(float), sizeof(float));
-      }
-    }
-  }
-}
-
-}  // namespace
 
 void KVCache::Export(size_t sequence, size_t first, size_t count,
                      void* buffer) const {
@@ -759,13 +711,10 @@ void KVCache::Export(size_t sequence, size_t first, size_t count,
       first <= s.lengths[sequence] && count <= s.lengths[sequence] - first, kFn,
       "tokens [", first, ", ", first, " + ", count,
       ") are not within sequence ", sequence, "'s ", s.lengths[sequence]);
-  SIMDATTN_REQUIRE(buffer != nullptr || ExportBytes(count) == 0, kFn,
-                   "buffer is null");
-  ForEachExportedRow(s, kv_heads_, head_dim_, value_dim_, sequence, first,
-                     count, static_cast<uint8_t*>(buffer),
-                     [](const uint8_t* cache, uint8_t* out, size_t bytes) {
-                       std::memcpy(out, cache, bytes);
-                     });
+  SIMDATTN_REQUIRE(buffer != nullptr, kFn, "buffer is null");
+  const Storage::TokenSlots slots{&s, sequence, first};
+  internal::ExportRows(internal::KVPool::Of(View()), Storage::SlotOfToken,
+                       &slots, count, buffer);
 }
 
 void KVCache::Import(size_t sequence, const void* buffer, size_t count) {
@@ -773,15 +722,14 @@ void KVCache::Import(size_t sequence, const void* buffer, size_t count) {
   Storage& s = *storage_;
   SIMDATTN_REQUIRE(sequence < batch_, kFn, "sequence (", sequence,
                    ") is not below the batch (", batch_, ")");
-  SIMDATTN_REQUIRE(buffer != nullptr || ExportBytes(count) == 0, kFn,
-                   "buffer is null");
+  const internal::KVPool pool = internal::KVPool::Of(View());
+  const size_t tokens =
+      internal::CheckTransfer(kFn, pool, buffer, ExportBytes(count));
+  SIMDATTN_REQUIRE(tokens == count, kFn, "the buffer holds ", tokens,
+                   " tokens, count is ", count);
   Reserve(kFn, &sequence, 1, count);
-  ForEachExportedRow(s, kv_heads_, head_dim_, value_dim_, sequence,
-                     s.lengths[sequence], count,
-                     static_cast<const uint8_t*>(buffer),
-                     [](uint8_t* cache, const uint8_t* in, size_t bytes) {
-                       std::memcpy(cache, in, bytes);
-                     });
+  const Storage::TokenSlots slots{&s, sequence, s.lengths[sequence]};
+  internal::ImportRows(pool, Storage::SlotOfToken, &slots, buffer);
   s.lengths[sequence] += count;
 }
 
@@ -830,13 +778,14 @@ void KVCache::Read(size_t sequence, Tensor3 keys, Tensor3 values) const {
       const size_t scale = int8 ? s.ScaleOffset(sequence, h, t) : 0;
       // Empty rows: nothing to read (views may be null).
       if (head_dim_ != 0) {
-        ReadRow(s.type, s.keys + at, int8 ? s.key_scales[scale] : s.key_scale,
-                head_dim_, keys.Sequence(h).Row(t));
+        internal::WidenRow(s.type, s.keys + at,
+                           int8 ? s.key_scales[scale] : s.key_scale, head_dim_,
+                           keys.Sequence(h).Row(t));
       }
       if (value_dim_ != 0) {
-        ReadRow(s.type, s.values + at,
-                int8 ? value_scales[scale] : s.value_scale, value_dim_,
-                values.Sequence(h).Row(t));
+        internal::WidenRow(s.type, s.values + at,
+                           int8 ? value_scales[scale] : s.value_scale,
+                           value_dim_, values.Sequence(h).Row(t));
       }
     }
   }

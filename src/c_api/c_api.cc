@@ -129,7 +129,7 @@ SIMDATTN_GROWABLE(simdattn_forward_options, SIMDATTN_FORWARD_OPTIONS_INIT,
 SIMDATTN_GROWABLE(simdattn_kv_pages, SIMDATTN_KV_PAGES_INIT, value_scale,
                   value_scale)
 SIMDATTN_GROWABLE(simdattn_varlen_step, SIMDATTN_VARLEN_STEP_INIT, slot_mapping,
-                  slot_mapping)
+                  tree_offsets)
 #undef SIMDATTN_GROWABLE
 #undef SIMDATTN_FIELD_END_
 
@@ -451,6 +451,9 @@ VarlenStep ToStep(const simdattn_varlen_step* caller, const char* kFn) {
   step.block_table = s.block_table;
   step.blocks_per_sequence = s.blocks_per_sequence;
   step.slot_mapping = s.slot_mapping;
+  step.positions = s.positions;
+  step.tree_bits = s.tree_bits;
+  step.tree_offsets = s.tree_offsets;
   return step;
 }
 
@@ -809,6 +812,136 @@ simdattn_status simdattn_write_kv_slots(simdattn_const_tensor4 keys,
   });
 }
 
+simdattn_status simdattn_write_kv_slots_rope(simdattn_const_tensor4 keys,
+                                             simdattn_const_tensor4 values,
+                                             const int64_t* slot_mapping,
+                                             const simdattn_kv_pages* pages,
+                                             const simdattn_rope_options* rope,
+                                             const size_t* positions) {
+  constexpr const char* kFn = "simdattn_write_kv_slots_rope";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(rope, kFn, "rope");
+    simdattn::WriteKVSlots(simdattn::View4<const float>(keys),
+                           simdattn::View4<const float>(values), slot_mapping,
+                           simdattn::ToPages(pages, kFn),
+                           simdattn::ToRope(*rope, kFn, "rope"), positions);
+  });
+}
+
+simdattn_status simdattn_element_size(int32_t type, size_t* block_bytes,
+                                      size_t* block_values) {
+  constexpr const char* kFn = "simdattn_element_size";
+  return CallGuarded(kFn, [&] {
+    const simdattn::ElementTraits traits =
+        simdattn::ElementTraitsOf(simdattn::ToElementType(type, kFn, "type"));
+    if (block_bytes != nullptr) *block_bytes = traits.bytes;
+    if (block_values != nullptr) *block_values = traits.values;
+  });
+}
+
+simdattn_status simdattn_kv_pages_dense(int32_t type, size_t kv_heads,
+                                        size_t head_dim, size_t value_dim,
+                                        size_t block_size, size_t num_blocks,
+                                        simdattn_kv_pages* pages,
+                                        size_t* key_bytes, size_t* value_bytes,
+                                        size_t* scales) {
+  constexpr const char* kFn = "simdattn_kv_pages_dense";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(pages, kFn, "pages");
+    const simdattn::KVPages p = simdattn::DenseKVPages(
+        simdattn::ToElementType(type, kFn, "type"), kv_heads, head_dim,
+        value_dim, block_size, num_blocks);
+    const simdattn::KVPagesSize size = simdattn::SizeOf(p);
+    simdattn_kv_pages c = SIMDATTN_KV_PAGES_INIT;
+    c.type = type;
+    c.kv_heads = p.kv_heads;
+    c.head_dim = p.head_dim;
+    c.value_dim = p.value_dim;
+    c.block_stride = p.block_stride;
+    c.head_stride = p.head_stride;
+    c.row_stride = p.row_stride;
+    c.scale_block_stride = p.scale_block_stride;
+    c.scale_head_stride = p.scale_head_stride;
+    c.block_size = p.block_size;
+    c.num_blocks = p.num_blocks;
+    *pages = c;
+    if (key_bytes != nullptr) *key_bytes = size.key_bytes;
+    if (value_bytes != nullptr) *value_bytes = size.value_bytes;
+    if (scales != nullptr) *scales = size.scales;
+  });
+}
+
+simdattn_status simdattn_first_key_read(size_t length, size_t q_tokens,
+                                        size_t window, int32_t dropout,
+                                        size_t* first) {
+  constexpr const char* kFn = "simdattn_first_key_read";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(first, kFn, "first");
+    *first = simdattn::FirstKeyRead(length, q_tokens, window,
+                                    simdattn::Flag(dropout, kFn, "dropout"));
+  });
+}
+
+simdattn_status simdattn_read_kv_slots(const simdattn_kv_pages* pages,
+                                       const int64_t* slot_mapping,
+                                       simdattn_tensor4 keys,
+                                       simdattn_tensor4 values) {
+  constexpr const char* kFn = "simdattn_read_kv_slots";
+  return CallGuarded(kFn, [&] {
+    simdattn::ReadKVSlots(simdattn::ToPages(pages, kFn), slot_mapping,
+                          simdattn::View4<float>(keys),
+                          simdattn::View4<float>(values));
+  });
+}
+
+simdattn_status simdattn_copy_kv_slots(const simdattn_kv_pages* pages,
+                                       const int64_t* from, const int64_t* to,
+                                       size_t count) {
+  constexpr const char* kFn = "simdattn_copy_kv_slots";
+  return CallGuarded(kFn, [&] {
+    simdattn::CopyKVSlots(simdattn::ToPages(pages, kFn), from, to, count);
+  });
+}
+
+simdattn_status simdattn_copy_kv_blocks(const simdattn_kv_pages* pages,
+                                        const int32_t* from, const int32_t* to,
+                                        size_t count) {
+  constexpr const char* kFn = "simdattn_copy_kv_blocks";
+  return CallGuarded(kFn, [&] {
+    simdattn::CopyKVBlocks(simdattn::ToPages(pages, kFn), from, to, count);
+  });
+}
+
+simdattn_status simdattn_kv_transfer_bytes(const simdattn_kv_pages* pages,
+                                           size_t count, size_t* bytes) {
+  constexpr const char* kFn = "simdattn_kv_transfer_bytes";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(bytes, kFn, "bytes");
+    *bytes = simdattn::KVTransferBytes(simdattn::ToPages(pages, kFn), count);
+  });
+}
+
+simdattn_status simdattn_export_kv_slots(const simdattn_kv_pages* pages,
+                                         const int64_t* slots, size_t count,
+                                         void* buffer, size_t buffer_bytes) {
+  constexpr const char* kFn = "simdattn_export_kv_slots";
+  return CallGuarded(kFn, [&] {
+    simdattn::ExportKVSlots(simdattn::ToPages(pages, kFn), slots, count, buffer,
+                            buffer_bytes);
+  });
+}
+
+simdattn_status simdattn_import_kv_slots(const simdattn_kv_pages* pages,
+                                         const int64_t* slots, size_t count,
+                                         const void* buffer,
+                                         size_t buffer_bytes) {
+  constexpr const char* kFn = "simdattn_import_kv_slots";
+  return CallGuarded(kFn, [&] {
+    simdattn::ImportKVSlots(simdattn::ToPages(pages, kFn), slots, count, buffer,
+                            buffer_bytes);
+  });
+}
+
 simdattn_status simdattn_varlen_attention(
     simdattn_const_tensor4 q, const simdattn_varlen_step* step,
     const simdattn_kv_pages* pages, simdattn_tensor4 out,
@@ -817,11 +950,9 @@ simdattn_status simdattn_varlen_attention(
   return CallGuarded(kFn, [&] {
     const simdattn::VarlenStep s = simdattn::ToStep(step, kFn);
     const simdattn::AttentionOptions o = simdattn::ToOptions(options, kFn);
-    simdattn::VarlenAttention(
-        simdattn::View4<const float>(q), s.query_starts,
-        simdattn::ToPages(pages, kFn)
-            .View(s.num_seqs, s.seq_lens, s.block_table, s.blocks_per_sequence),
-        simdattn::View4<float>(out), o);
+    simdattn::VarlenAttention(simdattn::View4<const float>(q), s,
+                              simdattn::ToPages(pages, kFn),
+                              simdattn::View4<float>(out), o);
   });
 }
 

@@ -335,7 +335,7 @@ void CheckQueryStarts(const char* function, const size_t* query_starts,
 
 KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
                                   size_t q_tokens, const size_t* query_starts,
-                                  size_t window, size_t granule) {
+                                  size_t window, bool dropout) {
   const bool paged = kv.block_table != nullptr;
   SIMDATTN_REQUIRE(kv.block_size != 0 || !paged, function,
                    "kv.block_size is 0");
@@ -369,15 +369,9 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
                      " queries, the sequence's last tokens");
     spans.longest = std::max(spans.longest, length);
     if (!paged) continue;
-    // The first key any of its queries reads (kv_rows.h's
-    // kFirstKeyGranule): blocks wholly before may be released (-1). A
-    // sequence without queries is not read.
-    size_t first = q_tokens == 0 || length == 0 ? length : 0;
-    if (window != 0 && first == 0) {
-      const size_t seen = length - q_tokens + 1;
-      first = seen > window ? seen - window : 0;
-      first -= first % granule;
-    }
+    // Blocks before the first key any of its queries reads may be released
+    // (-1). A sequence without queries is not read.
+    const size_t first = FirstKeyRead(length, q_tokens, window, dropout);
     for (size_t block = first / kv.block_size; block * kv.block_size < length;
          ++block) {
       const int32_t entry = kv.block_table[b * kv.blocks_per_sequence + block];

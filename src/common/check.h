@@ -122,8 +122,8 @@ void CheckQueryStarts(const char* function, const size_t* query_starts,
 // shapes against q checked by the caller: block size and table entries,
 // capacity, lengths (each at least its queries), and the memory of keys,
 // values and scales. With a sliding `window`, only the table entries of
-// blocks from the first key a query reads (its window's first, rounded down
-// to `granule`) on. Returns what they span, and the longest length.
+// blocks from the first key a query reads (kernels.h's FirstKeyRead) on.
+// Returns what they span, and the longest length.
 struct KVCacheViewSpans {
   Footprint keys, values, key_scales, value_scales;
   size_t longest = 0;
@@ -131,7 +131,7 @@ struct KVCacheViewSpans {
 KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
                                   size_t q_tokens,
                                   const size_t* query_starts = nullptr,
-                                  size_t window = 0, size_t granule = 1);
+                                  size_t window = 0, bool dropout = false);
 
 // Validates a dropout probability `p` (named p_name; NaN fails) over a
 // weights tensor of shape `dims`, whose dims are named dim_names in messages.

@@ -355,9 +355,9 @@ void AttendCache(const char* kFn, ConstTensor4 q,
                    kFn,
                    "mask.causal_offset(s) and mask.key_lengths must be unset: "
                    "the cache's lengths give them");
-  const internal::KVCacheViewSpans spans = internal::CheckKVCacheView(
-      kFn, kv, layout.rows, layout.starts, user_mask.window,
-      options.dropout > 0.0f ? kDropoutGroup : internal::kFirstKeyGranule);
+  const internal::KVCacheViewSpans spans =
+      internal::CheckKVCacheView(kFn, kv, layout.rows, layout.starts,
+                                 user_mask.window, options.dropout > 0.0f);
   const bool paged = kv.block_table != nullptr;
   KVSource source;
   source.type = kv.type;
@@ -411,6 +411,25 @@ void AttendCache(const char* kFn, ConstTensor4 q,
 }
 
 }  // namespace
+
+void VarlenAttention(ConstTensor4 q, const VarlenStep& step,
+                     const KVPages& pages, Tensor4 out,
+                     const AttentionOptions& options) {
+  AttentionOptions o = options;
+  if (step.tree_bits != nullptr || step.tree_offsets != nullptr) {
+    SIMDATTN_REQUIRE(
+        options.mask.tree_bits == nullptr &&
+            options.mask.tree_offsets == nullptr,
+        "VarlenAttention",
+        "step and options.mask both give draft trees: give them once");
+    o.mask.tree_bits = step.tree_bits;
+    o.mask.tree_offsets = step.tree_offsets;
+  }
+  VarlenAttention(q, step.query_starts,
+                  pages.View(step.num_seqs, step.seq_lens, step.block_table,
+                             step.blocks_per_sequence),
+                  out, o);
+}
 
 namespace internal {
 void SetFromMemoryBytes(size_t bytes) { from_memory_bytes = bytes; }

@@ -161,8 +161,7 @@ inline void StoreRow(const float* row, size_t n, T* dst, float* scale,
 // Same-target entry point (kv_store.h's StoreKVRows).
 inline void StoreKVRowsImpl(KVType type, ConstMatrix src, void* dst,
                             size_t dst_stride, float* scales, float side_scale,
-                            const internal::RopeTables* rope,
-                            size_t first_position) {
+                            const internal::RopeRows* rope) {
   // Rotated rows go through a copy; head dims up to 1024 (MLA's 576) on the
   // stack.
   float stack[1024];
@@ -174,9 +173,9 @@ inline void StoreKVRowsImpl(KVType type, ConstMatrix src, void* dst,
       const float* row = src.Row(r);
       if (rope != nullptr) {
         std::memcpy(rotated, row, src.cols * sizeof(float));
-        const size_t p = first_position + r;
-        rope_detail::RotateRow(rotated + rope->offset(), rope->Cos(p),
-                               rope->Sin(p), rope->half(), rope->pairing());
+        rope_detail::RotateRow(
+            rotated + rope->offset, rope->cos + r * rope->half,
+            rope->sin + r * rope->half, rope->half, rope->pairing);
         row = rotated;
       }
       kv_store_detail::StoreRow(

@@ -11,21 +11,23 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "src/common/check.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
+#include "src/ops/kv_pool.h"
+#include "src/ops/rope.h"
 
 namespace simdattn {
 namespace internal {
 HWY_EXPORT(StoreKVRowsImpl);
 
 void StoreKVRows(KVType type, ConstMatrix src, void* dst, size_t dst_stride,
-                 float* scales, float side_scale, const RopeTables* rope,
-                 size_t first_position) {
+                 float* scales, float side_scale, const RopeRows* rope) {
   if (src.rows == 0 || src.cols == 0) return;
   HWY_DYNAMIC_DISPATCH(StoreKVRowsImpl)
-  (type, src, dst, dst_stride, scales, side_scale, rope, first_position);
+  (type, src, dst, dst_stride, scales, side_scale, rope);
 }
 
 void RoundToBFloat16(ConstTensor4 t, BFloat16* out, float* widened) {
@@ -38,7 +40,7 @@ void RoundToBFloat16(ConstTensor4 t, BFloat16* out, float* widened) {
       const size_t n = std::min(last - row, tokens - i);
       const ConstMatrix m = t.Slice(slice / heads, slice % heads);
       StoreKVRows(KVType::kBF16, ConstMatrix(m.Row(i), n, cols, m.stride),
-                  out + row * cols, cols, nullptr, 1.0f, nullptr, 0);
+                  out + row * cols, cols, nullptr, 1.0f);
       if (widened != nullptr) {
         for (size_t e = row * cols; e < (row + n) * cols; ++e) {
           const uint32_t bits = uint32_t{out[e].bits} << 16;
@@ -52,8 +54,12 @@ void RoundToBFloat16(ConstTensor4 t, BFloat16* out, float* widened) {
 
 }  // namespace internal
 
-void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
-                  const int64_t* slot_mapping, const KVPages& pages) {
+namespace {
+
+// Both WriteKVSlots, rope and positions null or not.
+void WriteSlots(ConstTensor4 keys, ConstTensor4 values,
+                const int64_t* slot_mapping, const KVPages& pages,
+                const RopeOptions* rope, const size_t* positions) {
   constexpr const char* kFn = "WriteKVSlots";
   const size_t tokens = keys.dims[2], heads = pages.kv_heads;
   const bool latent = internal::Latent(pages.keys, pages.values);
@@ -88,32 +94,41 @@ void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
     SIMDATTN_REQUIRE(!pool->Overlaps(rk) && !pool->Overlaps(rv), kFn,
                      "keys or values overlap the pages");
   }
-  if (tokens == 0) return;
-  SIMDATTN_REQUIRE(slot_mapping != nullptr, kFn, "slot_mapping is null");
-  const size_t slots = internal::CheckedMul(kFn, "the pool's slots",
-                                            pages.num_blocks, pages.block_size);
-  // Distinct: sorted in scratch (untyped memory, used as int64_t only).
-  internal::ScratchBuffer sorted_buffer(
-      hwy::DivCeil(tokens * sizeof(int64_t), sizeof(float)));
-  int64_t* sorted = reinterpret_cast<int64_t*>(sorted_buffer.data());
-  for (size_t t = 0; t < tokens; ++t) {
-    const int64_t slot = slot_mapping[t];
-    SIMDATTN_REQUIRE(slot < 0 || static_cast<uint64_t>(slot) < slots, kFn,
-                     "slot_mapping[", t, "] (", slot, ") is not a slot of the ",
-                     pages.num_blocks, " x ", pages.block_size, " pool");
-    sorted[t] = slot;
+  if (rope != nullptr) {
+    internal::CheckRopeOptions(kFn, "rope", *rope, pages.head_dim);
+    SIMDATTN_REQUIRE(rope->positions == nullptr, kFn,
+                     "rope.positions must be null: positions gives each "
+                     "token's");
+    SIMDATTN_REQUIRE(positions != nullptr || tokens == 0, kFn,
+                     "positions is null");
   }
-  std::sort(sorted, sorted + tokens);
-  for (size_t t = 1; t < tokens; ++t) {
-    SIMDATTN_REQUIRE(sorted[t] < 0 || sorted[t] != sorted[t - 1], kFn, "slot ",
-                     sorted[t], " appears twice in slot_mapping");
+  if (tokens == 0) return;
+  internal::CheckSlots(kFn, "slot_mapping", pages, slot_mapping, tokens,
+                       /*skip=*/true, /*distinct=*/true);
+  // Fused RoPE: each token's angles, computed as ApplyRope computes them, in
+  // scratch (a step allocates nothing).
+  std::optional<internal::ScratchBuffer> angles_buffer;
+  internal::RopeRows angles;
+  if (rope != nullptr) {
+    const size_t half = internal::RotaryDim(*rope, pages.head_dim) / 2;
+    angles_buffer.emplace(2 * tokens * half + 2 * half);
+    float* cos = angles_buffer->data();
+    float* sin = cos + tokens * half;
+    double* frequency = reinterpret_cast<double*>(sin + tokens * half);
+    internal::RopeFrequencies(rope->theta, 2 * half, frequency);
+    for (size_t t = 0; t < tokens; ++t) {
+      internal::RopeAngles(frequency, half, double(positions[t]),
+                           cos + t * half, sin + t * half);
+    }
+    angles = {cos, sin, half, rope->rotary_offset, rope->pairing};
   }
   if (heads == 0 || pages.head_dim == 0) return;
 
   const bool scaled = ElementTraitsOf(pages.type).scaled;
   const size_t block_size = pages.block_size;
   const auto store = [&](ConstMatrix src, void* base, float* scales,
-                         float side_scale, size_t h, size_t slot) {
+                         float side_scale, size_t h, size_t slot,
+                         const internal::RopeRows* rows) {
     const size_t block = slot / block_size, offset = slot % block_size;
     const size_t at = block * pages.block_stride + h * pages.head_stride +
                       offset * pages.row_stride;
@@ -123,7 +138,7 @@ void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
     internal::StoreKVRows(
         pages.type, src,
         static_cast<uint8_t*>(base) + ElementBytes(pages.type, at),
-        pages.row_stride, scale, side_scale, nullptr, 0);
+        pages.row_stride, scale, side_scale, rows);
   };
   // Per head, runs of tokens in consecutive slots of one block (a prefill
   // chunk's) are one store each.
@@ -140,18 +155,50 @@ void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
         if (slot >= 0) {
           const size_t s = static_cast<size_t>(slot);
           const ConstMatrix k = keys.Slice(0, h);
+          const internal::RopeRows rows = {
+              angles.cos + t * angles.half, angles.sin + t * angles.half,
+              angles.half, angles.offset, angles.pairing};
           store(ConstMatrix(k.Row(t), run, k.cols, k.stride), pages.keys,
-                pages.key_scales, pages.key_scale, h, s);
+                pages.key_scales, pages.key_scale, h, s,
+                rope != nullptr ? &rows : nullptr);
           if (!latent) {
             const ConstMatrix v = values.Slice(0, h);
             store(ConstMatrix(v.Row(t), run, v.cols, v.stride), pages.values,
-                  pages.value_scales, pages.value_scale, h, s);
+                  pages.value_scales, pages.value_scale, h, s, nullptr);
           }
         }
         t += run;
       }
     }
   });
+}
+
+}  // namespace
+
+void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
+                  const int64_t* slot_mapping, const KVPages& pages) {
+  WriteSlots(keys, values, slot_mapping, pages, nullptr, nullptr);
+}
+
+void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
+                  const int64_t* slot_mapping, const KVPages& pages,
+                  const RopeOptions& rope, const size_t* positions) {
+  WriteSlots(keys, values, slot_mapping, pages, &rope, positions);
+}
+
+void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
+                  const VarlenStep& step, const KVPages& pages,
+                  const RopeOptions* rope) {
+  if (rope == nullptr) {
+    WriteSlots(keys, values, step.slot_mapping, pages, nullptr, nullptr);
+    return;
+  }
+  const size_t tokens = keys.dims[2];
+  internal::ScratchBuffer buffer(
+      hwy::DivCeil(tokens * sizeof(size_t), sizeof(float)));
+  const size_t* positions = internal::TokenPositions(
+      "WriteKVSlots", step, tokens, reinterpret_cast<size_t*>(buffer.data()));
+  WriteSlots(keys, values, step.slot_mapping, pages, rope, positions);
 }
 
 }  // namespace simdattn

@@ -18,12 +18,11 @@ namespace internal {
 // fp8 rows are divided by side_scale (kernels.h's KVType comment states the
 // rounding: the same bits as the scalar conversions of kernels.h's
 // ToBFloat16 and ToFloat16, element.h's fp8 ones and ggml's quantizers).
-// Block types: cols and dst_stride multiples of 32. With `rope`, each row is
-// first rotated as ApplyRope rotates it, row r at position first_position +
-// r (tables reserved that far).
+// Block types: cols and dst_stride multiples of 32. With `rope`, each row r
+// is first rotated as ApplyRope rotates it, by row r's angles.
 void StoreKVRows(KVType type, ConstMatrix src, void* dst, size_t dst_stride,
-                 float* scales, float side_scale, const RopeTables* rope,
-                 size_t first_position);
+                 float* scales, float side_scale,
+                 const RopeRows* rope = nullptr);
 
 // t rounded to bf16 (ToBFloat16's bits) into `out`, dense (dims[0],
 // dims[1], dims[2], dims[3]), in one parallel pass; with `widened`, also

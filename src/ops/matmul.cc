@@ -266,8 +266,7 @@ void BFloat16CProduct(MatrixView<const TA> a, const PackedMatrix& b,
   const Matrix c_wide(c32.data(), c.rows, c.cols);
   if (options.beta != 0.0f) Widened(MatrixView<const BFloat16>(c), c32.data());
   MatMul(a, b, c_wide, options);
-  internal::StoreKVRows(KVType::kBF16, c_wide, c.data, c.stride, nullptr, 1.0f,
-                        nullptr, 0);
+  internal::StoreKVRows(KVType::kBF16, c_wide, c.data, c.stride, nullptr, 1.0f);
 }
 
 }  // namespace

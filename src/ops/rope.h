@@ -11,6 +11,15 @@
 namespace simdattn {
 namespace internal {
 
+// The angles of consecutive rows: row r's `half` cos and sin values at
+// cos + r * half and sin + r * half, rotating dims from `offset` on.
+struct RopeRows {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  size_t half = 0, offset = 0;
+  RopePairing pairing = RopePairing::kHalfSplit;
+};
+
 // cos and sin of every rotary pair's angle at positions 0, 1, ..., computed
 // as ApplyRope computes them (RopeAngles), grown on demand.
 class RopeTables {
@@ -21,6 +30,10 @@ class RopeTables {
   // Position p's `half` values each.
   const float* Cos(size_t p) const { return cos_.data() + p * half_; }
   const float* Sin(size_t p) const { return sin_.data() + p * half_; }
+  // Rows from position p on.
+  RopeRows From(size_t p) const {
+    return {Cos(p), Sin(p), half_, offset_, pairing_};
+  }
   size_t half() const { return half_; }
   size_t offset() const { return offset_; }  // The first rotated dim.
   RopePairing pairing() const { return pairing_; }

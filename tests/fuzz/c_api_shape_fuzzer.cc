@@ -912,6 +912,48 @@ void FuzzVarlenStep(Input& in) {
                            {0, head_dim, kv_heads * head_dim}};
   const bool bad_pages = FuzzStructSize(in, &pages);
   CheckStatus(simdattn_write_kv_slots(k, k, slots.data(), &p), bad_pages);
+  // The pool operations over the same slots: read, copy onto the slots in
+  // reverse, a transfer out and back in (a byte sometimes flipped), and the
+  // fused rotate-and-write.
+  {
+    std::vector<int64_t> reversed(slots.rbegin(), slots.rend());
+    std::vector<float> read(kv.size() + 1);
+    simdattn_tensor4 r{read.data(),
+                       {1, kv_heads, tokens, head_dim},
+                       {0, head_dim, kv_heads * head_dim}};
+    const uint8_t op = in.Byte();
+    if (op % 4 == 0) {
+      CheckStatus(simdattn_read_kv_slots(&p, slots.data(), r, r), tokens != 0);
+    } else if (op % 4 == 1) {
+      CheckStatus(
+          simdattn_copy_kv_slots(&p, slots.data(), reversed.data(), tokens),
+          bad_pages);
+    } else if (op % 4 == 2) {
+      size_t transfer = 0;
+      const simdattn_status sized =
+          simdattn_kv_transfer_bytes(&p, tokens, &transfer);
+      CheckStatus(sized, bad_pages);
+      if (sized == SIMDATTN_STATUS_OK) {
+        std::vector<uint8_t> buffer(transfer);
+        const simdattn_status out = simdattn_export_kv_slots(
+            &p, slots.data(), tokens, buffer.data(), buffer.size());
+        CheckStatus(out, false);
+        const bool flip = out == SIMDATTN_STATUS_OK && in.Byte() % 4 == 0;
+        if (flip) buffer[in.Byte() % buffer.size()] ^= 1 + in.Byte() % 255;
+        CheckStatus(simdattn_import_kv_slots(&p, reversed.data(), tokens,
+                                             buffer.data(), buffer.size()),
+                    flip || out != SIMDATTN_STATUS_OK);
+      }
+    } else {
+      simdattn_rope_options rope = SIMDATTN_ROPE_OPTIONS_INIT;
+      rope.rotary_dim = in.Byte() % 4 * 2;
+      std::vector<size_t> positions(tokens);
+      for (size_t& position : positions) position = in.Byte();
+      CheckStatus(simdattn_write_kv_slots_rope(k, k, slots.data(), &p, &rope,
+                                               positions.data()),
+                  bad_pages);
+    }
+  }
   // Attention over up to 3 sequences of the pool.
   const size_t seqs = in.Byte() % 4, per_sequence = 1 + in.Byte() % 3;
   std::vector<size_t> starts(seqs + 1, 0), lengths(seqs);
