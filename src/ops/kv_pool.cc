@@ -229,7 +229,8 @@ void ForEachRow(const KVPool& pool, SlotOf slot, const void* context,
     const size_t s = slot(context, i);
     for (size_t h = 0; h < pool.kv_heads; ++h) {
       const size_t row = h * count + i;
-      copy(pool.Key(s, h), row * key_row, key_row);
+      // Empty rows form no pointer (the memory may be null).
+      if (key_row != 0) copy(pool.Key(s, h), row * key_row, key_row);
       if (value_row != 0) {
         copy(pool.Value(s, h), values + row * value_row, value_row);
       }
