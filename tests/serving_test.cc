@@ -1038,6 +1038,16 @@ TEST(PoolOperations, TransfersAreSelfDescribing) {
         {"do not hold the 37 tokens"});
     ExpectInvalid([&] { import(buffer, n - 1); },
                   {"the buffer holds 37 tokens, count is 36"});
+    // Other dims: both named.
+    Pool wider(type, 2 * dim);
+    ExpectInvalid(
+        [&] {
+          ImportKVSlots(wider.pages, slots.data(), n, buffer.data(),
+                        buffer.size());
+        },
+        {"head_dim " + std::to_string(dim) + " value_dim",
+         std::string("the target is ") + name + " kv_heads 2 head_dim " +
+             std::to_string(2 * dim)});
     const KVType other = type == KVType::kF32 ? KVType::kF16 : KVType::kF32;
     if (ElementTraitsOf(other).values == ElementTraitsOf(type).values) {
       Pool wrong(other, dim);
