@@ -1,6 +1,6 @@
 // The one place that turns an ElementType into a C++ type: code written once
 // for every element type visits it, so a new type is its traits
-// (element.cc), its widening (Widen here, LoadRow in attention-inl.h) and its
+// (element.cc), its widening (Widen here, LoadB in matmul-inl.h) and its
 // store (kv_store-inl.h).
 #ifndef SIMDATTN_SRC_COMMON_ELEMENT_H_
 #define SIMDATTN_SRC_COMMON_ELEMENT_H_
