@@ -443,6 +443,15 @@ TEST(MlaErrors, ArgumentsNameThemselvesAndChangeNothing) {
                            Tensor3(y.data(), 1, 3, 16));
       },
       {"expected a latent cache of 1, 12, 8 (LatentCacheConfig)"});
+  // A y of the wrong shape is refused before the cache changes.
+  KVCache latents(1, 1, 8, 12, module.LatentCacheConfig());
+  ExpectInvalid(
+      [&] {
+        module.ForwardStep(ConstTensor3(x.data(), 1, 3, 16), latents,
+                           Tensor3(y.data(), 1, 2, 16));
+      },
+      {"x is (1, 3, 16) and y (1, 2, 16): expected both (1, 3, 16)"});
+  EXPECT_EQ(latents.length(0), 0u);
   std::vector<float> keys(4 * 4 * 12, kNaN), values(keys);
   KVPages pages = DenseKVPages(KVType::kF32, 1, 12, 8, 4, 4);
   pages.keys = keys.data();

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hwy/base.h"
@@ -183,16 +184,18 @@ struct MlaAttention::Impl {
       std::memcpy(s.absorbed + i * Latent() + c.kv_lora_rank,
                   s.q + i * QkDim() + nope, rope * sizeof(float));
     }
-    // Each token a batch item of one row at its position.
-    internal::ScratchBuffer position_buffer(
-        hwy::DivCeil(n * sizeof(size_t), sizeof(float)));
-    size_t* at = reinterpret_cast<size_t*>(position_buffer.data());
-    for (size_t i = 0; i < n; ++i) {
-      at[i] = positions != nullptr ? positions[i] : first + i;
-    }
     RopeOptions rotate = Rope();
-    rotate.positions = at;
-    ApplyRope(Tensor4::FromTokenMajor(s.absorbed, n, 1, h, Latent()), rotate);
+    if (positions != nullptr) {
+      // Each token a batch item of one row at its position.
+      rotate.positions = positions;
+      ApplyRope(Tensor4::FromTokenMajor(s.absorbed, n, 1, h, Latent()), rotate);
+    } else {
+      // One item whose tokens start at `first`.
+      rotate.positions = &first;
+      ApplyRope(
+          Tensor4(s.absorbed, 1, h, n, Latent(), 0, Latent(), h * Latent()),
+          rotate);
+    }
   }
 
   // y (n, hidden_size) from attention's context (n, heads, kv_lora): each
@@ -217,6 +220,30 @@ struct MlaAttention::Impl {
     o.mask.causal = true;
     o.compute = compute;
     return o;
+  }
+
+  // Throws unless x is (batch, tokens, hidden_size) and y likewise,
+  // distinct elements not overlapping x; returns what x and y span.
+  std::pair<internal::Footprint, internal::Footprint> CheckInputOutput(
+      ConstTensor3 x, Tensor3 y) const {
+    const size_t batch = x.batch, tokens = x.tokens, hidden = c.hidden_size;
+    SIMDATTN_REQUIRE(x.features == hidden && y.batch == batch &&
+                         y.tokens == tokens && y.features == hidden,
+                     kName, "x is (", x.batch, ", ", x.tokens, ", ", x.features,
+                     ") and y (", y.batch, ", ", y.tokens, ", ", y.features,
+                     "): expected both (", batch, ", ", tokens, ", ", hidden,
+                     ")");
+    const internal::Footprint in =
+        internal::CheckTensor4(kName, "x",
+                               ConstTensor4(x.data, 1, batch, tokens, hidden, 0,
+                                            x.batch_stride, x.token_stride));
+    const Tensor4 out(y.data, 1, batch, tokens, hidden, 0, y.batch_stride,
+                      y.token_stride);
+    const internal::Footprint out_range =
+        internal::CheckTensor4(kName, "y", out);
+    internal::CheckDistinctElements(kName, "y", out.dims, out.strides);
+    SIMDATTN_REQUIRE(!out_range.Overlaps(in), kName, "y overlaps x");
+    return {in, out_range};
   }
 
   void CheckOptions(const ForwardOptions& options) const {
@@ -292,24 +319,9 @@ KVCacheConfig MlaAttention::LatentCacheConfig(KVType type) const {
 void MlaAttention::Forward(ConstTensor3 x, Tensor3 y,
                            const ForwardOptions& options) const {
   const Impl& m = *impl_;
-  const size_t batch = x.batch, tokens = x.tokens, hidden = m.c.hidden_size;
+  const size_t batch = x.batch, tokens = x.tokens;
   m.CheckOptions(options);
-  SIMDATTN_REQUIRE(x.features == hidden && y.batch == batch &&
-                       y.tokens == tokens && y.features == hidden,
-                   kName, "x is (", x.batch, ", ", x.tokens, ", ", x.features,
-                   ") and y (", y.batch, ", ", y.tokens, ", ", y.features,
-                   "): expected both (batch, tokens, ", hidden, ")");
-  const internal::Footprint in =
-      internal::CheckTensor4(kName, "x",
-                             ConstTensor4(x.data, 1, batch, tokens, hidden, 0,
-                                          x.batch_stride, x.token_stride));
-  const internal::Footprint out =
-      internal::CheckTensor4(kName, "y",
-                             Tensor4(y.data, 1, batch, tokens, hidden, 0,
-                                     y.batch_stride, y.token_stride));
-  internal::CheckDistinctElements(kName, "y", {1, batch, tokens, hidden},
-                                  {0, y.batch_stride, y.token_stride});
-  SIMDATTN_REQUIRE(!out.Overlaps(in), kName, "y overlaps x");
+  m.CheckInputOutput(x, y);
   if (batch == 0 || tokens == 0) return;
   const size_t rows =
       internal::CheckedMul(kName, "batch * tokens", batch, tokens);
@@ -338,7 +350,7 @@ void MlaAttention::Forward(ConstTensor3 x, Tensor3 y,
 void MlaAttention::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
                                const ForwardOptions& options) const {
   const Impl& m = *impl_;
-  const size_t batch = x.batch, n = x.tokens, hidden = m.c.hidden_size;
+  const size_t batch = x.batch, n = x.tokens;
   const size_t h = m.c.num_heads, latent = m.Latent();
   m.CheckOptions(options);
   const KVCacheConfig& cc = cache.config();
@@ -358,12 +370,10 @@ void MlaAttention::ForwardStep(ConstTensor3 x, KVCache& cache, Tensor3 y,
       kName,
       "the cache rotates keys otherwise than the module "
       "(LatentCacheConfig's rope, or none)");
-  SIMDATTN_REQUIRE(x.features == hidden && y.batch == batch && y.tokens == n &&
-                       y.features == hidden && cache.batch() == batch,
-                   kName, "x is (", x.batch, ", ", x.tokens, ", ", x.features,
-                   "), y (", y.batch, ", ", y.tokens, ", ", y.features,
-                   ") and the cache's batch ", cache.batch(), ": expected (",
-                   cache.batch(), ", n, ", hidden, ") both");
+  SIMDATTN_REQUIRE(x.batch == cache.batch(), kName, "x has batch ", x.batch,
+                   ", the cache ", cache.batch());
+  // Every argument checked before the cache changes.
+  m.CheckInputOutput(x, y);
   if (batch == 0 || n == 0) return;
   const size_t rows = internal::CheckedMul(kName, "batch * n", batch, n);
   internal::ScratchBuffer buffer(m.ScratchFloats(rows));
@@ -396,7 +406,7 @@ void MlaAttention::ForwardStep(ConstMatrix x, const VarlenStep& step,
                                const KVPages& pages, Matrix y,
                                const ForwardOptions& options) const {
   const Impl& m = *impl_;
-  const size_t n = x.rows, hidden = m.c.hidden_size;
+  const size_t n = x.rows;
   const size_t h = m.c.num_heads, latent = m.Latent();
   m.CheckOptions(options);
   const size_t value_dim =
@@ -408,9 +418,6 @@ void MlaAttention::ForwardStep(ConstMatrix x, const VarlenStep& step,
       pages.head_dim, ", value_dim ", value_dim,
       internal::Latent(pages.keys, pages.values) ? " (latent)" : "",
       ": expected latent pages of 1, ", latent, ", ", m.c.kv_lora_rank);
-  SIMDATTN_REQUIRE(x.cols == hidden && y.rows == n && y.cols == hidden, kName,
-                   "x is (", x.rows, ", ", x.cols, ") and y (", y.rows, ", ",
-                   y.cols, "): expected (num_tokens, ", hidden, ") both");
   // Everything the write and VarlenAttention check, before anything is
   // written.
   internal::ScratchBuffer position_buffer(
@@ -427,11 +434,8 @@ void MlaAttention::ForwardStep(ConstMatrix x, const VarlenStep& step,
       n, step.query_starts);
   internal::CheckSlots(kName, "step.slot_mapping", pages, step.slot_mapping, n,
                        /*skip=*/true, /*distinct=*/true);
-  const internal::Footprint x_range = internal::CheckMatrix(
-      kName, "x", x.data, x.rows, x.cols, x.stride, sizeof(float));
-  const internal::Footprint y_range = internal::CheckMatrix(
-      kName, "y", y.data, y.rows, y.cols, y.stride, sizeof(float));
-  SIMDATTN_REQUIRE(!y_range.Overlaps(x_range), kName, "y overlaps x");
+  const auto [x_range, y_range] =
+      m.CheckInputOutput(ConstTensor3(x), Tensor3(y));
   for (const internal::Footprint* pool :
        {&spans.keys, &spans.values, &spans.key_scales, &spans.value_scales}) {
     SIMDATTN_REQUIRE(!pool->Overlaps(y_range) && !pool->Overlaps(x_range),

@@ -323,6 +323,12 @@ void ImportRows(const KVPool& pool, SlotOf slot, const void* context,
              });
 }
 
+KVCacheViewSpans CheckPages(const char* function, const KVPages& pages) {
+  // A paged view of no sequence.
+  const int32_t no_table[1] = {0};
+  return CheckKVCacheView(function, pages.View(0, nullptr, no_table, 0), 0);
+}
+
 // Throws, naming `function` and `name`, if a value other than a negative
 // one appears twice among values[0..n).
 template <typename T>
@@ -364,14 +370,6 @@ void CheckSlots(const char* function, const char* name, const KVPages& pages,
 namespace {
 
 using internal::KVPool;
-
-// Checks the pages as attention checks them (their memory spans returned).
-internal::KVCacheViewSpans CheckPages(const char* function,
-                                      const KVPages& pages) {
-  const int32_t no_table[1] = {0};
-  return internal::CheckKVCacheView(function,
-                                    pages.View(0, nullptr, no_table, 0), 0);
-}
 
 size_t SlotAt(const void* slots, size_t i) {
   return static_cast<size_t>(static_cast<const int64_t*>(slots)[i]);
@@ -477,7 +475,7 @@ size_t FirstKeyRead(size_t length, size_t q_tokens, size_t window,
 void ReadKVSlots(const KVPages& pages, const int64_t* slot_mapping,
                  Tensor4 keys, Tensor4 values) {
   constexpr const char* kFn = "ReadKVSlots";
-  const internal::KVCacheViewSpans spans = CheckPages(kFn, pages);
+  const internal::KVCacheViewSpans spans = internal::CheckPages(kFn, pages);
   const KVPool pool = KVPool::Of(pages);
   const size_t n = keys.dims[2];
   const size_t expected_keys[4] = {1, pages.kv_heads, n, pages.head_dim};
@@ -521,7 +519,7 @@ void ReadKVSlots(const KVPages& pages, const int64_t* slot_mapping,
 void CopyKVSlots(const KVPages& pages, const int64_t* from, const int64_t* to,
                  size_t count) {
   constexpr const char* kFn = "CopyKVSlots";
-  CheckPages(kFn, pages);
+  internal::CheckPages(kFn, pages);
   internal::CheckSlots(kFn, "from", pages, from, count, false, false);
   internal::CheckSlots(kFn, "to", pages, to, count, false, true);
   if (count == 0) return;
@@ -537,7 +535,7 @@ void CopyKVSlots(const KVPages& pages, const int64_t* from, const int64_t* to,
 void CopyKVBlocks(const KVPages& pages, const int32_t* from, const int32_t* to,
                   size_t count) {
   constexpr const char* kFn = "CopyKVBlocks";
-  CheckPages(kFn, pages);
+  internal::CheckPages(kFn, pages);
   SIMDATTN_REQUIRE(count == 0 || (from != nullptr && to != nullptr), kFn,
                    from == nullptr ? "from" : "to", " is null");
   for (size_t i = 0; i < count; ++i) {
@@ -567,14 +565,14 @@ void CopyKVBlocks(const KVPages& pages, const int32_t* from, const int32_t* to,
 
 size_t KVTransferBytes(const KVPages& pages, size_t count) {
   constexpr const char* kFn = "KVTransferBytes";
-  CheckPages(kFn, pages);
+  internal::CheckPages(kFn, pages);
   return internal::TransferBytes(kFn, KVPool::Of(pages), count);
 }
 
 void ExportKVSlots(const KVPages& pages, const int64_t* slots, size_t count,
                    void* buffer, size_t buffer_bytes) {
   constexpr const char* kFn = "ExportKVSlots";
-  const internal::KVCacheViewSpans spans = CheckPages(kFn, pages);
+  const internal::KVCacheViewSpans spans = internal::CheckPages(kFn, pages);
   const KVPool pool = KVPool::Of(pages);
   internal::CheckSlots(kFn, "slots", pages, slots, count, false, false);
   const size_t bytes = internal::TransferBytes(kFn, pool, count);
@@ -591,7 +589,7 @@ void ExportKVSlots(const KVPages& pages, const int64_t* slots, size_t count,
 void ImportKVSlots(const KVPages& pages, const int64_t* slots, size_t count,
                    const void* buffer, size_t buffer_bytes) {
   constexpr const char* kFn = "ImportKVSlots";
-  const internal::KVCacheViewSpans spans = CheckPages(kFn, pages);
+  const internal::KVCacheViewSpans spans = internal::CheckPages(kFn, pages);
   const KVPool pool = KVPool::Of(pages);
   const size_t tokens =
       internal::CheckTransfer(kFn, pool, buffer, buffer_bytes);

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "simdattn/kernels.h"
+#include "src/common/check.h"
 
 namespace simdattn {
 namespace internal {
@@ -70,6 +71,10 @@ size_t CheckTransfer(const char* function, const KVPool& pool,
 // i) for each of its tokens i.
 void ImportRows(const KVPool& pool, SlotOf slot, const void* context,
                 const void* buffer);
+
+// Checks pages as attention checks a view of them (block size, type,
+// strides, scales, memory), naming `function`; returns what they span.
+KVCacheViewSpans CheckPages(const char* function, const KVPages& pages);
 
 // Throws unless each of slots[0..n) (named `name` in messages) is a slot of
 // the pool (negative ones allowed where `skip`) and, where `distinct`, none

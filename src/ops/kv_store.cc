@@ -63,11 +63,7 @@ void WriteSlots(ConstTensor4 keys, ConstTensor4 values,
   constexpr const char* kFn = "WriteKVSlots";
   const size_t tokens = keys.dims[2], heads = pages.kv_heads;
   const bool latent = internal::Latent(pages.keys, pages.values);
-  // The pool as a paged view of no sequence: its block size, element type,
-  // strides, scales and memory checked as attention checks them.
-  const int32_t no_table[1] = {0};
-  const internal::KVCacheViewSpans spans =
-      internal::CheckKVCacheView(kFn, pages.View(0, nullptr, no_table, 0), 0);
+  const internal::KVCacheViewSpans spans = internal::CheckPages(kFn, pages);
   const size_t value_dim =
       pages.value_dim == 0 ? pages.head_dim : pages.value_dim;
   const size_t expected_keys[4] = {1, heads, tokens, pages.head_dim};
@@ -124,22 +120,9 @@ void WriteSlots(ConstTensor4 keys, ConstTensor4 values,
   }
   if (heads == 0 || pages.head_dim == 0) return;
 
-  const bool scaled = ElementTraitsOf(pages.type).scaled;
+  const internal::KVPool pool = internal::KVPool::Of(pages);
+  const bool scaled = pool.scaled();
   const size_t block_size = pages.block_size;
-  const auto store = [&](ConstMatrix src, void* base, float* scales,
-                         float side_scale, size_t h, size_t slot,
-                         const internal::RopeRows* rows) {
-    const size_t block = slot / block_size, offset = slot % block_size;
-    const size_t at = block * pages.block_stride + h * pages.head_stride +
-                      offset * pages.row_stride;
-    float* scale = scaled ? scales + block * pages.scale_block_stride +
-                                h * pages.scale_head_stride + offset
-                          : nullptr;
-    internal::StoreKVRows(
-        pages.type, src,
-        static_cast<uint8_t*>(base) + ElementBytes(pages.type, at),
-        pages.row_stride, scale, side_scale, rows);
-  };
   // Per head, runs of tokens in consecutive slots of one block (a prefill
   // chunk's) are one store each.
   internal::ParallelFor(0, heads, 1, [&](size_t first, size_t last) {
@@ -155,16 +138,18 @@ void WriteSlots(ConstTensor4 keys, ConstTensor4 values,
         if (slot >= 0) {
           const size_t s = static_cast<size_t>(slot);
           const ConstMatrix k = keys.Slice(0, h);
-          const internal::RopeRows rows = {
-              angles.cos + t * angles.half, angles.sin + t * angles.half,
-              angles.half, angles.offset, angles.pairing};
-          store(ConstMatrix(k.Row(t), run, k.cols, k.stride), pages.keys,
-                pages.key_scales, pages.key_scale, h, s,
-                rope != nullptr ? &rows : nullptr);
+          const internal::RopeRows rows = angles.From(t);
+          internal::StoreKVRows(
+              pages.type, ConstMatrix(k.Row(t), run, k.cols, k.stride),
+              pool.Key(s, h), pages.row_stride,
+              scaled ? pool.KeyScale(s, h) : nullptr, pool.key_scale,
+              rope != nullptr ? &rows : nullptr);
           if (!latent) {
             const ConstMatrix v = values.Slice(0, h);
-            store(ConstMatrix(v.Row(t), run, v.cols, v.stride), pages.values,
-                  pages.value_scales, pages.value_scale, h, s, nullptr);
+            internal::StoreKVRows(
+                pages.type, ConstMatrix(v.Row(t), run, v.cols, v.stride),
+                pool.Value(s, h), pages.row_stride,
+                scaled ? pool.ValueScale(s, h) : nullptr, pool.value_scale);
           }
         }
         t += run;

@@ -18,6 +18,11 @@ struct RopeRows {
   const float* sin = nullptr;
   size_t half = 0, offset = 0;
   RopePairing pairing = RopePairing::kHalfSplit;
+
+  // The rows from row r on.
+  RopeRows From(size_t r) const {
+    return {cos + r * half, sin + r * half, half, offset, pairing};
+  }
 };
 
 // cos and sin of every rotary pair's angle at positions 0, 1, ..., computed
@@ -32,7 +37,7 @@ class RopeTables {
   const float* Sin(size_t p) const { return sin_.data() + p * half_; }
   // Rows from position p on.
   RopeRows From(size_t p) const {
-    return {Cos(p), Sin(p), half_, offset_, pairing_};
+    return RopeRows{cos_.data(), sin_.data(), half_, offset_, pairing_}.From(p);
   }
   size_t half() const { return half_; }
   size_t offset() const { return offset_; }  // The first rotated dim.
