@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The benchmark report: results.json, results.png and, in RESULTS.md, the
 # section between its markers (the machine, the exact commands, the table).
-# Every op at its standard shapes on every SIMD target this CPU supports (as
-# the binary reports them), at 1 thread and at all cores, beside oneDNN and
-# OpenBLAS when simdattn was built with them. `./dev.sh bench` runs it.
+# Every op at its standard shapes and every shipped capability (bf16 and int8
+# arithmetic, each cache type contiguous and paged, the modules' steps) on
+# the dispatched SIMD target (BENCH_TARGETS=all: every one this CPU has), at
+# 1 thread and at all cores, beside oneDNN and OpenBLAS when simdattn was
+# built with them. `./dev.sh bench` runs it; the prose after the markers
+# (what bounds each kernel, the kept decisions) stays, and
+# bench/check_report.py checks its version and the constants it cites.
 #
 #   bench/results.sh [--smoke] [--out DIR] [path/to/simdattn]
 #
@@ -18,7 +22,7 @@
 # python3-matplotlib.
 set -euo pipefail
 
-usage() { sed -n '8,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '12,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "bench/results.sh: $*" >&2; exit 1; }
 
 smoke=0 out='' bin=''
@@ -88,15 +92,43 @@ fallback=$(grep -xE "$fallback" <<< "$supported" | paste -sd' ' -) || true
 lacking=$(targets 'compiled targets' | grep -vxF -f <(echo "$supported") \
   | paste -sd' ' -) || true
 
-# Under an emulator a smoke run measures the last (simplest) SIMD target
-# only: emulated SVE runs ~40x slower than NEON, past the test's time limit.
+# The dispatched target (BENCH_TARGETS: others, e.g. all); under an
+# emulator a smoke run measures the last (simplest) SIMD target only:
+# emulated SVE runs ~40x slower than NEON, past the test's time limit.
 all_simd=$simd
-[ $smoke -eq 0 ] || [ -z "$emulator" ] || simd=${simd##*,}
+simd=${BENCH_TARGETS:-$(sed -n 's/^dispatch picks: *//p' <<< "$info")}
+[ -n "$simd" ] || simd=${all_simd%%,*}
+[ $smoke -eq 0 ] || [ -z "$emulator" ] || simd=${all_simd##*,}
 args=(bench --op all --targets "$simd" --threads "1,$cores" --compare)
+# Every shipped capability: each op's standard shapes (bench --list), and
+# bf16 and int8 arithmetic, every cache type contiguous and paged, grouped
+# and latent caches, the modules' steps.
+standard() { "${run[@]}" bench --list | sed -n "/^$1 /,/standard:/s/^ *standard: *//p"; }
+extra=(matmul=1024x768x768_bf16dot,matmul=1024x768x768_Bt_bf16dot_packed
+  matmul=1x768x2304_Bt_bf16,matmul=1x768x2304_Bt_bf16dot_packed
+  attention=1x12x1024x64_causal_bf16dot,attention=1x32x2048x128_kv8_causal_bf16dot
+  mha=1x1024x768x12_bf16dot,mha=8x1024x768x12_step,mha=8x1024x768x12_step_bf16
+  decode=1x32x4096x128_kv8_kvbf16,decode=1x16x4096x576_kv1_mla512_kvbf16
+  decode=8x12x4096x64_kvbf16_bf16dot,decode=8x12x4096x64_kvfp8_bf16dot
+  serve=32x8x128_ctx4096_d32_kvbf16,serve=32x8x128_ctx4096_d32_kvq8_0)
+for type in $(sed -n 's/^cache types: *f32 //p' <<< "$info"); do
+  extra+=("decode=8x12x4096x64_kv$type" "decode=8x12x4096x64_kv${type}_paged16"
+          "append=8x12x512x64_kv${type}_rope")
+done
+for type in $(sed -n 's/^int8 scores: *//p' <<< "$info"); do
+  extra+=("decode=8x12x4096x64_kv${type}_int8dot")
+done
+if [ $smoke -eq 0 ]; then
+  for op in matmul softmax dropout mha attention decode append serve; do
+    args+=(--shape "$(standard "$op" | tr ' ' '\n' | sed "s/^/$op=/" | paste -sd, -)")
+  done
+  args+=(--shape "$(IFS=,; echo "${extra[*]}")")
+fi
 # shellcheck disable=SC2054  # Commas separate the --shape items.
 [ $smoke -eq 0 ] || args+=(--shape matmul=16x16x16,matmul=64x64x64_Bt
   --shape softmax=1x2x16x16_causal,dropout=1x2x16x16,mha=1x8x16x2
   --shape attention=1x4x32x16_kv2_causal,decode=1x4x64x16,append=1x2x16x8
+  --shape decode=1x4x64x32_kviq4_nl_paged16,decode=1x4x64x32_kvq4_1
   --shape serve=4x2x16_ctx40_d3_p1x20_v2x3
   --reps 1 --min-time 0)
 args+=(--format json --out "$json")
@@ -190,13 +222,15 @@ compiled but not supported by this CPU: $lacking}."
   echo
   echo "Rates are at the median; \"of peak\" divides by the FMA loop (GFLOP/s)"
   echo "or the 64 MiB copy loop (GB/s) of the same target and thread count,"
-  echo "measured in the same run (for oneDNN and OpenBLAS: the best target's)."
-  echo "\"vs onednn\" and \"vs openblas\" are simdattn's rate over the library's"
-  echo "in the same run, > 1 meaning simdattn is faster. On a shared machine"
-  echo "absolute numbers drift between runs; trust ratios measured together."
+  echo "measured in the same run. \"vs onednn\" and \"vs openblas\" are"
+  echo "simdattn's rate over the library's in the same run at each thread count,"
+  echo "> 1 meaning simdattn is faster. Every record (the libraries' own rates"
+  echo "and targets, spreads) is in results.json. On a shared machine absolute"
+  echo "numbers drift between runs; trust ratios measured together. Shapes:"
+  echo "\`simdattn bench --list\` says what each op and suffix measures."
   echo
   echo '```text'
-  sed '1,/^$/d' <<< "$table"
+  "$python" bench/table.py "$json"
   echo '```'
   echo
   echo '![GFLOP/s and GB/s per op, by library and target](results.png)'
@@ -212,6 +246,13 @@ if [ -f "$md" ] && grep -qxF "$begin" "$md"; then
   mv "$md.new" "$md"
 else
   cat "$section" > "$md"
+fi
+# The committed report must name this version and cite the code's constants
+# as they are (a smoke run checks the committed one: CI fails when it lags).
+if [ $smoke -eq 1 ]; then
+  "$python" bench/check_report.py bench/RESULTS.md
+else
+  "$python" bench/check_report.py "$md"
 fi
 echo "Report written:"
 echo "  $md  (machine, peaks, table)"

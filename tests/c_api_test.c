@@ -1230,9 +1230,9 @@ static void TestKVCacheTypes(void) {
   CHECK_OK(simdattn_kv_cache_reorder(narrow, order));
   CHECK_OK(simdattn_kv_cache_length(narrow, 0, &length));
   CHECK(length == kN);
-  config.type = SIMDATTN_Q4_0 + 1;
+  config.type = SIMDATTN_IQ4_NL + 1;
   CHECK_ERROR(simdattn_kv_cache_create(kB, kHeads, kCap, kD, &config, &wide),
-              INVALID, "config->type (8) is not a simdattn_element_type");
+              INVALID, "config->type (10) is not a simdattn_element_type");
   mask.causal_offset = 1;
   CHECK_ERROR(
       simdattn_kv_cache_attention(Const4(Dense4(q, kB, kHeads, 1, kD)), narrow,
@@ -1600,6 +1600,12 @@ static void TestPoolOperations(void) {
 
   CHECK_OK(simdattn_element_size(SIMDATTN_Q8_0, &block_bytes, &block_values));
   CHECK(block_bytes == 34 && block_values == 32);
+  CHECK_OK(simdattn_element_size(SIMDATTN_Q4_1, &block_bytes, &block_values));
+  CHECK(block_bytes == 20 && block_values == 32);
+  CHECK_OK(simdattn_element_size(SIMDATTN_IQ4_NL, &block_bytes, &block_values));
+  CHECK(block_bytes == 18 && block_values == 32);
+  CHECK_ERROR(simdattn_element_size(10, &block_bytes, NULL), INVALID,
+              "type (10) is not a simdattn_element_type");
   CHECK_ERROR(simdattn_element_size(99, &block_bytes, NULL), INVALID,
               "type (99) is not a simdattn_element_type");
 
@@ -2832,7 +2838,7 @@ static void TestQuantizedKVCaches(void) {
   config.type = SIMDATTN_Q8_0;
   CHECK_ERROR(simdattn_kv_cache_create(1, 1, 8, 20, &config, &cache), INVALID,
               "blocks of 32");
-  config.type = SIMDATTN_Q4_0 + 1;
+  config.type = SIMDATTN_IQ4_NL + 1;
   CHECK_ERROR(simdattn_kv_cache_create(1, 1, 8, kD, &config, &cache), INVALID,
               "is not a simdattn_element_type");
   CHECK(cache == NULL);

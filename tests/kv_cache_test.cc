@@ -25,6 +25,8 @@
 namespace simdattn {
 namespace {
 
+using test::AllElementTypes;
+using test::BlockElementTypes;
 using test::ExpectInvalid;
 using test::ExpectNear;
 using test::RandomVector;
@@ -47,10 +49,9 @@ const Kind kKinds[] = {
     {KVType::kFp8E4M3, 32}, {KVType::kFp8E5M2, 0}, {KVType::kFp8E5M2, 16}};
 
 // ggml's block types, whose rows hold whole blocks of 32.
-const Kind kBlockKinds[] = {{KVType::kQ8_0, 0},
-                            {KVType::kQ8_0, 16},
-                            {KVType::kQ4_0, 0},
-                            {KVType::kQ4_0, 32}};
+const Kind kBlockKinds[] = {{KVType::kQ8_0, 0},  {KVType::kQ8_0, 16},
+                            {KVType::kQ4_0, 0},  {KVType::kQ4_0, 32},
+                            {KVType::kQ4_1, 16}, {KVType::kIQ4_NL, 0}};
 constexpr size_t kBlockHeadDim = 64;
 
 size_t HeadDim(KVType type) {
@@ -226,16 +227,20 @@ TEST_P(KVCacheTest, EveryTypeAndLayoutMatchesFloat64Reference) {
   }
 }
 
-// The caches kInt8 reads: ggml's blocks, and int8 rows.
+// The caches kInt8 reads (ElementTraits::int8_scores): ggml's blocks of
+// integer codes, and int8 rows.
 std::vector<Kind> Int8ComputeKinds() {
-  std::vector<Kind> kinds(std::begin(kBlockKinds), std::end(kBlockKinds));
+  std::vector<Kind> kinds;
+  for (const Kind& kind : kBlockKinds) {
+    if (ElementTraitsOf(kind.type).int8_scores) kinds.push_back(kind);
+  }
   kinds.push_back({KVType::kInt8, 0});
   kinds.push_back({KVType::kInt8, 16});
   return kinds;
 }
 
-// kInt8 over q8_0, q4_0 and int8 keys: with at most 4 query rows per task
-// (2 heads per K/V head here, times 1 or 2 tokens), scores are integer dot
+// kInt8 over q8_0, q4_0, iq4_nl and int8 keys: with at most 4 query rows per
+// task (2 heads per K/V head here, times 1 or 2 tokens), scores are integer dot
 // products with the query quantized per block (per row of 20, a partial
 // vector, for int8), so outputs are the float64 reference's over the
 // quantized query, to float32's error. One element per 32 is 7, making the
@@ -331,9 +336,7 @@ TEST_P(KVCacheTest, Int8LargeScalesStayFinite) {
 }
 
 TEST_P(KVCacheTest, PagedEqualsContiguousBitForBit) {
-  for (const KVType type :
-       {KVType::kF32, KVType::kBF16, KVType::kF16, KVType::kInt8,
-        KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
+  for (const KVType type : test::AllElementTypes()) {
     KVCache contiguous = MakeCache({type, 0});
     FillRagged(contiguous);
     for (size_t block_size : {size_t{16}, size_t{128}, size_t{256}}) {
@@ -838,6 +841,10 @@ TEST_P(KVCacheTest, OverflowedBlockScalesReadAsInfinite) {
       for (size_t h = 0; h < kHeads; ++h) q[h * kDim + 40] = 1.0f;
       for (const ComputeType compute :
            {ComputeType::kFloat32, ComputeType::kInt8}) {
+        if (compute == ComputeType::kInt8 &&
+            !ElementTraitsOf(kind.type).int8_scores) {
+          continue;
+        }
         AttentionOptions options;
         options.compute = compute;
         std::vector<float> out(q.size());
@@ -863,56 +870,72 @@ TEST_P(KVCacheTest, OverflowedBlockScalesReadAsInfinite) {
 // row as the output. Appended values (c - 8) 2^b in block b, with a -8 2^b
 // in each, store the codes c with scale 2^b (ggml's quantizer): each
 // block's scale is its own.
-TEST_P(KVCacheTest, AttentionReadsEveryQ4_0CodeInBothNibbles) {
+// Rows whose every block holds each 4-bit code in both nibbles, with values
+// its type stores exactly (q4_0 and q4_1: c - 8; iq4_nl: its table's c-th
+// value; block b times 2^b): every code is read, by float32 and kInt8
+// arithmetic alike, over one key or several.
+TEST_P(KVCacheTest, AttentionReadsEveryFourBitCodeInBothNibbles) {
   constexpr size_t kDim = 96;
-  std::vector<float> row(kDim);
-  for (size_t i = 0; i < kDim; ++i) {
-    // Element i of a block is a low nibble for i < 16, a high one after:
-    // each code c at some i < 16 and some i >= 16 of each block.
-    const size_t c = i % 32 < 16 ? i % 16 : (i * 7 + 3 + i / 32) % 16;
-    row[i] = std::ldexp(static_cast<float>(c) - 8.0f, static_cast<int>(i / 32));
-  }
-  for (size_t block = 0; block < kDim / 32; ++block) {
-    ASSERT_EQ(row[block * 32], std::ldexp(-8.0f, static_cast<int>(block)));
-  }
-  KVCacheConfig config;
-  config.type = KVType::kQ4_0;
-  for (const auto& [rows, keys] :
-       {std::pair<size_t, size_t>{1, 1}, std::pair<size_t, size_t>{1, 4},
-        std::pair<size_t, size_t>{3, 3}}) {
-    KVCache cache(1, 1, keys, kDim, config);
-    for (size_t j = 0; j < keys; ++j) {
-      cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, kDim),
-                   ConstTensor4::Dense(row.data(), 1, 1, 1, kDim));
+  constexpr float kIQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                1,    13,   25,  38,  53,  69,  89,  113};
+  for (const KVType type : {KVType::kQ4_0, KVType::kQ4_1, KVType::kIQ4_NL}) {
+    std::vector<float> row(kDim);
+    for (size_t i = 0; i < kDim; ++i) {
+      // Element i of a block is a low nibble for i < 16, a high one after:
+      // each code c at some i < 16 and some i >= 16 of each block.
+      const size_t c = i % 32 < 16 ? i % 16 : (i * 7 + 3 + i / 32) % 16;
+      const float value = type == KVType::kIQ4_NL ? kIQ4NL[c] : c - 8.0f;
+      row[i] = std::ldexp(value, static_cast<int>(i / 32));
     }
-    std::vector<float> q(rows * kDim), out(rows * kDim), lse(rows);
-    for (const ComputeType compute :
-         {ComputeType::kFloat32, ComputeType::kInt8}) {
-      AttentionOptions options;
-      options.scale = 1.0f;
-      options.compute = compute;
-      options.log_sum_exp = lse.data();
-      for (size_t first = 0; first < kDim; first += rows) {
-        std::fill(q.begin(), q.end(), 0.0f);
-        for (size_t r = 0; r < rows; ++r) q[r * kDim + (first + r) % kDim] = 1;
-        ScaledDotProductAttention(
-            ConstTensor4::Dense(q.data(), 1, 1, rows, kDim), cache.View(),
-            Tensor4::Dense(out.data(), 1, 1, rows, kDim), options);
-        for (size_t r = 0; r < rows; ++r) {
-          const size_t i = (first + r) % kDim;
-          const float expected =
-              keys == 1 ? row[i] : row[i] + std::log(static_cast<float>(keys));
-          // kInt8 scales the exact code product 127 (c - 8) by the key's
-          // 2^b and the query's d, 1 / 127 rounded (relative error 2^-24),
-          // then adds log n: within 2e-6 2^b for |c - 8| <= 8.
-          EXPECT_NEAR(lse[r], expected,
-                      compute == ComputeType::kInt8
-                          ? std::ldexp(4e-6f, static_cast<int>(i / 32))
-                          : 0.0f)
-              << "element " << i << " rows " << rows << " keys " << keys;
-          if (keys == 1) {
-            for (size_t c = 0; c < kDim; ++c) {
-              EXPECT_EQ(out[r * kDim + c], row[c]) << "value element " << c;
+    KVCacheConfig config;
+    config.type = type;
+    std::vector<ComputeType> computes = {ComputeType::kFloat32};
+    if (ElementTraitsOf(type).int8_scores) {
+      computes.push_back(ComputeType::kInt8);
+    }
+    for (const auto& [rows, keys] :
+         {std::pair<size_t, size_t>{1, 1}, std::pair<size_t, size_t>{1, 4},
+          std::pair<size_t, size_t>{3, 3}}) {
+      KVCache cache(1, 1, keys, kDim, config);
+      for (size_t j = 0; j < keys; ++j) {
+        cache.Append(ConstTensor4::Dense(row.data(), 1, 1, 1, kDim),
+                     ConstTensor4::Dense(row.data(), 1, 1, 1, kDim));
+      }
+      std::vector<float> q(rows * kDim), out(rows * kDim), lse(rows);
+      for (const ComputeType compute : computes) {
+        AttentionOptions options;
+        options.scale = 1.0f;
+        options.compute = compute;
+        options.log_sum_exp = lse.data();
+        for (size_t first = 0; first < kDim; first += rows) {
+          std::fill(q.begin(), q.end(), 0.0f);
+          for (size_t r = 0; r < rows; ++r) {
+            q[r * kDim + (first + r) % kDim] = 1;
+          }
+          ScaledDotProductAttention(
+              ConstTensor4::Dense(q.data(), 1, 1, rows, kDim), cache.View(),
+              Tensor4::Dense(out.data(), 1, 1, rows, kDim), options);
+          for (size_t r = 0; r < rows; ++r) {
+            const size_t i = (first + r) % kDim;
+            const float expected =
+                keys == 1 ? row[i]
+                          : row[i] + std::log(static_cast<float>(keys));
+            // kInt8 scales the exact code product 127 v by the key's 2^b
+            // and the query's d, 1 / 127 rounded (relative error 2^-24),
+            // then adds log n: within 2e-6 2^b for |v| <= 8, 16 times
+            // that for |v| <= 127.
+            const float bound = type == KVType::kIQ4_NL ? 6.4e-5f : 4e-6f;
+            EXPECT_NEAR(lse[r], expected,
+                        compute == ComputeType::kInt8
+                            ? std::ldexp(bound, static_cast<int>(i / 32))
+                            : 0.0f)
+                << ElementTraitsOf(type).name << " element " << i << " rows "
+                << rows << " keys " << keys;
+            if (keys == 1) {
+              for (size_t c = 0; c < kDim; ++c) {
+                EXPECT_EQ(out[r * kDim + c], row[c])
+                    << ElementTraitsOf(type).name << " value element " << c;
+              }
             }
           }
         }
@@ -922,9 +945,9 @@ TEST_P(KVCacheTest, AttentionReadsEveryQ4_0CodeInBothNibbles) {
 }
 
 // Decode reads a tile's E4M3 rows without the per-vector NaN test where a
-// scan of the tile finds no NaN code (attention-inl.h, HasNaNCodes). One NaN
-// code in reach, in a key or a value row, in the first or the second tile of
-// 256 keys, contiguous or paged: a NaN key makes exactly the rows of its kv
+// scan of the tile finds no NaN code (attention_decode-inl.h, HasNaNCodes). One
+// NaN code in reach, in a key or a value row, in the first or the second tile
+// of 256 keys, contiguous or paged: a NaN key makes exactly the rows of its kv
 // head NaN,
 // a NaN value, their column; every other output keeps its bits. Rows of 72:
 // a 64-byte vector and a tail.
@@ -1065,10 +1088,11 @@ TEST_P(KVCacheTest, NonFiniteAtAMaskedKeyChangesNoOtherRow) {
   }
 }
 
-// q8_0 and q4_0 caches hold the bytes ggml's reference quantizers write
+// Caches of ggml's blocks hold the bytes its reference quantizers write
 // (tests/data/make_ggml_blocks_golden.sh): random blocks at many scales,
-// zeros, rounding ties (q8_0's away from zero, q4_0's truncation and clamp),
-// fp16 scales that round, underflow or overflow.
+// zeros, rounding ties (q8_0's away from zero, q4_0's and q4_1's truncation
+// and clamp, iq4_nl's nearest table value), fp16 scales that round,
+// underflow or overflow.
 TEST(KVCacheFormats, BlocksAreGgmlsBitForBit) {
   const std::string path =
       std::string(SIMDATTN_TEST_DATA_DIR) + "/ggml_blocks/golden.bin";
@@ -1078,15 +1102,17 @@ TEST(KVCacheFormats, BlocksAreGgmlsBitForBit) {
   bytes.resize(std::fread(bytes.data(), 1, bytes.size(), file));
   std::fclose(file);
   ASSERT_GE(bytes.size(), 12u);
-  ASSERT_EQ(std::string(bytes.data(), 8), "GGMLBLK1");
+  ASSERT_EQ(std::string(bytes.data(), 8), "GGMLBLK2");
   uint32_t n;
   std::memcpy(&n, bytes.data() + 8, sizeof(n));
   const size_t blocks = n / 32;
-  ASSERT_EQ(bytes.size(), 12 + n * sizeof(float) + blocks * (34 + 18));
+  ASSERT_EQ(bytes.size(),
+            12 + n * sizeof(float) + blocks * (34 + 18 + 20 + 18));
   std::vector<float> x(n);
   std::memcpy(x.data(), bytes.data() + 12, n * sizeof(float));
   const char* golden = bytes.data() + 12 + n * sizeof(float);
-  for (const KVType type : {KVType::kQ8_0, KVType::kQ4_0}) {
+  for (const KVType type :
+       {KVType::kQ8_0, KVType::kQ4_0, KVType::kQ4_1, KVType::kIQ4_NL}) {
     const size_t block_bytes = ElementTraitsOf(type).bytes;
     KVCacheConfig config;
     config.type = type;
@@ -1113,7 +1139,7 @@ TEST(KVCacheFormats, TinyAndNonFiniteBlocks) {
   std::vector<float> row(64);
   for (size_t c = 0; c < 32; ++c) row[c] = (c % 2 ? 1e-39f : -3e-40f) * c;
   for (size_t c = 32; c < 64; ++c) row[c] = c == 40 ? INFINITY : 1.0f;
-  for (const KVType type : {KVType::kQ8_0, KVType::kQ4_0}) {
+  for (const KVType type : BlockElementTypes()) {
     KVCacheConfig config;
     config.type = type;
     const Held held = StoreRow(config, row);
@@ -1124,7 +1150,7 @@ TEST(KVCacheFormats, TinyAndNonFiniteBlocks) {
 
 // Caches whose type cannot hold the shape or whose scales are not scales.
 TEST(KVCacheFormats, BadShapesAndScalesAreErrors) {
-  for (const KVType type : {KVType::kQ8_0, KVType::kQ4_0}) {
+  for (const KVType type : BlockElementTypes()) {
     KVCacheConfig config;
     config.type = type;
     ExpectInvalid([&] { KVCache(1, 1, 8, 20, config); },
@@ -1925,13 +1951,14 @@ TEST(KVCacheErrors, Int8ComputeNeedsIntegerKeys) {
   std::vector<float> x(64, 0.5f), out(64);
   const ConstTensor4 q = ConstTensor4::Dense(x.data(), 1, 1, 1, 64);
   const Tensor4 o = Tensor4::Dense(out.data(), 1, 1, 1, 64);
-  for (const KVType type : {KVType::kF32, KVType::kFp8E4M3, KVType::kBF16}) {
+  for (const KVType type : test::AllElementTypes()) {
+    if (ElementTraitsOf(type).int8_scores) continue;
     KVCacheConfig config;
     config.type = type;
     KVCache cache(1, 1, 4, 64, config);
     cache.Append(q, q);
     ExpectInvalid([&] { ScaledDotProductAttention(q, cache.View(), o, int8); },
-                  {"kInt8", ElementTraitsOf(type).name, "q8_0, q4_0 or int8"});
+                  {"kInt8", ElementTraitsOf(type).name, "integer codes"});
   }
   ExpectInvalid([&] { ScaledDotProductAttention(q, q, q, o, int8); },
                 {"kInt8", "f32"});
@@ -2101,7 +2128,7 @@ TEST_P(KVCacheTest, ForwardStepWithEveryCache) {
 }
 
 // kInt8 in the module: float32 projections, attention's int8 scores over a
-// q8_0, q4_0 or int8 cache (paged or not). Steps of one token (2 query heads
+// cache of integer codes (paged or not). Steps of one token (2 query heads
 // per K/V head: the integer path) stay near float32's steps over the same cache
 // and are not its bits; other caches and Forward refuse it, leaving the cache
 // and y as they were.
@@ -2145,7 +2172,7 @@ TEST_P(KVCacheTest, Int8ComputeStepsStayNearFloat) {
   const ConstTensor3 one(x.data(), 2, 1, d_in, tokens * d_in, d_in);
   ExpectInvalid(
       [&] { mha.ForwardStep(one, f32, Tensor3(y.data(), 2, 1, d_out), int8); },
-      {"kInt8", "q8_0, q4_0 or int8"});
+      {"kInt8", "integer codes"});
   EXPECT_EQ(f32.length(0), 0u);
   ExpectInvalid([&] { mha.Forward(one, Tensor3(y.data(), 2, 1, d_out), int8); },
                 {"kInt8", "ForwardStep"});

@@ -355,8 +355,7 @@ TEST_P(LlamaModuleTest, MlaMatchesPyTorchThroughCachesAndPages) {
     chunks.push_back(tokens - 10);
     const size_t latent = module.latent_dim();
     for (const KVType type :
-         {KVType::kF32, KVType::kBF16, KVType::kF16, KVType::kInt8,
-          KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
+         test::AllElementTypes()) {
       const std::string type_name = ElementTraitsOf(type).name;
       if (latent % ElementTraitsOf(type).values != 0) continue;
       // A KVCache (paged for float32) and caller pages of the type.

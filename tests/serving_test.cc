@@ -244,8 +244,9 @@ TEST_P(ServingTest, DecodeStepIsTheBatchedCallBitForBit) {
 // Slot writes store KVCache::Append's bits, scales included, wherever the
 // slots are.
 TEST_P(ServingTest, SlotWritesAreAppendsBitForBit) {
-  for (KVType type : {KVType::kF32, KVType::kBF16, KVType::kInt8,
-                      KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
+  for (KVType type :
+       {KVType::kF32, KVType::kBF16, KVType::kInt8, KVType::kFp8E5M2,
+        KVType::kQ8_0, KVType::kQ4_0, KVType::kQ4_1, KVType::kIQ4_NL}) {
     const size_t dim = ElementTraitsOf(type).values > 1 ? 32 : 12;
     const std::vector<size_t> lengths = {21, 50};
     KVCacheConfig config;
@@ -318,9 +319,7 @@ TEST_P(ServingTest, LatentPagesServeValuesFromKeyRows) {
   const std::vector<float> q = RandomVector(n * kHeads * dim, 9);
   AttentionOptions options;
   options.mask.causal = true;
-  for (const KVType type :
-       {KVType::kF32, KVType::kBF16, KVType::kF16, KVType::kInt8,
-        KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
+  for (const KVType type : test::AllElementTypes()) {
     const std::string name = ElementTraitsOf(type).name;
     Pool latent(type, dim, value_dim, /*latent=*/true);
     WriteAll(s, latent.pages, 8, /*latent=*/true);
@@ -679,9 +678,7 @@ TEST_P(ServingTest, FusedRopeWriteIsRotateThenWrite) {
   const size_t n = 9;
   const int64_t slots[n] = {3, 4, 5, 6, 40, -1, 41, 100, 7};
   const size_t positions[n] = {0, 1, 2, 3, 1000, 77, 4097, 5, 3};
-  for (const KVType type :
-       {KVType::kF32, KVType::kBF16, KVType::kF16, KVType::kInt8,
-        KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0}) {
+  for (const KVType type : test::AllElementTypes()) {
     const size_t dim = ElementTraitsOf(type).values > 1 ? 64 : 40;
     for (const RopePairing pairing :
          {RopePairing::kHalfSplit, RopePairing::kInterleaved}) {
@@ -733,9 +730,7 @@ TEST_P(ServingTest, FusedRopeWriteIsRotateThenWrite) {
 
 // Pool sizes and operations (kernels.h): plain byte moves and widening, so
 // one target suffices.
-constexpr KVType kEveryType[] = {
-    KVType::kF32,     KVType::kBF16,    KVType::kF16,  KVType::kInt8,
-    KVType::kFp8E4M3, KVType::kFp8E5M2, KVType::kQ8_0, KVType::kQ4_0};
+const std::vector<KVType> kEveryType = test::AllElementTypes();
 
 size_t DimOf(KVType type) { return ElementTraitsOf(type).values > 1 ? 64 : 24; }
 

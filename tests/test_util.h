@@ -29,6 +29,22 @@ namespace test {
 // calls the public, dispatched API, which then runs that target's code.
 using PerTarget = hwy::TestWithParamTarget;
 
+// Every ElementType, in enumerator order; those of ggml's blocks.
+inline std::vector<ElementType> AllElementTypes() {
+  std::vector<ElementType> types;
+  for (unsigned t = 0; t <= static_cast<unsigned>(kLastElementType); ++t) {
+    types.push_back(static_cast<ElementType>(t));
+  }
+  return types;
+}
+inline std::vector<ElementType> BlockElementTypes() {
+  std::vector<ElementType> types;
+  for (const ElementType t : AllElementTypes()) {
+    if (ElementTraitsOf(t).values > 1) types.push_back(t);
+  }
+  return types;
+}
+
 // A MultiHeadAttention's config: eval-only (dropout 0) unless set after.
 inline MultiHeadAttentionConfig MhaConfig(size_t d_in, size_t d_out,
                                           size_t context_length,

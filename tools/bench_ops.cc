@@ -456,9 +456,11 @@ double CheckAppend(const measure::AttentionShape& s) {
                                       &k[b * per_sequence], held_k.data()},
                                   {&v[b * per_sequence], held_v.data()}}) {
       for (size_t g = 0; g < s.kv_heads * n * d; g += group) {
-        double max_abs = 0;
+        double max_abs = 0, min_v = in[g], max_v = in[g];
         for (size_t c = g; c < g + group; ++c) {
           max_abs = std::max(max_abs, double(std::abs(in[c])));
+          min_v = std::min(min_v, double(in[c]));
+          max_v = std::max(max_v, double(in[c]));
         }
         for (size_t c = g; c < g + group; ++c) {
           const double x = in[c], ax = std::abs(x);
@@ -485,6 +487,13 @@ double CheckAppend(const measure::AttentionShape& s) {
               bound = max_abs / 127 * (0.5 + 1e-6) + max_abs * 0x1p-11;
               break;
             case KVType::kQ4_0:
+              bound = max_abs / 8 * (1 + 1e-6) + max_abs * 0x1p-11;
+              break;
+            case KVType::kQ4_1:  // d = (max - min) / 15, m's rounding too.
+              bound = (max_v - min_v) / 15 * (0.5 + 1e-6) +
+                      (max_v - min_v) * 0x1p-11 + max_abs * 0x1p-11;
+              break;
+            case KVType::kIQ4_NL:  // The table's widest gap, 24 d, halved.
               bound = max_abs / 8 * (1 + 1e-6) + max_abs * 0x1p-11;
               break;
           }
@@ -631,7 +640,8 @@ const std::vector<OpSpec>& Ops() {
       {"decode",
        Metric::kGbPerSec,
        "BxHxNxD[_kvG][_qQ][_windowW][_softcapC][_sinks][_alibi][_kvbf16|_kvf16|"
-       "_kvint8|_kvfp8|_kvfp8e5m2|_kvq8_0|_kvq4_0][_pagedN][_cold][_mlaN]"
+       "_kvint8|_kvfp8|_kvfp8e5m2|_kvq8_0|_kvq4_0|_kvq4_1|_kviq4_nl][_pagedN]"
+       "[_cold][_mlaN]"
        "[_bf16dot|_int8dot]  one "
        "query (Q with _qQ, causal) per sequence, the last of N "
        "cached keys (the last W with a window), in a KVCache of that type "
@@ -673,11 +683,16 @@ const std::vector<OpSpec>& Ops() {
         "2x6x300x64_kv2_kvint8_paged16_window50_int8dot",
         "2x4x300x72_kv2_kvfp8_paged16_bf16dot",
         "1x2x300x136_kvfp8e5m2_window100_bf16dot",
-        "1x6x300x20_kv2_kvfp8_q2_bf16dot"},
+        "1x6x300x20_kv2_kvfp8_q2_bf16dot",
+        "2x4x300x64_kv2_kvq4_1_paged16",
+        "1x4x300x64_kviq4_nl_q3",
+        "1x4x1000x64_kv2_kviq4_nl_int8dot"},
        [](const std::string& text) { return AttentionCase(text, true); }},
       {"append",
        Metric::kGbPerSec,
-       "BxHxNxD[_kvbf16|_kvf16|_kvint8|_kvfp8|_kvfp8e5m2|_kvq8_0|_kvq4_0]"
+       "BxHxNxD[_kvbf16|_kvf16|_kvint8|_kvfp8|_kvfp8e5m2|_kvq8_0|_kvq4_0|_kvq4_"
+       "1|"
+       "_kviq4_nl]"
        "[_pagedN][_rope]  KVCache::Append of "
        "N tokens to each of B sequences of H key/value heads (an emptied "
        "cache), keys rotated with _rope; bytes of float K and V read and "
@@ -688,6 +703,7 @@ const std::vector<OpSpec>& Ops() {
        {"2x3x37x8", "2x3x37x20_rope", "1x2x70x16_kvbf16_paged16_rope",
         "2x2x33x10_kvf16", "2x3x50x24_kvint8_paged32_rope",
         "2x3x37x20_kvfp8_rope", "1x2x40x64_kvq4_0_paged16_rope",
+        "1x2x40x64_kvq4_1_rope", "2x2x33x32_kviq4_nl_paged16",
         "2x2x33x32_kvq8_0"},
        AppendCase},
       {"serve",

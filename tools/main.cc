@@ -6,6 +6,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "simdattn/element.h"
 #include "simdattn/kernels.h"
 #include "simdattn/targets.h"
 #include "tbb/info.h"
@@ -40,6 +41,19 @@ void Info() {
           ? (std::string("native (") + simdattn::BFloat16DotKernel() + ")")
                 .c_str()
           : "float32 kernel on bf16-rounded operands");
+  // Types by their traits: every cache type, and those kInt8 reads.
+  std::string cache_types, int8_scores;
+  for (unsigned t = 1; t <= static_cast<unsigned>(simdattn::kLastElementType);
+       ++t) {
+    const simdattn::ElementTraits traits =
+        simdattn::ElementTraitsOf(static_cast<simdattn::ElementType>(t));
+    cache_types += std::string(cache_types.empty() ? "" : " ") + traits.name;
+    if (traits.int8_scores) {
+      int8_scores += std::string(int8_scores.empty() ? "" : " ") + traits.name;
+    }
+  }
+  std::printf("cache types:       f32 %s\n", cache_types.c_str());
+  std::printf("int8 scores:       %s\n", int8_scores.c_str());
   std::printf("TBB threads:       %d\n", tbb::info::default_concurrency());
 }
 

@@ -128,7 +128,11 @@ typedef enum simdattn_element_type {
   SIMDATTN_FP8_E4M3 = 4, /* OCP fp8 E4M3 bits, one float scale per side */
   SIMDATTN_FP8_E5M2 = 5, /* OCP fp8 E5M2 bits, one float scale per side */
   SIMDATTN_Q8_0 = 6,     /* ggml block_q8_0: 32 int8 and an fp16 scale */
-  SIMDATTN_Q4_0 = 7      /* ggml block_q4_0: 32 nibbles and an fp16 scale */
+  SIMDATTN_Q4_0 = 7,     /* ggml block_q4_0: 32 nibbles and an fp16 scale */
+  /* 0.8, KV caches only: */
+  SIMDATTN_Q4_1 = 8,  /* ggml block_q4_1: fp16 d and m, 32 nibbles */
+  SIMDATTN_IQ4_NL = 9 /* ggml block_iq4_nl: fp16 d, 32 nibbles indexing a
+                         table of 16 int8 values */
 } simdattn_element_type;
 
 /* Row-major: element (r, c) is data[r * stride + c]; stride >= cols. */

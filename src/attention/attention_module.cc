@@ -468,19 +468,18 @@ void AttentionEngine::CheckStep(const ForwardOptions& options,
                    "ForwardStep does not return attention weights");
   CheckCompute(options, /*step=*/true);
   SIMDATTN_REQUIRE(
-      options.compute != ComputeType::kBFloat16 || type == KVType::kBF16 ||
-          type == KVType::kFp8E4M3 || type == KVType::kFp8E5M2,
+      options.compute != ComputeType::kBFloat16 ||
+          ElementTraitsOf(type).bf16_exact,
       name_,
       "options.compute is kBFloat16: the cache must hold bf16 or fp8 "
       "(KVCacheConfig::type or KVPages::type kBF16, kFp8E4M3, kFp8E5M2), "
       "its type is ",
       static_cast<int>(type));
   SIMDATTN_REQUIRE(options.compute != ComputeType::kInt8 ||
-                       type == KVType::kQ8_0 || type == KVType::kQ4_0 ||
-                       type == KVType::kInt8,
+                       ElementTraitsOf(type).int8_scores,
                    name_,
-                   "options.compute is kInt8: the cache must hold q8_0, "
-                   "q4_0 or int8, its type is ",
+                   "options.compute is kInt8: the cache must hold integer "
+                   "codes (int8, q8_0, q4_0, iq4_nl), its type is ",
                    static_cast<int>(type));
 }
 

@@ -381,8 +381,8 @@ KVCache::KVCache(size_t batch, size_t kv_heads, size_t capacity,
   // a task of decode reads one head, and a sequence's blocks taken in order
   // are then one stream to the hardware prefetchers. Blocks of every head
   // ([block][head][row], as engines' pages often are) leave it short runs
-  // far apart, which no prefetch rule made as fast (bench/RESULTS.md, "A
-  // paged pool by kv head").
+  // far apart, which no prefetch rule made as fast (bench/RESULTS.md, "Kept
+  // decisions").
   s.row_stride = std::max(head_dim, value_dim_);
   const size_t run =
       CheckedMul(kFn, "block_size * row length", s.block_size, s.row_stride);

@@ -347,7 +347,9 @@ static_assert(SIMDATTN_F32 == static_cast<int>(ElementType::kF32) &&
                   SIMDATTN_FP8_E5M2 ==
                       static_cast<int>(ElementType::kFp8E5M2) &&
                   SIMDATTN_Q8_0 == static_cast<int>(ElementType::kQ8_0) &&
-                  SIMDATTN_Q4_0 == static_cast<int>(ElementType::kQ4_0),
+                  SIMDATTN_Q4_0 == static_cast<int>(ElementType::kQ4_0) &&
+                  SIMDATTN_Q4_1 == static_cast<int>(ElementType::kQ4_1) &&
+                  SIMDATTN_IQ4_NL == static_cast<int>(kLastElementType),
               "simdattn_element_type and ElementType disagree");
 
 // A C element type, named `what` in the error.

@@ -11,32 +11,15 @@
 namespace simdattn {
 
 bool IsElementType(ElementType type) {
-  return static_cast<unsigned>(type) <=
-         static_cast<unsigned>(ElementType::kQ4_0);
+  return static_cast<unsigned>(type) <= static_cast<unsigned>(kLastElementType);
 }
 
 ElementTraits ElementTraitsOf(ElementType type) {
-  switch (type) {
-    case ElementType::kF32:
-      return {"f32", 4, 1, false, false};
-    case ElementType::kBF16:
-      return {"bf16", 2, 1, false, false};
-    case ElementType::kF16:
-      return {"f16", 2, 1, false, false};
-    case ElementType::kInt8:
-      return {"int8", 1, 1, true, false};
-    case ElementType::kFp8E4M3:
-      return {"fp8", 1, 1, false, true};
-    case ElementType::kFp8E5M2:
-      return {"fp8e5m2", 1, 1, false, true};
-    case ElementType::kQ8_0:
-      return {"q8_0", 34, 32, false, false};
-    case ElementType::kQ4_0:
-      return {"q4_0", 18, 32, false, false};
-  }
-  internal::ThrowInvalidArgument("ElementTraitsOf", "type (",
-                                 static_cast<int>(type),
-                                 ") is not an ElementType");
+  SIMDATTN_REQUIRE(IsElementType(type), "ElementTraitsOf", "type (",
+                   static_cast<int>(type), ") is not an ElementType");
+  return internal::VisitElementType(type, [](auto tag) {
+    return internal::ElementFormat<typename decltype(tag)::type>::kTraits;
+  });
 }
 
 size_t KVTypeBytes(KVType type) { return ElementTraitsOf(type).bytes; }
@@ -198,6 +181,83 @@ void QuantizeBlock(const float* x, BlockQ4_0* out) {
     out->qs[j] =
         static_cast<uint8_t>(quant(x[j]) | quant(x[j + kQuantBlock / 2]) << 4);
   }
+}
+
+// ggml's q4_1: d = (max - min) / 15, m = min, codes min(15, trunc((x - min)
+// (1 / d) + 0.5)) in 0..15.
+void QuantizeBlock(const float* x, BlockQ4_1* out) {
+  if (!AllFinite(x)) {
+    out->d = out->m = kHalfNaN;
+    std::fill_n(out->qs, kQuantBlock / 2, uint8_t{0});
+    return;
+  }
+  float min = std::numeric_limits<float>::max(), max = -min;
+  for (size_t j = 0; j < kQuantBlock; ++j) {
+    min = std::min(min, x[j]);
+    max = std::max(max, x[j]);
+  }
+  const float d = (max - min) / 15.0f;
+  const float inverse = Inverse(d);
+  out->d = ToFloat16(d);
+  out->m = ToFloat16(min);
+  const auto quant = [&](float v) {
+    return std::min(15, static_cast<int>((v - min) * inverse + 0.5f));
+  };
+  for (size_t j = 0; j < kQuantBlock / 2; ++j) {
+    out->qs[j] =
+        static_cast<uint8_t>(quant(x[j]) | quant(x[j + kQuantBlock / 2]) << 4);
+  }
+}
+
+namespace {
+
+// The index of the iq4_nl value nearest x (the upper one on a tie), as
+// ggml's best_index_int8 finds it.
+int NearestIQ4NL(float x) {
+  const int8_t* values = kIQ4NLValues;
+  if (x <= values[0]) return 0;
+  if (x >= values[15]) return 15;
+  int low = 0, high = 15;
+  while (high - low > 1) {
+    const int middle = (low + high) / 2;
+    (x < values[middle] ? high : low) = middle;
+  }
+  return x - values[high - 1] < values[high] - x ? high - 1 : high;
+}
+
+}  // namespace
+
+// ggml's iq4_nl reference (quantize_row_iq4_nl_impl with no importance
+// weights and no scale search): the element m of largest magnitude maps to
+// the table's -127 (1 / d = -127 / m), each element to its nearest value,
+// then d is the least-squares scale for those codes with weights x^2. A block
+// below 1e-15 in magnitude gets d 0 and codes 0 (ggml leaves its codes
+// undefined).
+void QuantizeBlock(const float* x, BlockIQ4NL* out) {
+  std::fill_n(out->qs, kQuantBlock / 2, uint8_t{0});
+  if (!AllFinite(x)) {
+    out->d = kHalfNaN;
+    return;
+  }
+  float max_abs = 0.0f, max = 0.0f;
+  for (size_t j = 0; j < kQuantBlock; ++j) {
+    if (std::abs(x[j]) > max_abs) {
+      max_abs = std::abs(x[j]);
+      max = x[j];
+    }
+  }
+  out->d = ToFloat16(0.0f);
+  if (max_abs < 1e-15f) return;
+  const float inverse = 1.0f / (max / static_cast<float>(kIQ4NLValues[0]));
+  float sum_qx = 0.0f, sum_q2 = 0.0f;
+  for (size_t j = 0; j < kQuantBlock; ++j) {
+    const int index = NearestIQ4NL(inverse * x[j]);
+    const float q = kIQ4NLValues[index], w = x[j] * x[j];
+    sum_qx += w * q * x[j];
+    sum_q2 += w * q * q;
+    out->qs[j % 16] |= static_cast<uint8_t>(index << (j < 16 ? 0 : 4));
+  }
+  out->d = ToFloat16(sum_q2 > 0.0f ? sum_qx / sum_q2 : 0.0f);
 }
 
 }  // namespace internal

@@ -23,24 +23,14 @@ using AttendFn = void(ConstTensor4 q, const QueryLayout& layout,
 
 AttendFn* FloatCachesAttention();  // f32, bf16, f16 (attend_floats.cc).
 AttendFn* ByteCachesAttention();   // int8, E4M3, E5M2 (attend_bytes.cc).
-AttendFn* BlockCachesAttention();  // q8_0, q4_0 (attend_blocks.cc).
+AttendFn* BlockCachesAttention();  // ggml's blocks (attend_blocks.cc).
 
-// The function for caches of element type `type`.
+// The function for caches of element type `type`: by its traits, so a new
+// type needs only its file's instantiation line.
 inline AttendFn* AttentionFor(ElementType type) {
-  switch (type) {
-    case ElementType::kInt8:
-    case ElementType::kFp8E4M3:
-    case ElementType::kFp8E5M2:
-      return ByteCachesAttention();
-    case ElementType::kQ8_0:
-    case ElementType::kQ4_0:
-      return BlockCachesAttention();
-    case ElementType::kF32:
-    case ElementType::kBF16:
-    case ElementType::kF16:
-      break;
-  }
-  return FloatCachesAttention();
+  const ElementTraits traits = ElementTraitsOf(type);
+  if (traits.values > 1) return BlockCachesAttention();
+  return traits.bytes == 1 ? ByteCachesAttention() : FloatCachesAttention();
 }
 
 }  // namespace internal

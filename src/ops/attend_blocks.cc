@@ -1,4 +1,4 @@
-// Fused attention over caches of llama.cpp's q8_0 and q4_0 blocks (attend.h).
+// Fused attention over caches of ggml's blocks (attend.h).
 #include "src/ops/attend.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -11,7 +11,8 @@ HWY_BEFORE_NAMESPACE();
 namespace simdattn {
 namespace HWY_NAMESPACE {
 constexpr internal::AttendFn& AttendBlockCaches =
-    AttentionOf<internal::BlockQ8_0, internal::BlockQ4_0>;
+    AttentionOf<internal::BlockQ8_0, internal::BlockQ4_0, internal::BlockQ4_1,
+                internal::BlockIQ4NL>;
 }  // namespace HWY_NAMESPACE
 }  // namespace simdattn
 HWY_AFTER_NAMESPACE();

@@ -103,7 +103,7 @@ std::atomic<size_t> from_memory_bytes{0};
 //
 // Not on AMD's family 0x19: on a Zen 4 the hardware's prefetchers alone
 // read bf16, f16 and q8_0 caches from memory 1.2-2.3 times as fast as paced
-// (one shape even; bench/RESULTS.md, "Pacing on a Zen 4"). Intel's CPUs keep
+// (one shape even; bench/RESULTS.md, "Kept decisions"). Intel's CPUs keep
 // the pacing, unmeasured there. A threshold set by SetFromMemoryBytes (tests)
 // paces on every CPU.
 bool RowsFromMemory(const KVSource& kv, size_t batch) {
@@ -123,7 +123,7 @@ bool RowsFromMemory(const KVSource& kv, size_t batch) {
 std::atomic<int> direct_e4m3_choice{-1};
 
 // Whether the CPU's multiply-adds take denormal operands at full speed: AMD's
-// x86 cores (Zen 5 measured: bench/RESULTS.md, "E4M3 widened to float32"),
+// x86 cores (Zen 5 measured: bench/RESULTS.md, "Kept decisions"),
 // not Intel's, which take a microcode assist for each such instruction.
 bool DenormalOperandsAreFree() { return ThisCpu().amd; }
 
@@ -137,15 +137,13 @@ bool DirectE4M3(const KVSource& kv) {
 std::atomic<int> decode_pairs_choice{-1};
 
 // Whether decode's fp8 and bf16 products under kBFloat16 take bf16 pairs: by
-// default on AMD (Zen 4 measured: bench/RESULTS.md, "fp8 on bf16 pairs" and
-// "bf16 rows on bf16 pairs"; on Intel's Xeons vdpbf16ps ran below the
-// float32 FMAs), where the dispatch picks AVX-512 and the CPU has
-// AVX512_BF16 and VBMI. Under float32 arithmetic the queries and weights
-// would need 3 bf16 parts each, which ran slower than the float32 route
-// there.
+// default on AMD (Zen 4 measured: bench/RESULTS.md, "Kept decisions"; on
+// Intel's Xeons vdpbf16ps ran below the float32 FMAs), where the dispatch picks
+// AVX-512 and the CPU has AVX512_BF16 and VBMI. Under float32 arithmetic the
+// queries and weights would need 3 bf16 parts each, which ran slower than the
+// float32 route there.
 bool DecodePairs(const KVSource& kv, bool bf16) {
-  if (!bf16 || (kv.type != KVType::kFp8E4M3 && kv.type != KVType::kFp8E5M2 &&
-                kv.type != KVType::kBF16)) {
+  if (!bf16 || !ElementTraitsOf(kv.type).bf16_exact) {
     return false;
   }
   if (!internal::IsAvx512Target(internal::ActiveTargetBit()) ||
@@ -201,11 +199,11 @@ void Attend(const char* kFn, ConstTensor4 q,
   SIMDATTN_REQUIRE(bf16 || int8 || options.compute == ComputeType::kFloat32,
                    kFn, "options.compute (", static_cast<int>(options.compute),
                    ") is not a ComputeType");
-  SIMDATTN_REQUIRE(!int8 || kv.type == KVType::kQ8_0 ||
-                       kv.type == KVType::kQ4_0 || kv.type == KVType::kInt8,
-                   kFn, "options.compute is kInt8 but the keys are ",
+  SIMDATTN_REQUIRE(!int8 || ElementTraitsOf(kv.type).int8_scores, kFn,
+                   "options.compute is kInt8 but the keys are ",
                    ElementTraitsOf(kv.type).name,
-                   ": int8 arithmetic reads a q8_0, q4_0 or int8 cache");
+                   ": int8 arithmetic reads a cache of integer codes (int8, "
+                   "q8_0, q4_0, iq4_nl)");
 
   const Footprint rq = internal::CheckTensor4(kFn, "q", q);
   const Footprint ro = internal::CheckTensor4(kFn, "out", out);
@@ -335,8 +333,8 @@ void AttendCache(const char* kFn, ConstTensor4 q,
   SIMDATTN_REQUIRE(IsElementType(kv.type), kFn, "kv.type (",
                    static_cast<int>(kv.type), ") is not a KVType");
   SIMDATTN_REQUIRE(
-      options.compute != ComputeType::kBFloat16 || kv.type == KVType::kBF16 ||
-          kv.type == KVType::kFp8E4M3 || kv.type == KVType::kFp8E5M2,
+      options.compute != ComputeType::kBFloat16 ||
+          ElementTraitsOf(kv.type).bf16_exact,
       kFn, "options.compute is kBFloat16 but the cache's type is ",
       static_cast<int>(kv.type),
       ", not kBF16, kFp8E4M3 or kFp8E5M2: bf16 arithmetic reads a cache "

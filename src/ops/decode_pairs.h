@@ -14,7 +14,7 @@
 // E4M3 codes count as 2^-8 of their value, E5M2's as theirs: matmul-inl.h's
 // LoadB reads them so (kLoadScale), and the callers' scales expect it.
 // Rows are given as bytes, `stride` bytes apart.
-// Internal: attention-inl.h calls them where DecodePairsUsable().
+// Internal: attention_decode-inl.h calls them where DecodePairsUsable().
 #ifndef SIMDATTN_SRC_OPS_DECODE_PAIRS_H_
 #define SIMDATTN_SRC_OPS_DECODE_PAIRS_H_
 
@@ -30,8 +30,8 @@ namespace internal {
 bool DecodePairsUsable();
 
 // Rows of queries and weights handled together: up to a group of four
-// heads (P V takes them two by two: bench/RESULTS.md, "bf16 rows on bf16
-// pairs").
+// heads (P V takes them two by two: bench/RESULTS.md, "Kept
+// decisions").
 inline constexpr size_t kMaxPairRows = 4;
 
 // uint32 per query row of `cols` elements (QueryPairs).

@@ -5,7 +5,7 @@
 // float->int conversion (plus x86's overflow fix-up), handles large positive
 // arguments and builds 2^n from two halves: ~30 vector ops. Softmax spends
 // most of its time here, and the op count is the speed (bench/RESULTS.md:
-// what bounds the softmax).
+// "What bounds each kernel").
 //
 // x86's 16- and 8-lane targets (AVX-512, AVX2): exp(x) = 2^(k/L) exp(r),
 // k = round(L x / ln 2) for L lanes, with 2^(k mod L / L) from an L-entry

@@ -1,5 +1,6 @@
-// Per-target integer scores (ComputeType::kInt8). Over ggml's q8_0 and q4_0
-// key blocks (DotTile; q4_0 on AVX-512 by pairs of blocks, NibblePairTile):
+// Per-target integer scores (ComputeType::kInt8). Over ggml's q8_0, q4_0 and
+// iq4_nl key blocks (DotTile, through their codecs' Codes and Scale; q4_0 on
+// AVX-512 by pairs of blocks, NibblePairTile):
 // query rows quantized to blocks of 32 int8 codes, each block's code
 // products summed exactly in int32, as llama.cpp's vec_dot_q8_0_q8_0 and
 // vec_dot_q4_0_q8_0 do, then scaled by both blocks' scales in float32.
@@ -34,14 +35,15 @@ using internal::BlockQ4_0;
 using internal::BlockQ8_0;
 using internal::kQuantBlock;
 
-// Key types whose scores may be integer dot products: ggml's blocks, whose
-// query rows are quantized per block, and int8 rows (one scale per row),
-// whose query rows are quantized per row.
+// Key types whose scores may be integer dot products (ElementTraits::
+// int8_scores): ggml's blocks of integer codes, whose query rows are
+// quantized per block, and int8 rows (one scale per row), whose query rows
+// are quantized per row.
+template <typename T>
+inline constexpr bool kIntegerKeys = internal::kTraitsOf<T>.int8_scores;
 template <typename T>
 inline constexpr bool kBlockKeys =
-    std::is_same_v<T, BlockQ8_0> || std::is_same_v<T, BlockQ4_0>;
-template <typename T>
-inline constexpr bool kIntegerKeys = kBlockKeys<T> || std::is_same_v<T, int8_t>;
+    kIntegerKeys<T>&& internal::kBlockValues<T> > 1;
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // q4_0 keys on AVX-512 go by pairs of blocks: a pair's 64 nibbles as
@@ -211,7 +213,7 @@ HWY_INLINE hn::Vec512<float> PairScales(const BlockQ4_0* a, bool pair) {
   const hn::Full512<float> df;
   if (!pair) {
     return hn::Vec512<float>{_mm512_maskz_mov_ps(
-        0x0F0F, hn::Set(df, matmul_detail::BlockScale(*a)).raw)};
+        0x0F0F, hn::Set(df, Codec<BlockQ4_0>::Scale(*a)).raw)};
   }
   // 32 bytes from a hold both: a[0]'s scale is 16-bit word 0, a[1]'s word 9.
   const hn::Full256<int16_t> dw;
@@ -315,10 +317,10 @@ HWY_INLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
     const int16_t* c2 = C == 1 && R > 2 ? q.Codes(2, g) : c0;
     const int16_t* c3 = C == 1 && R > 3 ? q.Codes(3, g) : c0;
     for (size_t h = 0; h < kQuantBlock; h += N) {
-      const auto k0 = matmul_detail::BlockCodes(d16, key0[g], h);
-      const auto k1 = C > 1 ? matmul_detail::BlockCodes(d16, key1[g], h) : k0;
-      const auto k2 = C > 2 ? matmul_detail::BlockCodes(d16, key2[g], h) : k0;
-      const auto k3 = C > 3 ? matmul_detail::BlockCodes(d16, key3[g], h) : k0;
+      const auto k0 = Codec<T>::Codes(d16, key0[g], h);
+      const auto k1 = C > 1 ? Codec<T>::Codes(d16, key1[g], h) : k0;
+      const auto k2 = C > 2 ? Codec<T>::Codes(d16, key2[g], h) : k0;
+      const auto k3 = C > 3 ? Codec<T>::Codes(d16, key3[g], h) : k0;
 #define SIMDATTN_INT_TERM(i)                                                   \
   if (R * C > i) {                                                             \
     const auto codes = hn::LoadU(d16, c##i + h);                               \
@@ -332,10 +334,10 @@ HWY_INLINE void DotTile(const QuantizedQueries& q, const T* const* keys,
 #undef SIMDATTN_INT_TERM
     }
     // Per block: each key's scale once, not per vector or row.
-    const float kd0 = matmul_detail::BlockScale(key0[g]);
-    const float kd1 = C > 1 ? matmul_detail::BlockScale(key1[g]) : kd0;
-    const float kd2 = C > 2 ? matmul_detail::BlockScale(key2[g]) : kd0;
-    const float kd3 = C > 3 ? matmul_detail::BlockScale(key3[g]) : kd0;
+    const float kd0 = Codec<T>::Scale(key0[g]);
+    const float kd1 = C > 1 ? Codec<T>::Scale(key1[g]) : kd0;
+    const float kd2 = C > 2 ? Codec<T>::Scale(key2[g]) : kd0;
+    const float kd3 = C > 3 ? Codec<T>::Scale(key3[g]) : kd0;
 #define SIMDATTN_INT_GROUP(i)                                              \
   if (R * C > i) {                                                         \
     const VF dot = hn::Mul(hn::ConvertTo(df, hn::Add(s##i, o##i)),         \

@@ -73,7 +73,7 @@ struct KVRows {
     return rows;
   }
   // The same rows as units of U, of T's size: a view that reads them
-  // another way (attention-inl.h's FiniteE4M3).
+  // another way (element.h's FiniteE4M3).
   template <typename U>
   KVRows<U> As() const {
     static_assert(sizeof(U) == sizeof(T), "same units");
@@ -152,7 +152,7 @@ struct AttentionArithmetic {
   // Decode's rows come from memory (more than the L3 holds) on a CPU where
   // pacing pays: it asks for kPacedRows types' rows at its own pace.
   bool rows_from_memory = false;
-  // Decode reads E4M3 rows straight as float32 bits (attention-inl.h).
+  // Decode reads E4M3 rows straight as float32 bits (attention_decode-inl.h).
   bool direct_e4m3 = false;
   // Decode's fp8 and bf16 products under kBFloat16 on bf16 pairs
   // (decode_pairs.h).

@@ -10,7 +10,7 @@
 // last row's End, and tiles outside are never computed. A masked key
 // contributes exactly nothing, whatever x, K or V hold there: its score is
 // selected to -inf, never computed with, and its value row is never
-// multiplied in (attention-inl.h's NonFiniteValues). NaN at a visible key
+// multiplied in (attention_tile-inl.h's NonFiniteValues). NaN at a visible key
 // propagates to its row, as in PyTorch.
 #ifndef SIMDATTN_SRC_OPS_MASK_H_
 #define SIMDATTN_SRC_OPS_MASK_H_

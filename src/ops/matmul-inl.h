@@ -32,6 +32,7 @@
 #include "src/common/element.h"
 #include "src/common/parallel.h"
 #include "src/common/scratch.h"
+#include "src/ops/codecs-inl.h"
 #include "src/ops/gemm_driver.h"
 #include "src/ops/lanes-inl.h"
 
@@ -87,157 +88,11 @@ struct Epilogue {
   const float* bias;  // Packed, NR floats (zero padded) or nullptr.
 };
 
-// A q8_0 or q4_0 block's fp16 scale as float, by the target's conversion
-// (F16C's on x86), not a call; infinities and NaN included (PromoteF16).
-template <typename TB>
-HWY_INLINE float BlockScale(const TB& block) {
-  const hn::CappedTag<hwy::float16_t, 1> dh1;
-  return hn::GetLane(PromoteF16(
-      hn::CappedTag<float, 1>(),
-      hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(&block.d))));
-}
-
-// A block's codes [j, j + Lanes(di)) as integers of di's (signed) lanes:
-// q8_0's int8 values, q4_0's nibbles minus 8. For q4_0, Lanes(di) divides
-// 16, so the lanes lie in one half of the block, or is 32: the whole block.
-template <class DI>
-HWY_INLINE hn::Vec<DI> BlockCodes(DI di, const internal::BlockQ8_0& block,
-                                  size_t j) {
-  return hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, DI>(), block.qs + j));
-}
-template <class DI>
-HWY_INLINE hn::Vec<DI> BlockCodes(DI di, const internal::BlockQ4_0& block,
-                                  size_t j) {
-  constexpr size_t kHalf = internal::kQuantBlock / 2;
-#if HWY_TARGET != HWY_SCALAR
-  if constexpr (hn::MaxLanes(DI()) >= internal::kQuantBlock) {
-    if (hn::Lanes(di) == internal::kQuantBlock) {  // Low nibbles, then high.
-      const hn::Half<DI> dh;
-      const hn::Rebind<uint8_t, decltype(dh)> d8;
-      const auto packed = hn::LoadU(d8, block.qs);
-      const auto low = hn::PromoteTo(dh, hn::And(packed, hn::Set(d8, 15)));
-      const auto high = hn::PromoteTo(dh, hn::ShiftRight<4>(packed));
-      return hn::Sub(hn::Combine(di, high, low), hn::Set(di, 8));
-    }
-  }
-#endif
-  const hn::Rebind<uint8_t, DI> d8;
-  const auto packed = hn::LoadU(d8, block.qs + j % kHalf);
-  return hn::Sub(hn::PromoteTo(di, j < kHalf ? hn::And(packed, hn::Set(d8, 15))
-                                             : hn::ShiftRight<4>(packed)),
-                 hn::Set(di, 8));
-}
-
-// E4M3 codes read without LoadB's test for NaN (S.1111.111): decode reads a
-// tile's rows so, then scans them for NaN codes (attention-inl.h,
-// HasNaNCodes).
-struct FiniteE4M3 {
-  uint8_t bits;
-};
-
-// FiniteE4M3 codes widened straight to float32 bits: 3 ops a vector where
-// the float16 route takes 4, of which F16C's conversion is the dearest
-// (bench/RESULTS.md, "E4M3 widened to float32"). The subnormal codes come as
-// float32 denormals, exact: decode reads rows so only where the CPU's
-// multiply-adds take denormal operands at full speed
-// (AttentionArithmetic::direct_e4m3), with operands of kOperandScale.
-struct DirectE4M3 {
-  uint8_t bits;
-};
-
-// LoadB's values are a row's elements divided by this: E4M3's come as
-// float16 of bias 15, and the 2^8 joins the caller's scale (one multiply
-// per vector less); DirectE4M3's as float32 of bias 127. Powers of two: the
-// results' bits are unchanged.
-template <typename TB>
-inline constexpr float kLoadScale =
-    std::is_same_v<TB, DirectE4M3> ? 0x1p120f
-    : std::is_same_v<TB, internal::Fp8E4M3> || std::is_same_v<TB, FiniteE4M3>
-        ? 256.0f
-        : 1.0f;
-
-// What the operands multiplied by LoadB's values carry (DirectE4M3: 2^112,
-// so that each product is the one of FiniteE4M3's values exactly, with no
-// more denormals; the operands' magnitudes must stay below 2^16).
-template <typename TB>
-inline constexpr float kOperandScale =
-    std::is_same_v<TB, DirectE4M3>
-        ? kLoadScale<DirectE4M3> / kLoadScale<FiniteE4M3>
-        : 1.0f;
-
-// Lanes [n, n + Lanes(d)) of a row of B as floats: exact, unscaled but for
-// kLoadScale (int8 rows' and fp8 sides' scales are applied by the caller;
-// q8_0 and q4_0 blocks carry theirs). Block rows are read a vector within one
-// block (or half a block for q4_0's nibbles: n a multiple of Lanes(d), and
-// Lanes(d) at most 32 or 16), else lane by lane.
+// Lanes [n, n + Lanes(d)) of a row of B as floats: the row's codec
+// (codecs-inl.h), exact, unscaled but for its kLoadScale.
 template <class D, typename TB>
 HWY_INLINE hn::Vec<D> LoadB(D d, const TB* HWY_RESTRICT row, size_t n) {
-  const hn::Rebind<uint8_t, D> d8;
-  const hn::Rebind<uint16_t, D> d16;
-  const hn::Rebind<hwy::float16_t, D> dh;
-  const hn::RebindToSigned<D> di;
-  if constexpr (std::is_same_v<TB, float>) {
-    return hn::LoadU(d, row + n);
-  } else if constexpr (std::is_same_v<TB, int8_t>) {
-    return hn::ConvertTo(
-        d, hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, D>(), row + n)));
-  } else if constexpr (std::is_same_v<TB, internal::Fp8E5M2>) {
-    // E5M2 is the upper byte of a float16.
-    const auto bits = hn::PromoteTo(d16, hn::LoadU(d8, &row[n].bits));
-    return PromoteF16(d, hn::BitCast(dh, hn::ShiftLeft<8>(bits)));
-  } else if constexpr (std::is_same_v<TB, DirectE4M3>) {
-    // The byte sign-extended and shifted left by 20 holds E.MMM in bits
-    // 20-26 and S in bits 27-31, bits 27-30 then cleared.
-    const auto wide = hn::PromoteTo(
-        di, hn::LoadU(hn::Rebind<int8_t, D>(),
-                      reinterpret_cast<const int8_t*>(&row[n].bits)));
-    return hn::BitCast(d,
-                       hn::And(hn::ShiftLeft<20>(wide),
-                               hn::Set(di, static_cast<int32_t>(0x87F00000u))));
-  } else if constexpr (std::is_same_v<TB, internal::Fp8E4M3> ||
-                       std::is_same_v<TB, FiniteE4M3>) {
-    // As a float16 of 4 exponent bits (bias 15 for 7: 2^-8 of the value,
-    // subnormals included; kLoadScale): the byte sign-extended and shifted
-    // left by 7 holds E.MMM in bits 7-13 and S in bits 14-15, bit 14 then
-    // cleared.
-    const hn::Rebind<int16_t, D> di16;
-    const auto wide = hn::PromoteTo(
-        di16, hn::LoadU(hn::Rebind<int8_t, D>(),
-                        reinterpret_cast<const int8_t*>(&row[n].bits)));
-    auto half = hn::And(hn::ShiftLeft<7>(wide),
-                        hn::Set(di16, static_cast<int16_t>(0xBF80)));
-    if constexpr (std::is_same_v<TB, internal::Fp8E4M3>) {
-      // S.1111.111 (magnitude bits 0x3F80) made a float16 NaN.
-      const auto magnitude = hn::Set(di16, 0x3F80);
-      half = hn::IfThenElse(hn::Eq(hn::And(half, magnitude), magnitude),
-                            hn::Set(di16, 0x7E00), half);
-    }
-    return PromoteF16(d, hn::BitCast(dh, half));
-  } else if constexpr (internal::kBlockValues<TB> > 1) {
-    constexpr size_t kLanesInBlock = std::is_same_v<TB, internal::BlockQ4_0>
-                                         ? internal::kQuantBlock / 2
-                                         : internal::kQuantBlock;
-    if (hn::Lanes(d) > kLanesInBlock) {  // Wide SVE.
-      HWY_ALIGN float lanes[hn::MaxLanes(d)];
-      for (size_t i = 0; i < hn::Lanes(d); ++i) {
-        lanes[i] = internal::WidenAt(row, n + i);
-      }
-      return hn::Load(d, lanes);
-    }
-    const TB& block = row[n / internal::kQuantBlock];
-    const hn::Vec<D> codes =
-        hn::ConvertTo(d, BlockCodes(di, block, n % internal::kQuantBlock));
-    // Exact: an 8-bit integer times an fp16 value.
-    return hn::Mul(codes, hn::Set(d, BlockScale(block)));
-  } else if constexpr (std::is_same_v<TB, Float16>) {
-    return PromoteF16(
-        d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row + n)));
-  } else {
-    static_assert(std::is_same_v<TB, BFloat16>);
-    return hn::PromoteTo(
-        d, hn::LoadU(hn::Rebind<hwy::bfloat16_t, D>(),
-                     reinterpret_cast<const hwy::bfloat16_t*>(row + n)));
-  }
+  return Codec<TB>::Load(d, row, n);
 }
 
 // Sources of B's rows: a MatrixView, or anything with its Row(k) (fused
@@ -710,38 +565,37 @@ HWY_INLINE size_t AddHalfTail(D d, const float* HWY_RESTRICT a,
 #endif
 
 // A row of B's two vectors of columns [n, n + 2 Lanes(d)) as floats, in b0
-// and b1, and the factor that joins A's element instead: a q8_0 or q4_0
-// block's scale, its codes widened alone (once per two vectors, not a
-// multiply per vector); else the row's scale (int8 rows; 1 for others).
+// and b1, and the factor that joins A's element instead: a scaled-codes
+// block's d (q8_0, q4_0, iq4_nl), its codes widened alone (once per two
+// vectors, not a multiply per vector); else the row's scale (int8 rows; 1
+// for others).
 template <class D, typename TB>
 HWY_INLINE float LoadTwo(D d, const TB* HWY_RESTRICT row, float row_scale,
                          size_t n, hn::Vec<D>& b0, hn::Vec<D>& b1) {
   const size_t N = hn::Lanes(d);
-  if constexpr ((internal::kBlockValues<TB>) > 1) {
+  if constexpr (kScaledCodes<TB>) {
+    using C = Codec<TB>;
     const TB& block = row[n / internal::kQuantBlock];
     const size_t j = n % internal::kQuantBlock;
     const hn::RebindToSigned<D> di;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    if constexpr (std::is_same_v<TB, internal::BlockQ4_0> &&
-                  hn::MaxLanes(D()) == 16) {
+    if constexpr (C::kNibbles && hn::MaxLanes(D()) == 16) {
       // The block's low nibbles, then its high ones (j is 0: 2 N is a
-      // block), as floats by a table of the codes minus 8 that LookUp
-      // indexes with each byte's low 4 bits: 4 ops where masks, widening,
-      // subtractions and conversions take 10. The same values.
+      // block), as floats by the codec's table that LookUp indexes with
+      // each byte's low 4 bits: 4 ops where masks, widening, subtractions
+      // and conversions take 10 (q4_0). The same values.
       HWY_DASSERT(j == 0);
-      HWY_ALIGN static constexpr float kCodes[16] = {
-          -8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
-      const auto table = hn::BitCast(di, hn::Load(d, kCodes));
+      const auto table = hn::BitCast(di, hn::Load(d, C::kCodeTable));
       const auto bytes =
           hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, D>(), block.qs));
       b0 = hn::BitCast(d, LookUp(table, bytes));
       b1 = hn::BitCast(d, LookUp(table, hn::ShiftRight<4>(bytes)));
-      return BlockScale(block);
+      return C::Scale(block);
     }
 #endif
-    b0 = hn::ConvertTo(d, BlockCodes(di, block, j));
-    b1 = hn::ConvertTo(d, BlockCodes(di, block, j + N));
-    return BlockScale(block);
+    b0 = hn::ConvertTo(d, C::Codes(di, block, j));
+    b1 = hn::ConvertTo(d, C::Codes(di, block, j + N));
+    return C::Scale(block);
   } else {
     b0 = LoadB(d, row, n);
     b1 = LoadB(d, row, n + N);
@@ -749,15 +603,16 @@ HWY_INLINE float LoadTwo(D d, const TB* HWY_RESTRICT row, float row_scale,
   }
 }
 
-// Whether RowsTimesBPasses takes the P blocks of a pass's row of B (q4_0 on
-// AVX-512, a block per pair of vectors) with their scales in one vector, for
+// Whether RowsTimesBPasses takes the P blocks of a pass's row of B (18-byte
+// scaled-codes blocks, q4_0 and iq4_nl, on AVX-512: a block per pair of
+// vectors) with their scales in one vector, for
 // one row of A (ungrouped decode's P V): 9 ops a row of 4 blocks where each
 // block's scale alone (converted, multiplied, broadcast) took 5, 20 in all.
 // Four rows of A (a group of four heads) ran 19% slower so.
 template <typename TB, size_t R, size_t P>
 constexpr bool ScalesByVector() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  return std::is_same_v<TB, internal::BlockQ4_0> && R == 1 && P <= 4 &&
+  return kScaledCodes<TB> && sizeof(TB) == 18 && R == 1 && P <= 4 &&
          hn::MaxLanes(hn::ScalableTag<float>()) == 16;
 #else
   return false;
@@ -767,9 +622,10 @@ constexpr bool ScalesByVector() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // The scales of blocks[0, P), P <= 4, as floats in lanes [0, P): their fp16
 // words (0, 9, 18 and 27 from blocks, within 56 bytes) by one masked load,
-// which reads no word past them, and one permute; BlockScale's conversion.
-template <size_t P>
-HWY_INLINE hn::Vec512<float> BlockScales(const internal::BlockQ4_0* blocks) {
+// which reads no word past them, and one permute; the codec's conversion.
+template <size_t P, typename TB>
+HWY_INLINE hn::Vec512<float> BlockScales(const TB* blocks) {
+  static_assert(sizeof(TB) == 18 && offsetof(TB, d) == 0, "d every 9 words");
   static_assert(P >= 1 && P <= 4, "four scales in 64 bytes");
   const hn::Full512<int16_t> dw;
   HWY_ALIGN static constexpr int16_t kWords[32] = {0, 9, 18, 27};
@@ -940,7 +796,7 @@ HWY_INLINE size_t RowsTimesB(ConstMatrix a, size_t m, const B& b, Matrix c,
   // accumulators allow: with 32 registers and 8- or 16-bit rows four pairs
   // for two rows, two for three or four), then narrower ones for the rest.
   // Float rows keep eight accumulators (sixteen measured slower:
-  // bench/RESULTS.md, "Wider passes").
+  // bench/RESULTS.md, "Kept decisions").
   constexpr size_t kAccumulators =
       sizeof(ElementOf<B>) < 4 ? kPassAccumulators : 8;
   constexpr size_t kFit = kAccumulators / (2 * R);
@@ -1037,7 +893,7 @@ HWY_INLINE size_t AddRowDot(D d, const float* HWY_RESTRICT a_row,
 // keeps the test out of their loop. Rows of B (decode's V tiles) are asked
 // for whole by RowsTimesB's first pass, which pays where they come from
 // memory and costs where the later passes would find them in L2 (weight
-// matrices): bench/RESULTS.md, "Value rows whole in P V's first pass".
+// matrices): bench/RESULTS.md, "Kept decisions".
 template <bool kPrefetch = false, class B>
 inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
                           const MatMulOptions& opt, size_t n_begin,
@@ -1053,8 +909,8 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
   // where it takes block rows, or rows that fill RowsTimesB's widest pass
   // (eight vectors), so that a row streams from memory in one pass: on a
   // Zen 4, float rows of 128 so read 1.1-1.5x as fast as by two passes of
-  // four vectors, from memory and in the L3 (bench/RESULTS.md, "Float value
-  // rows in one pass").
+  // four vectors, from memory and in the L3 (bench/RESULTS.md, "Kept
+  // decisions").
   size_t n_rows_done = n_begin;
   constexpr bool kBlocks = internal::kBlockValues < TB >> 1;
   const bool one_row = kBlocks || (c.rows == 1 && n_end - n_begin >= 8 * N);
@@ -1079,7 +935,7 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
       // decode 7-10% faster (bf16 keys from memory) to 20% (float32 keys of
       // 64 in the L3); weight rows of 1.5 KiB and more read one by one made
       // M = 1 products 1.15-1.6x slower, 8-bit keys 3-13% (bench/RESULTS.md,
-      // "Decode's Q K^T from memory"). On Zen 4, rows of 512 bytes to 1 KiB
+      // "Kept decisions"). On Zen 4, rows of 512 bytes to 1 KiB
       // read one by one were 1.2-2x as fast ("Rows of up to 1 KiB one by
       // one"). The same bits either way.
       const size_t vector_k = K / N * N;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "simdattn/kernels.h"
+#include "src/ops/bf16_kernel.h"
 
 namespace simdattn {
 namespace internal {
@@ -32,7 +33,6 @@ void MatMulBFloat16(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
 enum class BFloat16DotPolicy { kAuto, kNative, kDotProduct, kFallback };
 void SetBFloat16DotPolicy(BFloat16DotPolicy policy);
 
-enum class BFloat16DotKernelKind { kAmx, kDotProduct, kBfdot, kFallback };
 BFloat16DotKernelKind ChosenBFloat16DotKernel();
 
 // C (rows x cols floats, ldc apart) = A B on vdpbf16ps, in amx_tiles.h's

@@ -10,7 +10,7 @@
 
 #include "simdattn/kernels.h"
 #include "src/common/aligned_vector.h"
-#include "src/ops/matmul_bf16.h"
+#include "src/ops/bf16_kernel.h"
 
 namespace simdattn {
 

@@ -2,7 +2,7 @@
 // (softmax-inl.h): rows per task, groups of short rows, where the exps are
 // staged, which outputs are streamed, and what is prefetched. Plain C++,
 // the same for every SIMD target. Why each choice pays, measured, is in
-// bench/RESULTS.md ("Softmax: what is kept").
+// bench/RESULTS.md ("Kept decisions").
 #ifndef SIMDATTN_SRC_OPS_SOFTMAX_H_
 #define SIMDATTN_SRC_OPS_SOFTMAX_H_
 

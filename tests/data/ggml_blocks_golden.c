@@ -1,5 +1,6 @@
-/* Writes tests/data/ggml_blocks/golden.bin: q8_0 and q4_0 blocks produced by
- * ggml's reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref).
+/* Writes tests/data/ggml_blocks/golden.bin: q8_0, q4_0, q4_1 and iq4_nl
+ * blocks produced by ggml's reference quantizers (quantize_row_q8_0_ref,
+ * _q4_0_ref, _q4_1_ref, _iq4_nl_ref).
  *
  * Built and run by tests/data/make_ggml_blocks_golden.sh, which compiles this
  * file together with ggml's own src/ggml-quants.c (nothing of ggml is copied
@@ -7,12 +8,16 @@
  * for the ggml commit the checked-in golden.bin came from.
  *
  * File format (all little endian):
- *   8 bytes   magic "GGMLBLK1"
+ *   8 bytes   magic "GGMLBLK2"
  *   uint32    n, the number of floats (a multiple of 32)
  *   n x f32   the inputs
  *   n/32 x 34 bytes  block_q8_0: fp16 d, then 32 x int8 qs
  *   n/32 x 18 bytes  block_q4_0: fp16 d, then 16 bytes qs
  *                    (byte j: low nibble = element j, high nibble = j + 16)
+ *   n/32 x 20 bytes  block_q4_1: fp16 d, fp16 m, then 16 bytes qs
+ *   n/32 x 18 bytes  block_iq4_nl: fp16 d, then 16 bytes qs; for a block
+ *                    below 1e-15 in magnitude ggml leaves qs undefined
+ *                    (uninitialised memory): written here as zeros
  *
  * Inputs are made here, deterministically (xorshift32 mapped to exactly
  * representable floats, then one float multiplication for the scaled cases),
@@ -35,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ggml-quants.h" /* block_q8_0, block_q4_0, quantize_row_*_ref */
+#include "ggml-quants.h" /* block_*, quantize_row_*_ref, dequantize_row_* */
 #include "ggml.h"
 
 #if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
@@ -44,6 +49,8 @@
 
 _Static_assert(sizeof(block_q8_0) == 34, "block_q8_0 must be 34 bytes");
 _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must be 18 bytes");
+_Static_assert(sizeof(block_q4_1) == 20, "block_q4_1 must be 20 bytes");
+_Static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl must be 18 bytes");
 _Static_assert(sizeof(float) == 4, "float must be 32 bits");
 
 /* ---- stubs for what ggml-quants.c references but the two _ref paths never
@@ -377,6 +384,31 @@ static void make_inputs(void) {
     }
   }
 
+  /* q4_1: all equal (d = 0, codes 0, m the value); ties of (x - min) * id
+   * + 0.5 with min -7.5 and max 7.5 (d = 1, id = 1) */
+  {
+    float *b = new_block("q4_1 all equal 1.25");
+    for (int j = 0; j < QK; j++) b[j] = 1.25f;
+    b = new_block("q4_1 ties, d = 1 (-7.5 at 0, 7.5 at 1)");
+    for (int j = 0; j < QK; j++) b[j] = (float)(j % 15) - 7.0f;
+    b[0] = -7.5f;
+    b[1] = 7.5f;
+  }
+  /* iq4_nl: max -127 gives 1 / d = 1, so the first pass looks up x itself:
+   * midpoints between the table's values (ties go to the upper one) */
+  {
+    static const float v[] = {
+        -115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+        7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f, 113.0f,
+        -4.4999995f, -4.5000005f, 7.0000005f, 6.9999995f, 0.0f, -0.0f,
+        120.0f,  -126.0f, 1.0f,  -10.0f, 13.0f,  -22.0f,  25.0f,  38.0f,
+        112.99999f,
+    };
+    float *b = new_block("iq4_nl midpoints (-127 at 0)");
+    b[0] = -127.0f;
+    fill_list(b, 1, v, COUNT(v));
+  }
+
   while (nblk < NB - 4) fill_normal(new_block("normal x1"), 1.0f);
 
   /* overflow of d to fp16: finite inputs, d stored as +-inf (RNE: 65520
@@ -496,6 +528,8 @@ static int same_float(float a, float b) {
 
 static block_q8_0 q8[NB];
 static block_q4_0 q4[NB];
+static block_q4_1 q41[NB];
+static block_iq4_nl iq4[NB];
 static float deq[N];
 
 int main(int argc, char **argv) {
@@ -514,10 +548,18 @@ int main(int argc, char **argv) {
 
   quantize_row_q8_0_ref(xs, q8, N);
   quantize_row_q4_0_ref(xs, q4, N);
+  quantize_row_q4_1_ref(xs, q41, N);
+  quantize_row_iq4_nl_ref(xs, iq4, N);
+  for (int b = 0; b < NB; b++) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK; j++)
+      if (fabsf(xs[QK * b + j]) > amax) amax = fabsf(xs[QK * b + j]);
+    if (amax < 1e-15f) memset(iq4[b].qs, 0, sizeof(iq4[b].qs));
+  }
 
-  static uint8_t file[8 + 4 + 4 * N + 34 * NB + 18 * NB];
+  static uint8_t file[8 + 4 + 4 * N + 34 * NB + 18 * NB + 20 * NB + 18 * NB];
   uint8_t *p = file;
-  memcpy(p, "GGMLBLK1", 8);
+  memcpy(p, "GGMLBLK2", 8);
   p += 8;
   p = put_u32(p, (uint32_t)N);
   for (int i = 0; i < N; i++) p = put_u32(p, f32_bits(xs[i]));
@@ -529,6 +571,17 @@ int main(int argc, char **argv) {
   for (int b = 0; b < NB; b++) {
     p = put_u16(p, q4[b].d);
     memcpy(p, q4[b].qs, 16);
+    p += 16;
+  }
+  for (int b = 0; b < NB; b++) {
+    p = put_u16(p, q41[b].d);
+    p = put_u16(p, q41[b].m);
+    memcpy(p, q41[b].qs, 16);
+    p += 16;
+  }
+  for (int b = 0; b < NB; b++) {
+    p = put_u16(p, iq4[b].d);
+    memcpy(p, iq4[b].qs, 16);
     p += 16;
   }
   if (p != file + sizeof(file)) {
@@ -575,6 +628,35 @@ int main(int argc, char **argv) {
       bad = 1;
     }
   }
+  /* check: q4_1 is nib * d + m (the product exact, one rounding), iq4_nl
+   * d * value */
+  static const int8_t values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                    1,    13,   25,  38,  53,  69,  89,  113};
+  dequantize_row_q4_1(q41, deq, N);
+  for (int i = 0; i < N; i++) {
+    const block_q4_1 *blk = &q41[i / QK];
+    const int j = i % QK;
+    const int nib =
+        j < QK / 2 ? (blk->qs[j] & 0x0F) : (blk->qs[j - QK / 2] >> 4);
+    const float want =
+        (float)nib * spec_f16_to_f32(blk->d) + spec_f16_to_f32(blk->m);
+    if (!same_float(deq[i], want)) {
+      fprintf(stderr, "q4_1 dequant differs at %d\n", i);
+      bad = 1;
+    }
+  }
+  dequantize_row_iq4_nl(iq4, deq, N);
+  for (int i = 0; i < N; i++) {
+    const block_iq4_nl *blk = &iq4[i / QK];
+    const int j = i % QK;
+    const int nib =
+        j < QK / 2 ? (blk->qs[j] & 0x0F) : (blk->qs[j - QK / 2] >> 4);
+    const float want = spec_f16_to_f32(blk->d) * (float)values[nib];
+    if (!same_float(deq[i], want)) {
+      fprintf(stderr, "iq4_nl dequant differs at %d\n", i);
+      bad = 1;
+    }
+  }
   if (bad) return 1;
 
   FILE *f = fopen(argv[1], "wb");
@@ -586,8 +668,9 @@ int main(int argc, char **argv) {
 
   printf("# golden.bin: n = %d floats, %d blocks, %zu bytes\n", N, NB,
          sizeof(file));
-  printf("# block  q8_0.d  q4_0.d  case\n");
+  printf("# block  q8_0.d  q4_0.d  q4_1.d  q4_1.m  iq4_nl.d  case\n");
   for (int b = 0; b < NB; b++)
-    printf("%2d  0x%04x  0x%04x  %s\n", b, q8[b].d, q4[b].d, labels[b]);
+    printf("%2d  0x%04x  0x%04x  0x%04x  0x%04x  0x%04x  %s\n", b, q8[b].d,
+           q4[b].d, q41[b].d, q41[b].m, iq4[b].d, labels[b]);
   return 0;
 }

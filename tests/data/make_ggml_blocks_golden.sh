@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Writes tests/data/ggml_blocks/golden.bin (and cases.txt): q8_0 and q4_0
-# blocks made by ggml's reference quantizers, for bit-exact tests of our own.
+# Writes tests/data/ggml_blocks/golden.bin (and cases.txt): q8_0, q4_0, q4_1
+# and iq4_nl blocks made by ggml's reference quantizers, for bit-exact tests
+# of our own.
 #
 # Usage:
 #

@@ -53,6 +53,18 @@ struct Parsed {
                               expected);
 }
 
+// Whether `flag` ends in the name of an element type with a '_' in it.
+bool EndsInTypeName(const std::string& flag) {
+  for (unsigned t = 0; t <= static_cast<unsigned>(kLastElementType); ++t) {
+    const std::string name = ElementTraitsOf(static_cast<ElementType>(t)).name;
+    if (name.find('_') != std::string::npos && flag.size() >= name.size() &&
+        flag.compare(flag.size() - name.size(), name.size(), name) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 Parsed Parse(const std::string& text, const char* expected) {
   Parsed p;
   size_t pos = text.find('_');
@@ -60,8 +72,10 @@ Parsed Parse(const std::string& text, const char* expected) {
   while (pos != std::string::npos) {
     const size_t next = text.find('_', pos + 1);
     const std::string flag = text.substr(pos + 1, next - pos - 1);
-    // Digits alone continue the flag before: type names such as q8_0.
-    if (IsCount(flag) && !p.flags.empty()) {
+    // Digits alone, or the rest of a type's name, continue the flag before:
+    // type names such as q8_0 and iq4_nl.
+    if (!p.flags.empty() &&
+        (IsCount(flag) || EndsInTypeName(p.flags.back() + "_" + flag))) {
       p.flags.back() += "_" + flag;
     } else {
       p.flags.push_back(flag);
@@ -149,6 +163,17 @@ bool ParseType(const std::string& flag, const char* prefix,
   for (const ElementType t : types) {
     if (flag == std::string(prefix) + ElementTraitsOf(t).name) {
       *type = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Every element type but f32, by its name with `prefix`.
+bool ParseStoredType(const std::string& flag, const char* prefix,
+                     ElementType* type) {
+  for (unsigned t = 1; t <= static_cast<unsigned>(kLastElementType); ++t) {
+    if (ParseType(flag, prefix, {static_cast<ElementType>(t)}, type)) {
       return true;
     }
   }
@@ -411,15 +436,10 @@ MhaShape ParseMhaShape(const std::string& text) {
   return s;
 }
 
-// _kv<type> (bf16, f16, int8, fp8, fp8e5m2, q8_0, q4_0) and _pagedN (N a
-// power of two, 16 to 256), each once: whether `flag` is one.
+// _kv<type> (any ElementType's name but f32's) and _pagedN (N a power of
+// two, 16 to 256), each once: whether `flag` is one.
 bool ParseCacheFlag(const std::string& flag, AttentionShape* s) {
-  if (s->cache == KVType::kF32 &&
-      ParseType(flag, "kv",
-                {ElementType::kBF16, ElementType::kF16, ElementType::kInt8,
-                 ElementType::kFp8E4M3, ElementType::kFp8E5M2,
-                 ElementType::kQ8_0, ElementType::kQ4_0},
-                &s->cache)) {
+  if (s->cache == KVType::kF32 && ParseStoredType(flag, "kv", &s->cache)) {
     return true;
   }
   if (s->page != 0 || flag.compare(0, 5, "paged") != 0 ||
@@ -435,7 +455,7 @@ bool ParseCacheFlag(const std::string& flag, AttentionShape* s) {
 AttentionShape ParseAppendShape(const std::string& text) {
   constexpr const char* kForm =
       "BxHxNxD with optional _kv<type> (bf16, f16, int8, fp8, fp8e5m2, q8_0, "
-      "q4_0), _pagedN (N a power "
+      "q4_0, q4_1, iq4_nl), _pagedN (N a power "
       "of two, 16 to 256), _rope (e.g. 8x12x512x64_kvbf16_paged16_rope)";
   const Parsed p = Parse(text, kForm);
   if (p.dims.size() != 4) Fail(text, kForm);
@@ -540,12 +560,12 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
   const char* const form =
       decode ? "BxHxNxD with optional _kvG (G dividing H), _windowW, "
                "_softcapC, _sinks, _alibi, _kv<type> (bf16, f16, int8, fp8, "
-               "fp8e5m2, q8_0, q4_0), "
+               "fp8e5m2, q8_0, q4_0, q4_1, iq4_nl), "
                "_qN (N queries per sequence), _pagedN (N a power of two, 16 to "
                "256), _cold, _mlaN (values "
                "the first N < D dims of each key row), _bf16dot (kv bf16, "
-               "fp8 or fp8e5m2), _int8dot (kv q8_0, "
-               "q4_0 or int8, H / G times N at most 4) (e.g. "
+               "fp8 or fp8e5m2), _int8dot (kv int8, q8_0, "
+               "q4_0 or iq4_nl, H / G times N at most 4) (e.g. "
                "1x12x4096x64_kvbf16_paged16)"
              : "BxHxTxD with optional _kvG (G dividing H), _causal, "
                "_dropout, _windowW, _softcapC, _sinks, _alibi, _bf16dot "
@@ -581,17 +601,13 @@ AttentionShape ParseAttentionShape(const std::string& text, bool decode) {
       Fail(text, form);
     }
   }
-  // kInt8 reads q8_0, q4_0 and int8 caches; with more rows per task its
+  // kInt8 reads caches of integer codes; with more rows per task its
   // scores would be float32's, which --check's quantized reference does not
-  // model.
-  // Over a cache, kBFloat16 reads bf16 and fp8 ones.
-  if (s.bf16dot && s.InCache() && s.cache != KVType::kBF16 &&
-      s.cache != KVType::kFp8E4M3 && s.cache != KVType::kFp8E5M2) {
-    Fail(text, form);
-  }
-  if (s.int8dot && ((s.cache != KVType::kQ8_0 && s.cache != KVType::kQ4_0 &&
-                     s.cache != KVType::kInt8) ||
-                    s.heads / s.kv_heads * s.queries > 4)) {
+  // model. Over a cache, kBFloat16 reads bf16 and fp8 ones.
+  const ElementTraits cache = ElementTraitsOf(s.cache);
+  if (s.bf16dot && s.InCache() && !cache.bf16_exact) Fail(text, form);
+  if (s.int8dot &&
+      (!cache.int8_scores || s.heads / s.kv_heads * s.queries > 4)) {
     Fail(text, form);
   }
   return s;

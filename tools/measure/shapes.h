@@ -142,7 +142,8 @@ struct AttentionShape {
   // bf16 arithmetic (AttentionOptions::compute, _bf16dot); over a cache,
   // a bf16 or fp8 one.
   bool bf16dot = false;
-  // Decode over a q8_0, q4_0 or int8 cache with at most 4 query rows per
+  // Decode over a cache of integer codes (ElementTraits::int8_scores) with
+  // at most 4 query rows per
   // key/value head and sequence: kInt8 scores (_int8dot).
   bool int8dot = false;
   size_t queries = 1;  // Decode: queries per sequence (_qN, N <= tokens).
