@@ -300,12 +300,14 @@ struct AttentionOptions {
   // outputs differ from float32 attention over the rounded Q, K, V and P
   // only by accumulation order. Over a KVCacheView, the cache must hold
   // bf16 or fp8 (whose keys and values bf16 holds exactly).
-  // kInt8 (a cache of q8_0, q4_0 or int8 only): integer scores. Over
-  // ggml's blocks, as llama.cpp computes them: each query row is quantized
+  // kInt8 (a cache of integer codes only, ElementTraits::int8_scores: int8,
+  // q8_0, q4_0, iq4_nl): integer scores. Over ggml's blocks, as llama.cpp
+  // computes them: each query row is quantized
   // per block of 32 elements to q^ = d round(x / d), d = max |x| / 127
   // (float32 d; codes rounded to nearest even from x (127 / max)), the
   // products of a block's codes with the key block's (q4_0: its values
-  // n - 8) summed exactly in int32 and scaled by scale d d_key in float32.
+  // n - 8; iq4_nl: its table's values) summed exactly in int32 and scaled by
+  // scale d d_key in float32.
   // Over int8 keys (one scale per row), the same with the whole row as the
   // query's one block: one exact int32 sum per score, times the key's scale
   // and scale d (the query quantized per row, as the keys are). A score
@@ -368,6 +370,19 @@ SIMDATTN_API void ScaledDotProductAttention(
 // overflows (max |x| below about 2^-121) d 0 and q 0 (ggml leaves both
 // undefined); |x| up to 65504 * 127 (q8_0) or 65504 * 8 (q4_0) keeps d
 // finite.
+//
+// q4_1 and iq4_nl are ggml's block_q4_1 and block_iq4_nl bit for bit, also
+// written as ggml's reference quantizers write them. q4_1: d = (max - min) /
+// 15 and m = min (both fp16), q = min(15, trunc((x - min) (1 / d) + 0.5)) in
+// 0..15, element d q + m (the sum rounded once): |x - (d q + m)| <= d / 2
+// plus the roundings of d and m (relative 2^-11 of max - min and of |min|).
+// iq4_nl: 4-bit indices into ggml's table of 16 values (-127 ... 113); the
+// element m of largest magnitude sets 1 / d = -127 / m, each x takes the
+// value nearest x / d, then d is the least-squares scale of those values
+// with weights x^2 (fp16): within about |d| 12 of x inside the table's
+// range (its widest gap is 24), more for elements clamped at 113 |d|.
+// Blocks with a NaN or an infinity store d NaN (q4_1: m too) and codes 0;
+// iq4_nl blocks below 1e-15 in magnitude d 0 and codes 0.
 
 // Keys and values where a KV cache keeps them (attention.h's KVCache::View
 // gives one), read in place by attention: no converted copy is made. Keys and

@@ -48,52 +48,172 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 namespace attention_detail {
 
-// Attention over keys and values of element type T, queries and outputs
-// where `layout` puts them.
-template <typename T>
-void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
-               const internal::KVSource& kv, Tensor4 out, float scale,
-               const AttentionMask& mask, float dropout, PhiloxKey dropout_key,
-               float* log_sum_exp, const internal::AttentionArithmetic& arith) {
-  const size_t batch = layout.batch, heads = q.dims[1];
-  const size_t k_tokens = kv.tokens, value_dim = kv.values.cols;
-  const auto lse = [&](size_t b, size_t h, size_t i) -> float& {
-    return log_sum_exp[layout.LogSumExpIndex(b, h, i)];
+// How a call's query rows become tasks: plain arithmetic over the shapes,
+// never the thread count, so results do not depend on it.
+struct TaskPlan {
+  size_t task_heads;   // Query heads of one group per task.
+  size_t head_blocks;  // Task heads per batch item: heads / task_heads.
+  size_t task_tokens;  // Tokens per task, at most.
+  size_t tasks;        // Over the batch.
+  size_t splits;       // Key chunks per task (1: the keys are not split),
+  size_t chunk;        // of this many keys, a multiple of kKeyBlock.
+  size_t block_rows;   // Rows of a task, at most.
+
+  size_t Tasks(size_t tokens) const {
+    return head_blocks * hwy::DivCeil(tokens, task_tokens);
+  }
+};
+
+// A task: task_heads query heads of one group (the largest divisor of the
+// group that fits) times up to task_tokens tokens. Too few tasks for the
+// cores: a query block per task (each tile of K and V packed for fewer rows,
+// a few % more work) before splitting the keys, whose partials take memory
+// in proportion to the rows.
+inline TaskPlan PlanTasks(const internal::QueryLayout& layout, size_t heads,
+                          size_t group, size_t k_tokens) {
+  TaskPlan plan;
+  plan.task_heads = std::min(group, kTaskRows);
+  while (group % plan.task_heads != 0) --plan.task_heads;
+  plan.head_blocks = heads / plan.task_heads;
+  plan.task_tokens = kTaskRows / plan.task_heads;
+  size_t most_tokens = 0;
+  const auto count_tasks = [&] {
+    size_t tasks = 0;
+    for (size_t b = 0; b < layout.batch; ++b) {
+      tasks += plan.Tasks(layout.Tokens(b));
+      most_tokens = std::max(most_tokens, layout.Tokens(b));
+    }
+    return tasks;
   };
-  const auto out_rows = [&](size_t b, size_t h) {
-    return layout.Rows(out, b, h);
-  };
+  plan.tasks = count_tasks();
+  if (plan.tasks < kMinTasks) {
+    plan.task_tokens = std::max<size_t>(1, kQueryBlock / plan.task_heads);
+    plan.tasks = count_tasks();
+  }
+  size_t splits = 1;
+  if (plan.tasks < kMinTasks && k_tokens >= 2 * kMinSplitKeys) {
+    splits =
+        std::min(hwy::DivCeil(kMinTasks, plan.tasks), k_tokens / kMinSplitKeys);
+  }
+  plan.chunk = std::max(
+      kKeyBlock,
+      hwy::DivCeil(hwy::DivCeil(k_tokens, splits), kKeyBlock) * kKeyBlock);
+  plan.splits = std::max<size_t>(1, hwy::DivCeil(k_tokens, plan.chunk));
+  plan.block_rows = plan.task_heads * std::min(plan.task_tokens, most_tokens);
+  return plan;
+}
+
+// Heavy tasks first: items with more query rows first (ties, and every
+// dense call, in batch order), and within an item, the later row blocks,
+// which see more keys under a causal mask. Task index i is split i % splits
+// of task i / splits.
+class TaskOrder {
+ public:
+  // The order and each item's first task, from the scratch pool as size_t
+  // (std::sort with the tie broken by index: stable_sort would allocate).
+  TaskOrder(const internal::QueryLayout& layout, const TaskPlan& plan)
+      : layout_(layout),
+        plan_(plan),
+        buffer_(hwy::DivCeil((2 * layout.batch + 1) * sizeof(size_t),
+                             sizeof(float))),
+        order_(reinterpret_cast<size_t*>(buffer_.data())),
+        first_task_(order_ + layout.batch) {
+    const size_t batch = layout.batch;
+    for (size_t b = 0; b < batch; ++b) order_[b] = b;
+    if (layout.starts != nullptr) {
+      std::sort(order_, order_ + batch, [&](size_t a, size_t b) {
+        const size_t ta = layout.Tokens(a), tb = layout.Tokens(b);
+        return ta != tb ? ta > tb : a < b;
+      });
+    }
+    first_task_[0] = 0;
+    for (size_t p = 0; p < batch; ++p) {
+      first_task_[p + 1] =
+          first_task_[p] + plan.Tasks(layout.Tokens(order_[p]));
+    }
+  }
+
+  QueryRows Locate(size_t index, size_t* split) const {
+    *split = index % plan_.splits;
+    const size_t task = index / plan_.splits;
+    const size_t p = static_cast<size_t>(
+        std::upper_bound(first_task_, first_task_ + layout_.batch + 1, task) -
+        first_task_ - 1);
+    const size_t b = order_[p], tokens = layout_.Tokens(b);
+    const size_t row_blocks = hwy::DivCeil(tokens, plan_.task_tokens);
+    const size_t local = task - first_task_[p];
+    const size_t i0 = (row_blocks - 1 - local % row_blocks) * plan_.task_tokens;
+    return QueryRows{
+        b, local / row_blocks * plan_.task_heads, plan_.task_heads, i0,
+        plan_.task_heads * std::min(plan_.task_tokens, tokens - i0)};
+  }
+
+ private:
+  const internal::QueryLayout& layout_;
+  const TaskPlan& plan_;
+  internal::ScratchBuffer buffer_;
+  size_t* order_;
+  size_t* first_task_;
+};
+
+// Where a call's results go: output rows, log-sum-exps, and the factor
+// FinishRow applies (an fp8 cache's value scale times kLoadScale).
+struct Outputs {
+  const internal::QueryLayout& layout;
+  Tensor4 out;
+  float* log_sum_exp;
+  size_t heads, value_dim;
+  float value_scale;
+
+  float* Row(const QueryRows& t, size_t r) const {
+    return layout.Rows(out, t.b, t.Head(r)).Row(t.Token(r));
+  }
+  // Row r's output from its accumulator and softmax state.
+  void Finish(const QueryRows& t, size_t r, const float* acc, float max,
+              float sum, bool nan) const {
+    FinishRow(acc, sum, nan, value_scale, value_dim, Row(t, r));
+    if (log_sum_exp != nullptr) {
+      log_sum_exp[layout.LogSumExpIndex(t.b, t.Head(r), t.Token(r))] =
+          LogSumExp(max, sum, nan);
+    }
+  }
   // Every weight dropped: the context is 0 (and the log-sum-exp is that of
   // the weights before dropout).
-  const auto zero_outputs = [&] {
-    for (size_t b = 0; b < batch; ++b) {
+  void Zero() const {
+    for (size_t b = 0; b < layout.batch; ++b) {
       for (size_t h = 0; h < heads; ++h) {
-        const Matrix o = out_rows(b, h);
+        const Matrix o = layout.Rows(out, b, h);
         for (size_t i = 0; i < o.rows; ++i) {
           std::fill(o.Row(i), o.Row(i) + value_dim, 0.0f);
         }
       }
     }
-  };
+  }
+};
+
+// The call's constants. An fp8 cache's key scale joins the scores' (its
+// value scale joins the outputs), as does what LoadB leaves out (kLoadScale).
+template <typename T>
+Problem MakeProblem(ConstTensor4 q, const internal::QueryLayout& layout,
+                    const internal::KVSource& kv, Tensor4 out, float scale,
+                    const AttentionMask& mask, float dropout,
+                    PhiloxKey dropout_key,
+                    const internal::AttentionArithmetic& arith) {
   const bool drop_all = dropout >= 1.0f;
-  if (drop_all && log_sum_exp == nullptr) return zero_outputs();
-  // An fp8 cache's key scale joins the scores' (its value scale joins the
-  // outputs, in FinishRow), as does what LoadB leaves out (kLoadScale).
-  constexpr float kLoadScale = Codec<T>::kLoadScale;
-  const float value_scale = kv.values.side_scale * kLoadScale;
   Problem pr{q,
              layout,
              &kv,
-             value_dim,
+             kv.values.cols,
              out,
-             scale * kv.keys.side_scale * kLoadScale,
-             internal::MaskModel(mask, k_tokens),
+             scale * kv.keys.side_scale * Codec<T>::kLoadScale,
+             internal::MaskModel(mask, kv.tokens),
              mask_detail::Softcap(mask.softcap),
              dropout > 0.0f && !drop_all,
              {},
-             heads / kv.kv_heads};
-  if (pr.dropout)
+             q.dims[1] / kv.kv_heads};
+  if (pr.dropout) {
     pr.dropout_params = dropout_detail::MakeParams(dropout, dropout_key);
+  }
   pr.round_weights = arith.round_weights;
   // The caller checks the target.
   HWY_DASSERT(kPairTarget ||
@@ -104,147 +224,156 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   pr.rows_from_memory = arith.rows_from_memory;
   pr.direct_e4m3 = arith.direct_e4m3;
   pr.decode_pairs = kPairTarget && arith.decode_pairs;
+  return pr;
+}
 
+// The (max, sum, acc) partials of every (task, split), block_rows rows
+// each, from the scratch pool (none without splits).
+struct Partials {
+  Partials(const TaskPlan& plan, size_t value_dim)
+      : rows(plan.splits > 1 ? plan.tasks * plan.splits * plan.block_rows : 0),
+        buffer(rows * (value_dim + 3) + 1),
+        acc(buffer.data()),
+        states{acc + rows * value_dim, acc + rows * (value_dim + 1),
+               acc + rows * (value_dim + 2)} {}
+  RowStates At(size_t row) const {
+    return {states.max + row, states.sum + row, states.nan + row};
+  }
+
+  size_t rows;
+  internal::ScratchBuffer buffer;
+  float* acc;
+  RowStates states;
+};
+
+// Merges the splits: weights exp(max_s - max) bring every partial to the
+// common max. A few rows per task: not worth spawning for.
+inline void MergeSplits(const TaskPlan& plan, const TaskOrder& order,
+                        const Partials& partials, const Outputs& outputs) {
+  const size_t splits = plan.splits, value_dim = outputs.value_dim;
+  const RowStates& st = partials.states;
+  for (size_t task = 0; task < plan.tasks; ++task) {
+    size_t split;
+    const QueryRows t = order.Locate(task * splits, &split);
+    for (size_t r = 0; r < t.rows; ++r) {
+      const auto row_of = [&](size_t s) {
+        return (task * splits + s) * plan.block_rows + r;
+      };
+      float row_max = -kInf;
+      bool nan = false;
+      for (size_t s = 0; s < splits; ++s) {
+        row_max = std::max(row_max, st.max[row_of(s)]);
+        nan = nan || st.nan[row_of(s)] != 0;
+      }
+      float* o = outputs.Row(t, r);
+      std::fill(o, o + value_dim, 0.0f);
+      float sum = 0.0f;
+      if (row_max != -kInf) {
+        for (size_t s = 0; s < splits; ++s) {
+          const float w = std::exp(st.max[row_of(s)] - row_max);
+          if (w == 0.0f) continue;
+          sum += w * st.sum[row_of(s)];
+          const float* a = partials.acc + row_of(s) * value_dim;
+          for (size_t c = 0; c < value_dim; ++c) o[c] += w * a[c];
+        }
+      }
+      outputs.Finish(t, r, o, row_max, sum, nan);
+    }
+  }
+}
+
+// One worker's scratch past its workspace: the row states of its task; bf16
+// pairs; the query rows, gathered when they come from several heads or
+// must be rounded for the float32 kernel; the accumulator of several heads.
+struct TaskScratch {
+  static size_t Floats(const Problem& pr, const TaskPlan& plan, bool round_q,
+                       size_t workspace_floats) {
+    return workspace_floats + 3 * kTaskRows + PairFloats(pr) +
+           GatherFloats(pr, plan, round_q) + AccFloats(pr, plan);
+  }
+  static size_t PairFloats(const Problem& pr) {
+    return pr.pairs() ? PairWorkspace::Floats(pr.q.dims[3], pr.value_dim) : 0;
+  }
+  static size_t GatherFloats(const Problem& pr, const TaskPlan& plan,
+                             bool round_q) {
+    return plan.task_heads > 1 || round_q ? kTaskRows * pr.q.dims[3] : 0;
+  }
+  static size_t AccFloats(const Problem& pr, const TaskPlan& plan) {
+    return plan.task_heads > 1 && plan.splits == 1 ? kTaskRows * pr.value_dim
+                                                   : 0;
+  }
+
+  TaskScratch(float* p, const Problem& pr, const TaskPlan& plan, bool round_q)
+      : states{p, p + kTaskRows, p + 2 * kTaskRows},
+        pairs(p + 3 * kTaskRows),
+        gathered(GatherFloats(pr, plan, round_q) != 0 ? pairs + PairFloats(pr)
+                                                      : nullptr),
+        acc(pairs + PairFloats(pr) + GatherFloats(pr, plan, round_q)) {}
+
+  RowStates states;
+  float* pairs;
+  float* gathered;
+  float* acc;
+};
+
+// Attention over keys and values of element type T, queries and outputs
+// where `layout` puts them: the tasks of PlanTasks, in TaskOrder, each run
+// by the backend chosen once (FloatTiles or PairTiles), then the splits
+// merged.
+template <typename T>
+void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
+               const internal::KVSource& kv, Tensor4 out, float scale,
+               const AttentionMask& mask, float dropout, PhiloxKey dropout_key,
+               float* log_sum_exp, const internal::AttentionArithmetic& arith) {
+  const size_t value_dim = kv.values.cols, head_dim = q.dims[3];
+  const Outputs outputs{
+      layout,    out,       log_sum_exp,
+      q.dims[1], value_dim, kv.values.side_scale * Codec<T>::kLoadScale};
+  const bool drop_all = dropout >= 1.0f;
+  if (drop_all && log_sum_exp == nullptr) return outputs.Zero();
+  const Problem pr = MakeProblem<T>(q, layout, kv, out, scale, mask, dropout,
+                                    dropout_key, arith);
+  const TaskPlan plan = PlanTasks(layout, q.dims[1], pr.group, kv.tokens);
+  const TaskOrder order(layout, plan);
+  const Partials partials(plan, value_dim);
   const hn::ScalableTag<float> d;
   const size_t nr = matmul_detail::kVectors * hn::Lanes(d);
-  const size_t head_dim = q.dims[3];
-  // A task: task_heads query heads of one group (the largest divisor of the
-  // group that fits) times up to task_tokens tokens.
-  size_t task_heads = std::min(pr.group, kTaskRows);
-  while (pr.group % task_heads != 0) --task_heads;
-  const size_t head_blocks = heads / task_heads;
-  size_t task_tokens = kTaskRows / task_heads;
-  // Too few tasks for the cores: a query block per task (each tile of K and
-  // V packed for fewer rows, a few % more work) before splitting the keys,
-  // whose partials would take memory in proportion to the rows.
-  size_t most_tokens = 0;
-  const auto count_tasks = [&] {
-    size_t tasks = 0;
-    for (size_t b = 0; b < batch; ++b) {
-      tasks += head_blocks * hwy::DivCeil(layout.Tokens(b), task_tokens);
-      most_tokens = std::max(most_tokens, layout.Tokens(b));
-    }
-    return tasks;
-  };
-  size_t tasks = count_tasks();
-  if (tasks < kMinTasks) {
-    task_tokens = std::max<size_t>(1, kQueryBlock / task_heads);
-    tasks = count_tasks();
-  }
-  size_t splits = 1;
-  if (tasks < kMinTasks && k_tokens >= 2 * kMinSplitKeys) {
-    splits = std::min(hwy::DivCeil(kMinTasks, tasks), k_tokens / kMinSplitKeys);
-  }
-  const size_t chunk = std::max(
-      kKeyBlock,
-      hwy::DivCeil(hwy::DivCeil(k_tokens, splits), kKeyBlock) * kKeyBlock);
-  splits = std::max<size_t>(1, hwy::DivCeil(k_tokens, chunk));
-
-  // With splits, every (task, split) leaves its partial accumulator and
-  // states here; without, the accumulator is the output itself (one head
-  // per task) or the task's own scratch.
-  const size_t block_rows = task_heads * std::min(task_tokens, most_tokens);
-  const size_t partial_rows = splits > 1 ? tasks * splits * block_rows : 0;
-  internal::ScratchBuffer partials(partial_rows * (value_dim + 3) + 1);
-  float* partial_acc = partials.data();
-  const RowStates partial_states{partial_acc + partial_rows * value_dim,
-                                 partial_acc + partial_rows * (value_dim + 1),
-                                 partial_acc + partial_rows * (value_dim + 2)};
   const size_t workspace_floats = Workspace::Floats(nr, head_dim, value_dim);
-
-  // Heavy tasks first: items with more query rows first (ties, and every
-  // dense call, in batch order), and within an item, the later row blocks,
-  // which see more keys under a causal mask. first_task[p] is the first task
-  // of the p-th item in that order (from the scratch pool, used as size_t;
-  // std::sort with the tie broken by index: stable_sort would allocate).
-  internal::ScratchBuffer order_buffer(
-      hwy::DivCeil((2 * batch + 1) * sizeof(size_t), sizeof(float)));
-  size_t* order = reinterpret_cast<size_t*>(order_buffer.data());
-  size_t* first_task = order + batch;
-  for (size_t b = 0; b < batch; ++b) order[b] = b;
-  if (layout.starts != nullptr) {
-    std::sort(order, order + batch, [&](size_t a, size_t b) {
-      const size_t ta = layout.Tokens(a), tb = layout.Tokens(b);
-      return ta != tb ? ta > tb : a < b;
-    });
-  }
-  first_task[0] = 0;
-  for (size_t p = 0; p < batch; ++p) {
-    first_task[p + 1] =
-        first_task[p] +
-        head_blocks * hwy::DivCeil(layout.Tokens(order[p]), task_tokens);
-  }
-  const auto locate = [&](size_t index, size_t* split) {
-    *split = index % splits;
-    const size_t task = index / splits;
-    const size_t p = static_cast<size_t>(
-        std::upper_bound(first_task, first_task + batch + 1, task) -
-        first_task - 1);
-    const size_t b = order[p], tokens = layout.Tokens(b);
-    const size_t row_blocks = hwy::DivCeil(tokens, task_tokens);
-    const size_t local = task - first_task[p];
-    const size_t i0 = (row_blocks - 1 - local % row_blocks) * task_tokens;
-    return QueryRows{b, local / row_blocks * task_heads, task_heads, i0,
-                     task_heads * std::min(task_tokens, tokens - i0)};
-  };
-  const auto out_row = [&](const QueryRows& t, size_t r) {
-    return out_rows(t.b, t.Head(r)).Row(t.Token(r));
-  };
-  // A task's scratch past its workspace and row states: bf16 pairs; the
-  // query rows, gathered when they come from several heads or must be
-  // rounded for the float32 kernel; the accumulator of several heads.
   const bool round_q = pr.round_inputs && !pr.pairs();
-  const size_t pair_floats =
-      pr.pairs() ? PairWorkspace::Floats(head_dim, value_dim) : 0;
-  const size_t gather_floats =
-      task_heads > 1 || round_q ? kTaskRows * head_dim : 0;
-  const size_t acc_floats =
-      task_heads > 1 && splits == 1 ? kTaskRows * value_dim : 0;
-  internal::ParallelForDynamic(0, tasks * splits, [&](const auto& next) {
-    internal::ScratchBuffer scratch(workspace_floats + 3 * kTaskRows +
-                                    pair_floats + gather_floats + acc_floats);
-    Workspace ws(scratch.data(), nr, head_dim, value_dim);
-    float* own = scratch.data() + workspace_floats;
-    const RowStates own_states{own, own + kTaskRows, own + 2 * kTaskRows};
-    float* pair_part = own + 3 * kTaskRows;
-    float* gathered = gather_floats != 0 ? pair_part + pair_floats : nullptr;
-    float* own_acc = pair_part + pair_floats + gather_floats;
+  const size_t count = plan.tasks * plan.splits;
+  internal::ParallelForDynamic(0, count, [&](const auto& next) {
+    internal::ScratchBuffer buffer(
+        TaskScratch::Floats(pr, plan, round_q, workspace_floats));
+    Workspace ws(buffer.data(), nr, head_dim, value_dim);
+    const TaskScratch own(buffer.data() + workspace_floats, pr, plan, round_q);
     const auto run_tasks = [&](const auto& tiles) {
-      for (size_t index; (index = next()) != tasks * splits;) {
+      for (size_t index; (index = next()) != count;) {
         size_t split;
-        const QueryRows t = locate(index, &split);
-        const ConstMatrix queries = TaskQueries(pr, t, round_q, gathered);
-        if (splits == 1) {
-          // One head: the output rows are one strided matrix.
-          const Matrix o = out_rows(t.b, t.h0);
-          float* acc = t.heads == 1 ? o.Row(t.i0) : own_acc;
-          const size_t acc_stride = t.heads == 1 ? o.stride : value_dim;
-          AttendBlock<T>(pr, t, queries, 0, k_tokens, acc, acc_stride,
-                         own_states, ws, tiles);
-          for (size_t r = 0; r < t.rows; ++r) {
-            const bool nan = own_states.nan[r] != 0;
-            FinishRow(acc + r * acc_stride, own_states.sum[r], nan, value_scale,
-                      value_dim, out_row(t, r));
-            if (log_sum_exp != nullptr) {
-              lse(t.b, t.Head(r), t.Token(r)) =
-                  LogSumExp(own_states.max[r], own_states.sum[r], nan);
-            }
-          }
+        const QueryRows t = order.Locate(index, &split);
+        const ConstMatrix queries = TaskQueries(pr, t, round_q, own.gathered);
+        if (plan.splits > 1) {
+          const size_t row0 = index * plan.block_rows;
+          AttendBlock<T>(pr, t, queries, split * plan.chunk,
+                         std::min(kv.tokens, (split + 1) * plan.chunk),
+                         partials.acc + row0 * value_dim, value_dim,
+                         partials.At(row0), ws, tiles);
           continue;
         }
-        const size_t row0 = index * block_rows;
-        const RowStates states{partial_states.max + row0,
-                               partial_states.sum + row0,
-                               partial_states.nan + row0};
-        AttendBlock<T>(pr, t, queries, split * chunk,
-                       std::min(k_tokens, (split + 1) * chunk),
-                       partial_acc + row0 * value_dim, value_dim, states, ws,
-                       tiles);
+        // One head: the output rows are one strided matrix.
+        const Matrix o = layout.Rows(out, t.b, t.h0);
+        float* acc = t.heads == 1 ? o.Row(t.i0) : own.acc;
+        const size_t acc_stride = t.heads == 1 ? o.stride : value_dim;
+        AttendBlock<T>(pr, t, queries, 0, kv.tokens, acc, acc_stride,
+                       own.states, ws, tiles);
+        for (size_t r = 0; r < t.rows; ++r) {
+          outputs.Finish(t, r, acc + r * acc_stride, own.states.max[r],
+                         own.states.sum[r], own.states.nan[r] != 0);
+        }
       }
     };
     if constexpr (kPairTarget) {
       if (pr.pairs()) {
-        const PairWorkspace pair_ws(pr.pair_kernel, pair_part, head_dim,
+        const PairWorkspace pair_ws(pr.pair_kernel, own.pairs, head_dim,
                                     value_dim);
         // Per worker: AMX's tiles are per thread.
         std::optional<internal::AmxScope> amx;
@@ -256,40 +385,8 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
     }
     run_tasks(FloatTiles{pr.round_inputs});
   });
-  if (splits == 1) return drop_all ? zero_outputs() : void();
-
-  // Merge the splits: weights exp(max_s - max) bring every partial to the
-  // common max. A few rows per task: not worth spawning for.
-  for (size_t task = 0; task < tasks; ++task) {
-    size_t split;
-    const QueryRows t = locate(task * splits, &split);
-    for (size_t r = 0; r < t.rows; ++r) {
-      float row_max = -kInf;
-      bool nan = false;
-      for (size_t s = 0; s < splits; ++s) {
-        const size_t row = (task * splits + s) * block_rows + r;
-        row_max = std::max(row_max, partial_states.max[row]);
-        nan = nan || partial_states.nan[row] != 0;
-      }
-      float* o = out_row(t, r);
-      std::fill(o, o + value_dim, 0.0f);
-      float sum = 0.0f;
-      if (row_max != -kInf) {
-        for (size_t s = 0; s < splits; ++s) {
-          const size_t row = (task * splits + s) * block_rows + r;
-          const float w = std::exp(partial_states.max[row] - row_max);
-          if (w == 0.0f) continue;
-          sum += w * partial_states.sum[row];
-          const float* a = partial_acc + row * value_dim;
-          for (size_t c = 0; c < value_dim; ++c) o[c] += w * a[c];
-        }
-      }
-      FinishRow(o, sum, nan, value_scale, value_dim, o);
-      if (log_sum_exp != nullptr)
-        lse(t.b, t.Head(r), t.Token(r)) = LogSumExp(row_max, sum, nan);
-    }
-  }
-  if (drop_all) zero_outputs();
+  if (plan.splits > 1) MergeSplits(plan, order, partials, outputs);
+  if (drop_all) outputs.Zero();
 }
 
 }  // namespace attention_detail

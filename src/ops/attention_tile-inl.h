@@ -455,15 +455,21 @@ inline HWY_NOINLINE const uint8_t* TreeRowMask(const Problem& pr, Workspace& ws,
   return ws.masked;
 }
 
-// MaskRow for row i of (b, h) over keys j0 + [0, cols): the row's element
-// masks are copied into the workspace, in bounds for whole vectors, and its
-// ALiBi position made relative to j0.
+// Query row i of (b, h) in a tile of keys j0 + [0, cols), of which those
+// outside [j0 + begin, j0 + limit) are masked.
+struct TileRow {
+  size_t b, h, i, j0, cols, begin, limit;
+};
+
+// MaskRow for a tile's row: its element masks are copied into the
+// workspace, in bounds for whole vectors, and its ALiBi position made
+// relative to j0.
 template <class D>
 HWY_INLINE float MaskTileRow(D d, const Problem& pr, Workspace& ws, float* srow,
-                             size_t b, size_t h, size_t i, size_t j0,
-                             size_t cols, size_t begin, size_t limit,
-                             bool* nan) {
-  internal::RowMasks masks = pr.mask.Row(b, h, i);
+                             const TileRow& row, bool* nan) {
+  const size_t b = row.b, i = row.i, j0 = row.j0, cols = row.cols;
+  const size_t begin = row.begin, limit = row.limit;
+  internal::RowMasks masks = pr.mask.Row(b, row.h, i);
   masks.position -= static_cast<float>(j0);
   if (masks.additive != nullptr) {
     std::memcpy(ws.additive, masks.additive + j0, cols * sizeof(float));
@@ -523,10 +529,10 @@ inline void SoftmaxTile(const Problem& pr, const QueryRows& t, size_t r0,
     const size_t from = begin - begin % hn::Lanes(d);
     ws.corr[r] = 1.0f;
     bool nan = false;
-    const float tile_max = begin >= limit
-                               ? -kInf
-                               : MaskTileRow(d, pr, ws, srow, b, h, i, j0, cols,
-                                             begin, limit, &nan);
+    const float tile_max =
+        begin >= limit ? -kInf
+                       : MaskTileRow(d, pr, ws, srow,
+                                     {b, h, i, j0, cols, begin, limit}, &nan);
     if (nan) st.nan[r] = 1.0f;
     const float new_max = std::max(st.max[r], tile_max);
     if (new_max == -kInf) {  // Nothing unmasked yet: P = 0.

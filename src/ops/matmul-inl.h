@@ -1133,18 +1133,20 @@ HWY_INLINE void SumsOfLanes(D d, V v0, V v1, V v2, V v3,
 #endif
 }
 
-// C[0, R) x [n0, n0 + C) of the dot products of rows a (lda apart) and rows
-// b (ldb apart) over K, prefetching the next tile's C rows of b, at `next`;
+// C[0, R) x [n0, n0 + C) of the dot products of A's R rows (of K) and rows
+// b (ldb apart), prefetching the next tile's C rows of b, at `next`;
 // R <= kDotRows, C <= kDotCols. Each sum is a vector's lanes, then the
 // last K % Lanes elements, in a fixed order. Named accumulators: SVE vectors
 // cannot form arrays.
 template <size_t R, size_t C, class D, typename TB>
-HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
-                          const TB* HWY_RESTRICT b, const TB* next, size_t ldb,
-                          size_t K, float* HWY_RESTRICT c, size_t ldc,
-                          size_t n0, const MatMulOptions& opt) {
+HWY_NOINLINE void DotTile(D d, ConstMatrix a_rows, const TB* HWY_RESTRICT b,
+                          const TB* next, size_t ldb, Matrix c_rows, size_t n0,
+                          const MatMulOptions& opt) {
   static_assert(R >= 1 && R <= kDotRows && C >= 1 && C <= kDotCols,
                 "tile too large");
+  const float* HWY_RESTRICT a = a_rows.data;
+  float* HWY_RESTRICT c = c_rows.data;
+  const size_t lda = a_rows.stride, K = a_rows.cols, ldc = c_rows.stride;
   using Vec = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
   const Vec zero = hn::Zero(d);
@@ -1245,15 +1247,14 @@ HWY_NOINLINE void DotTile(D d, const float* HWY_RESTRICT a, size_t lda,
 }
 
 template <size_t C, class D, typename TB>
-HWY_INLINE void DotTileRows(D d, size_t rows, const float* a, size_t lda,
-                            const TB* b, const TB* next, size_t ldb, size_t K,
-                            float* c, size_t ldc, size_t n0,
+HWY_INLINE void DotTileRows(D d, ConstMatrix a, const TB* b, const TB* next,
+                            size_t ldb, Matrix c, size_t n0,
                             const MatMulOptions& opt) {
-  if (rows == kDotRows) {
-    return DotTile<kDotRows, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
+  if (a.rows == kDotRows) {
+    return DotTile<kDotRows, C>(d, a, b, next, ldb, c, n0, opt);
   }
-  internal::WithRowCount<4>(rows, [&](auto r) {
-    DotTile<decltype(r)::value, C>(d, a, lda, b, next, ldb, K, c, ldc, n0, opt);
+  internal::WithRowCount<4>(a.rows, [&](auto r) {
+    DotTile<decltype(r)::value, C>(d, a, b, next, ldb, c, n0, opt);
   });
 }
 
@@ -1268,16 +1269,17 @@ inline void DotColumns(ConstMatrix a, MatrixView<const TB> b, Matrix c,
     for (size_t m = 0, rows = 0; m < c.rows; m += rows) {
       rows =
           c.rows - m >= kDotRows ? kDotRows : std::min<size_t>(4, c.rows - m);
+      const ConstMatrix a_rows(a.Row(m), rows, a.cols, a.stride);
+      const Matrix c_rows(c.Row(m), rows, c.cols, c.stride);
       if (cols == kDotCols) {
         // The next tile's rows; the last tile's own.
         const TB* next = b.Row(std::min(n + kDotCols, n_end - kDotCols));
-        DotTileRows<kDotCols>(d, rows, a.Row(m), a.stride, b.Row(n), next,
-                              b.stride, a.cols, c.Row(m), c.stride, n, opt);
+        DotTileRows<kDotCols>(d, a_rows, b.Row(n), next, b.stride, c_rows, n,
+                              opt);
       } else {
         for (size_t j = 0; j < cols; ++j) {
-          DotTileRows<1>(d, rows, a.Row(m), a.stride, b.Row(n + j),
-                         b.Row(n + j), b.stride, a.cols, c.Row(m), c.stride,
-                         n + j, opt);
+          DotTileRows<1>(d, a_rows, b.Row(n + j), b.Row(n + j), b.stride,
+                         c_rows, n + j, opt);
         }
       }
     }
