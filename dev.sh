@@ -4,7 +4,8 @@
 #   ./dev.sh bench  the same set-up, then the benchmark report (bench/results.sh
 #                   [--smoke] [--out DIR]): bench/RESULTS.md, results.json, .png
 #   ./dev.sh test   the same set-up, then the whole test suite: x86 on every
-#                   SIMD target, install + consumer tests, ASan+UBSan, the
+#                   SIMD target, install + consumer tests, the Python
+#                   package's (pytest), ASan+UBSan, the
 #                   libFuzzer targets (45 s, all at once), TSan, and aarch64
 #                   under qemu with NEON and with SVE.
 # Packages come from the system package manager: apt-get as root (or through
@@ -20,6 +21,9 @@ BUILD_PACKAGES=(cmake ninja-build g++ ccache pkg-config
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev  # Comparison benchmarks only.
   clang-14 libclang-rt-14-dev)  # libFuzzer targets (tests/fuzz).
 PLOT_PACKAGES=(python3-matplotlib)  # bench/plot.py: the report, its smoke test.
+# The Python package (python/) and its tests (tests/python).
+PYTHON_PACKAGES=(python3-dev python3-pybind11 python3-numpy python3-torch
+  python3-pytest)
 ARM_PACKAGES=(qemu-user g++-aarch64-linux-gnu
   libhwy-dev:arm64 libtbb-dev:arm64 libgtest-dev:arm64 libbenchmark-dev:arm64)
 
@@ -68,6 +72,17 @@ build() {
   cmake --build --preset "$preset" "$@"
 }
 
+# python_tests: the Python package built against build/release, and its
+# tests, by Debian's interpreter (which has python3-torch).
+python_tests() {
+  log "Python package + tests (against build/release)"
+  cmake -S python -B build/python -G Ninja -DSIMDATTN_BUILD_DIR=build/release \
+    > build/python.configure.log 2>&1 || { cat build/python.configure.log; exit 1; }
+  cmake --build build/python
+  PYTHONPATH=build/python PYTHONDONTWRITEBYTECODE=1 \
+    /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+}
+
 # run_tests PRESET: every CTest test of that build, one per core at a time,
 # the costliest first (COST in tests/CMakeLists.txt): most of a test's time
 # is one thread, so a serial run left the other core mostly idle.
@@ -94,11 +109,12 @@ case "$cmd" in
     ;;
   test)
     install_packages "${BUILD_PACKAGES[@]}" "${PLOT_PACKAGES[@]}" \
-      "${ARM_PACKAGES[@]}"
+      "${PYTHON_PACKAGES[@]}" "${ARM_PACKAGES[@]}"
     mkdir -p build
     start=$SECONDS
     build release
     run_tests release
+    python_tests
     build asan
     run_tests asan
     build tsan

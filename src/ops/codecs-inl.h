@@ -17,7 +17,8 @@
 //   Codes(di, block, j): codes [j, j + Lanes(di)) as di's signed integers
 //     (Lanes(di) divides 16 for 4-bit codes, or is 32: the whole block).
 //   Scale(block): d as float.
-//   kCodeTable (4-bit codes): the value each nibble stands for, before d.
+//   kCodeTable (4-bit codes): the value each nibble stands for, before d
+//     (q4_1: its nibble, then Scale(block) n + Offset(block)).
 
 #if defined(SIMDATTN_SRC_OPS_CODECS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SIMDATTN_SRC_OPS_CODECS_INL_H_
@@ -339,6 +340,14 @@ template <>
 struct Codec<internal::BlockQ4_1> {
   static constexpr float kLoadScale = 1.0f, kOperandScale = 1.0f;
   static constexpr bool kScaledCodes = false, kNibbles = true;
+  HWY_ALIGN static constexpr float kCodeTable[16] = {
+      0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  static HWY_INLINE float Scale(const internal::BlockQ4_1& block) {
+    return codec_detail::HalfToFloat(block.d);
+  }
+  static HWY_INLINE float Offset(const internal::BlockQ4_1& block) {
+    return codec_detail::HalfToFloat(block.m);
+  }
   template <class D>
   static HWY_INLINE hn::Vec<D> Load(D d,
                                     const internal::BlockQ4_1* HWY_RESTRICT row,
@@ -351,8 +360,8 @@ struct Codec<internal::BlockQ4_1> {
         d, codec_detail::MapNibbles(hn::RebindToSigned<D>(), block.qs,
                                     n % internal::kQuantBlock,
                                     codec_detail::SameBytes()));
-    return hn::MulAdd(codes, hn::Set(d, codec_detail::HalfToFloat(block.d)),
-                      hn::Set(d, codec_detail::HalfToFloat(block.m)));
+    return hn::MulAdd(codes, hn::Set(d, Scale(block)),
+                      hn::Set(d, Offset(block)));
   }
 };
 

@@ -573,11 +573,11 @@ template <class D, typename TB>
 HWY_INLINE float LoadTwo(D d, const TB* HWY_RESTRICT row, float row_scale,
                          size_t n, hn::Vec<D>& b0, hn::Vec<D>& b1) {
   const size_t N = hn::Lanes(d);
-  if constexpr (kScaledCodes<TB>) {
+  if constexpr (internal::kBlockValues < TB >> 1) {
     using C = Codec<TB>;
-    const TB& block = row[n / internal::kQuantBlock];
-    const size_t j = n % internal::kQuantBlock;
-    const hn::RebindToSigned<D> di;
+    [[maybe_unused]] const TB& block = row[n / internal::kQuantBlock];
+    [[maybe_unused]] const size_t j = n % internal::kQuantBlock;
+    [[maybe_unused]] const hn::RebindToSigned<D> di;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     if constexpr (C::kNibbles && hn::MaxLanes(D()) == 16) {
       // The block's low nibbles, then its high ones (j is 0: 2 N is a
@@ -590,17 +590,24 @@ HWY_INLINE float LoadTwo(D d, const TB* HWY_RESTRICT row, float row_scale,
           hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, D>(), block.qs));
       b0 = hn::BitCast(d, LookUp(table, bytes));
       b1 = hn::BitCast(d, LookUp(table, hn::ShiftRight<4>(bytes)));
-      return C::Scale(block);
+      if constexpr (kScaledCodes<TB>) return C::Scale(block);
+      // q4_1: d n + m, Load's values (d n exact, the sum rounded once).
+      const auto scale = hn::Set(d, C::Scale(block));
+      const auto offset = hn::Set(d, C::Offset(block));
+      b0 = hn::MulAdd(b0, scale, offset);
+      b1 = hn::MulAdd(b1, scale, offset);
+      return row_scale;
     }
 #endif
-    b0 = hn::ConvertTo(d, C::Codes(di, block, j));
-    b1 = hn::ConvertTo(d, C::Codes(di, block, j + N));
-    return C::Scale(block);
-  } else {
-    b0 = LoadB(d, row, n);
-    b1 = LoadB(d, row, n + N);
-    return row_scale;
+    if constexpr (kScaledCodes<TB>) {
+      b0 = hn::ConvertTo(d, C::Codes(di, block, j));
+      b1 = hn::ConvertTo(d, C::Codes(di, block, j + N));
+      return C::Scale(block);
+    }
   }
+  b0 = LoadB(d, row, n);
+  b1 = LoadB(d, row, n + N);
+  return row_scale;
 }
 
 // Whether RowsTimesBPasses takes the P blocks of a pass's row of B (18-byte
@@ -1138,15 +1145,17 @@ HWY_INLINE void SumsOfLanes(D d, V v0, V v1, V v2, V v3,
 // R <= kDotRows, C <= kDotCols. Each sum is a vector's lanes, then the
 // last K % Lanes elements, in a fixed order. Named accumulators: SVE vectors
 // cannot form arrays.
+// Scalars, not matrices, and the tag as a template argument: the calls pass
+// everything in registers and on the stack as they did when this took 11
+// parameters (two matrices by value cost the serving step 10-17%).
 template <size_t R, size_t C, class D, typename TB>
-HWY_NOINLINE void DotTile(D d, ConstMatrix a_rows, const TB* HWY_RESTRICT b,
-                          const TB* next, size_t ldb, Matrix c_rows, size_t n0,
-                          const MatMulOptions& opt) {
+HWY_NOINLINE void DotTile(const float* HWY_RESTRICT a, size_t lda,
+                          const TB* HWY_RESTRICT b, const TB* next, size_t ldb,
+                          size_t K, float* HWY_RESTRICT c, size_t ldc,
+                          size_t n0, const MatMulOptions& opt) {
   static_assert(R >= 1 && R <= kDotRows && C >= 1 && C <= kDotCols,
                 "tile too large");
-  const float* HWY_RESTRICT a = a_rows.data;
-  float* HWY_RESTRICT c = c_rows.data;
-  const size_t lda = a_rows.stride, K = a_rows.cols, ldc = c_rows.stride;
+  const D d;
   using Vec = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
   const Vec zero = hn::Zero(d);
@@ -1250,11 +1259,14 @@ template <size_t C, class D, typename TB>
 HWY_INLINE void DotTileRows(D d, ConstMatrix a, const TB* b, const TB* next,
                             size_t ldb, Matrix c, size_t n0,
                             const MatMulOptions& opt) {
+  (void)d;
   if (a.rows == kDotRows) {
-    return DotTile<kDotRows, C>(d, a, b, next, ldb, c, n0, opt);
+    return DotTile<kDotRows, C, D>(a.data, a.stride, b, next, ldb, a.cols,
+                                   c.data, c.stride, n0, opt);
   }
   internal::WithRowCount<4>(a.rows, [&](auto r) {
-    DotTile<decltype(r)::value, C>(d, a, b, next, ldb, c, n0, opt);
+    DotTile<decltype(r)::value, C, D>(a.data, a.stride, b, next, ldb, a.cols,
+                                      c.data, c.stride, n0, opt);
   });
 }
 

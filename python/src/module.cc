@@ -1,0 +1,759 @@
+// simdattn._simdattn: the pybind11 extension under the `simdattn` Python
+// package (python/simdattn/). pybind11 because it maps C++ exceptions to
+// Python ones (std::invalid_argument -> ValueError, keeping the library's
+// message), reads numpy arrays through the buffer protocol without a copy,
+// and needs nothing beyond Debian's python3-pybind11 (headers only).
+//
+// Operands are numpy arrays (buffer protocol) or CPU torch tensors (their
+// data_ptr, shape and strides): both are used where they lie, never copied.
+// Every argument is converted and checked while the GIL is held; the kernel
+// then runs with the GIL released.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <tbb/global_control.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "simdattn/simdattn.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using simdattn::ConstTensor4;
+using simdattn::Tensor4;
+
+enum class DT { kF32, kBF16, kF16, kOther };
+
+// torch objects, looked up once torch is imported (never imported here: a
+// torch tensor can only reach us once the caller has imported torch).
+struct TorchRefs {
+  py::object tensor_type, float32, bfloat16, float16, is_grad_enabled, strided;
+};
+
+const TorchRefs* Torch() {
+  static TorchRefs* refs = nullptr;  // Leaked on purpose (exit order).
+  if (refs == nullptr) {
+    py::dict modules = py::module_::import("sys").attr("modules");
+    if (!modules.contains("torch")) return nullptr;
+    py::object torch = modules["torch"];
+    refs = new TorchRefs{torch.attr("Tensor"),   torch.attr("float32"),
+                         torch.attr("bfloat16"), torch.attr("float16"),
+                         torch.attr("is_grad_enabled"), torch.attr("strided")};
+  }
+  return refs;
+}
+
+std::string ShapeStr(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    s << (i ? ", " : "") << shape[i];
+  }
+  s << (shape.size() == 1 ? ",)" : ")");
+  return s.str();
+}
+
+// An operand: where its elements lie, strides in elements.
+struct Arr {
+  void* data = nullptr;
+  DT dt = DT::kOther;
+  std::string dtype_name;
+  std::vector<int64_t> shape, strides;
+  std::optional<py::buffer_info> info;  // Keeps a numpy buffer exported.
+
+  int64_t ndim() const { return static_cast<int64_t>(shape.size()); }
+};
+
+[[noreturn]] void TypeError(const std::string& message) {
+  throw py::type_error(message);
+}
+[[noreturn]] void ValueError(const std::string& message) {
+  throw py::value_error(message);
+}
+
+Arr ToArr(py::handle obj, const char* name, bool writable) {
+  Arr a;
+  const TorchRefs* torch = Torch();
+  if (torch != nullptr && py::isinstance(obj, torch->tensor_type)) {
+    const std::string device =
+        py::str(obj.attr("device").attr("type")).cast<std::string>();
+    if (device != "cpu") {
+      TypeError(std::string(name) + " is on device '" + device +
+                "': simdattn takes CPU tensors (call .cpu())");
+    }
+    if (!py::object(obj.attr("layout")).is(torch->strided)) {
+      TypeError(std::string(name) + " has layout " +
+                py::str(obj.attr("layout")).cast<std::string>() +
+                ": simdattn takes dense (strided) tensors");
+    }
+    if (obj.attr("requires_grad").cast<bool>() &&
+        torch->is_grad_enabled().cast<bool>()) {
+      TypeError(std::string(name) +
+                " requires grad: simdattn does not support autograd (it "
+                "computes no backward); call it under torch.no_grad() or "
+                "pass " + name + ".detach()");
+    }
+    py::object dtype = obj.attr("dtype");
+    a.dt = dtype.is(torch->float32)    ? DT::kF32
+           : dtype.is(torch->bfloat16) ? DT::kBF16
+           : dtype.is(torch->float16)  ? DT::kF16
+                                       : DT::kOther;
+    a.dtype_name = py::str(dtype).cast<std::string>();
+    a.shape = obj.attr("shape").cast<std::vector<int64_t>>();
+    a.strides = obj.attr("stride")().cast<std::vector<int64_t>>();
+    a.data = reinterpret_cast<void*>(obj.attr("data_ptr")().cast<uintptr_t>());
+    return a;
+  }
+  if (!PyObject_CheckBuffer(obj.ptr())) {
+    TypeError(std::string(name) +
+              " must be a numpy array or a CPU torch tensor, not " +
+              py::str(py::type::of(obj).attr("__name__")).cast<std::string>());
+  }
+  py::buffer_info info = py::reinterpret_borrow<py::buffer>(obj).request();
+  if (writable && info.readonly) {
+    ValueError(std::string(name) + " is read-only: simdattn writes into it");
+  }
+  const std::string& f = info.format;
+  const char code = f.empty() ? '?' : f.back();
+  const bool native = f.size() == 1 || f[0] == '<' || f[0] == '=' ||
+                      f[0] == '@';
+  a.dt = native && code == 'f' && info.itemsize == 4   ? DT::kF32
+         : native && code == 'e' && info.itemsize == 2 ? DT::kF16
+                                                       : DT::kOther;
+  a.dtype_name = a.dt == DT::kF32   ? "float32"
+                 : a.dt == DT::kF16 ? "float16"
+                                    : "buffer format '" + f + "'";
+  a.shape.assign(info.shape.begin(), info.shape.end());
+  for (py::ssize_t s : info.strides) {
+    if (s % info.itemsize != 0) {
+      TypeError(std::string(name) + " has a stride of " + std::to_string(s) +
+                " bytes, not a multiple of its element size");
+    }
+    a.strides.push_back(s / info.itemsize);
+  }
+  a.data = info.ptr;
+  a.info.emplace(std::move(info));
+  return a;
+}
+
+void RequireDtype(const Arr& a, const char* name, DT dt, const char* what) {
+  if (a.dt != dt) {
+    TypeError(std::string(name) + " has dtype " + a.dtype_name +
+              ": expected " + what);
+  }
+}
+
+// Non-negative strides and a contiguous last dimension.
+void RequireLayout(const Arr& a, const char* name) {
+  for (size_t i = 0; i < a.strides.size(); ++i) {
+    if (a.strides[i] < 0) {
+      TypeError(std::string(name) + " has a negative stride (" +
+                std::to_string(a.strides[i]) +
+                "): simdattn takes non-negative strides");
+    }
+  }
+  if (!a.shape.empty() && a.shape.back() > 1 && a.strides.back() != 1) {
+    TypeError(std::string(name) + "'s last dimension is not contiguous " +
+              "(stride " + std::to_string(a.strides.back()) +
+              "): simdattn needs stride 1 there (call .contiguous())");
+  }
+}
+
+template <typename T>
+simdattn::Tensor4View<T> ToTensor4(py::handle obj, const char* name,
+                                   bool writable, const char* dims) {
+  Arr a = ToArr(obj, name, writable);
+  if (a.ndim() != 4) {
+    ValueError(std::string(name) + " must have 4 dimensions " + dims +
+               ", got shape " + ShapeStr(a.shape));
+  }
+  RequireDtype(a, name, DT::kF32, "float32");
+  RequireLayout(a, name);
+  using U = std::remove_const_t<T>;
+  return simdattn::Tensor4View<T>(
+      static_cast<U*>(a.data), a.shape[0], a.shape[1], a.shape[2], a.shape[3],
+      a.strides[0], a.strides[1], a.strides[2]);
+}
+
+// The options every attention entry point shares, and the vectors they
+// point into (alive for the call).
+struct Options {
+  simdattn::AttentionOptions o;
+  std::vector<float> sinks, slopes;
+  std::vector<size_t> key_lengths, causal_offsets;
+};
+
+std::vector<float> HeadFloats(const std::vector<float>& v, const char* name,
+                              size_t heads) {
+  if (v.size() != heads) {
+    ValueError(std::string(name) + " has " + std::to_string(v.size()) +
+               " values but q has " + std::to_string(heads) + " heads");
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) {
+      ValueError(std::string(name) + "[" + std::to_string(i) + "] is " +
+                 std::to_string(v[i]) + ": must be finite");
+    }
+  }
+  return v;
+}
+
+std::vector<size_t> PerBatch(const std::vector<int64_t>& v, const char* name,
+                             size_t batch) {
+  if (v.size() != batch) {
+    ValueError(std::string(name) + " has " + std::to_string(v.size()) +
+               " values but the batch is " + std::to_string(batch));
+  }
+  std::vector<size_t> r;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 0) {
+      ValueError(std::string(name) + "[" + std::to_string(i) + "] is " +
+                 std::to_string(v[i]) + ": must be >= 0");
+    }
+    r.push_back(static_cast<size_t>(v[i]));
+  }
+  return r;
+}
+
+void FillOptions(Options& opt, size_t batch, size_t q_heads,
+                 std::optional<float> scale, bool causal, int64_t window,
+                 float softcap, const std::optional<std::vector<float>>& sinks,
+                 const py::object& alibi) {
+  if (scale && !std::isfinite(*scale)) {
+    ValueError("scale is " + std::to_string(*scale) + ": must be finite");
+  }
+  if (window < 0) {
+    ValueError("window is " + std::to_string(window) + ": must be >= 0");
+  }
+  if (!(softcap >= 0.0f) || !std::isfinite(softcap)) {
+    ValueError("softcap is " + std::to_string(softcap) +
+               ": must be finite and >= 0 (0: off)");
+  }
+  (void)batch;
+  auto& m = opt.o.mask;
+  opt.o.scale = scale;
+  m.causal = causal;
+  m.window = static_cast<size_t>(window);
+  m.softcap = softcap;
+  if (sinks) {
+    opt.sinks = HeadFloats(*sinks, "sinks", q_heads);
+    m.sinks = opt.sinks.data();
+  }
+  if (!alibi.is_none()) {
+    if (py::isinstance<py::bool_>(alibi)) {
+      if (alibi.cast<bool>()) opt.slopes = simdattn::AlibiSlopes(q_heads);
+    } else {
+      opt.slopes = HeadFloats(alibi.cast<std::vector<float>>(), "alibi",
+                              q_heads);
+    }
+    if (!opt.slopes.empty()) m.alibi_slopes = opt.slopes.data();
+  }
+}
+
+float* LseOut(py::handle lse, const Tensor4& out) {
+  if (lse.is_none()) return nullptr;
+  Arr a = ToArr(lse, "lse", /*writable=*/true);
+  RequireDtype(a, "lse", DT::kF32, "float32");
+  const std::vector<int64_t> want = {
+      static_cast<int64_t>(out.dims[0]), static_cast<int64_t>(out.dims[1]),
+      static_cast<int64_t>(out.dims[2])};
+  if (a.shape != want) {
+    ValueError("lse has shape " + ShapeStr(a.shape) + ": expected " +
+               ShapeStr(want) + " (batch, q_heads, q_tokens)");
+  }
+  const std::vector<int64_t> dense = {want[1] * want[2], want[2], 1};
+  for (size_t i = 0; i < 3; ++i) {
+    if (want[i] > 1 && a.strides[i] != dense[i]) {
+      TypeError("lse is not contiguous: simdattn writes it densely");
+    }
+  }
+  return static_cast<float*>(a.data);
+}
+
+void Sdpa(py::handle q_obj, py::handle k_obj, py::handle v_obj,
+          py::handle out_obj, py::handle lse_obj, std::optional<float> scale,
+          bool causal, int64_t causal_offset,
+          std::optional<std::vector<int64_t>> causal_offsets, int64_t window,
+          float softcap, std::optional<std::vector<float>> sinks,
+          py::object alibi, std::optional<std::vector<int64_t>> key_lengths,
+          float dropout_p, uint64_t dropout_seed, uint64_t dropout_offset) {
+  const char* kQ = "(batch, q_heads, q_tokens, head_dim)";
+  const ConstTensor4 q = ToTensor4<const float>(q_obj, "q", false, kQ);
+  const ConstTensor4 k = ToTensor4<const float>(
+      k_obj, "k", false, "(batch, kv_heads, k_tokens, head_dim)");
+  const ConstTensor4 v = ToTensor4<const float>(
+      v_obj, "v", false, "(batch, kv_heads, k_tokens, value_dim)");
+  const Tensor4 out = ToTensor4<float>(
+      out_obj, "out", true, "(batch, q_heads, q_tokens, value_dim)");
+  const size_t want[4] = {q.dims[0], q.dims[1], q.dims[2], v.dims[3]};
+  if (!std::equal(want, want + 4, out.dims)) {
+    ValueError("out has shape " +
+               ShapeStr({int64_t(out.dims[0]), int64_t(out.dims[1]),
+                         int64_t(out.dims[2]), int64_t(out.dims[3])}) +
+               ": expected " +
+               ShapeStr({int64_t(want[0]), int64_t(want[1]), int64_t(want[2]),
+                         int64_t(want[3])}) +
+               " (q's batch, heads and tokens, v's value_dim)");
+  }
+  if (causal_offset < 0) {
+    ValueError("causal_offset is " + std::to_string(causal_offset) +
+               ": must be >= 0");
+  }
+  if (!(dropout_p >= 0.0f && dropout_p <= 1.0f)) {
+    ValueError("dropout_p is " + std::to_string(dropout_p) +
+               ": must be in [0, 1]");
+  }
+  Options opt;
+  FillOptions(opt, q.dims[0], q.dims[1], scale, causal, window, softcap, sinks,
+              alibi);
+  opt.o.mask.causal_offset = static_cast<size_t>(causal_offset);
+  if (causal_offsets) {
+    opt.causal_offsets = PerBatch(*causal_offsets, "causal_offsets", q.dims[0]);
+    opt.o.mask.causal_offsets = opt.causal_offsets.data();
+  }
+  if (key_lengths) {
+    opt.key_lengths = PerBatch(*key_lengths, "key_lengths", q.dims[0]);
+    for (size_t b = 0; b < opt.key_lengths.size(); ++b) {
+      if (opt.key_lengths[b] > k.dims[2]) {
+        ValueError("key_lengths[" + std::to_string(b) + "] is " +
+                   std::to_string(opt.key_lengths[b]) + " but k has " +
+                   std::to_string(k.dims[2]) + " tokens");
+      }
+    }
+    opt.o.mask.key_lengths = opt.key_lengths.data();
+  }
+  opt.o.dropout = dropout_p;
+  opt.o.dropout_key = {dropout_seed, dropout_offset};
+  opt.o.log_sum_exp = LseOut(lse_obj, out);
+  py::gil_scoped_release release;
+  simdattn::ScaledDotProductAttention(q, k, v, out, opt.o);
+}
+
+simdattn::KVType ParseType(const std::string& name) {
+  std::string names;
+  for (int t = 0; t <= static_cast<int>(simdattn::kLastElementType); ++t) {
+    const auto type = static_cast<simdattn::ElementType>(t);
+    const char* n = simdattn::ElementTraitsOf(type).name;
+    if (name == n) return type;
+    names += std::string(names.empty() ? "" : ", ") + n;
+  }
+  ValueError("dtype '" + name + "' is not a cache type: one of " + names);
+}
+
+std::vector<std::string> TypeNames() {
+  std::vector<std::string> r;
+  for (int t = 0; t <= static_cast<int>(simdattn::kLastElementType); ++t) {
+    r.push_back(
+        simdattn::ElementTraitsOf(static_cast<simdattn::ElementType>(t)).name);
+  }
+  return r;
+}
+
+std::vector<size_t> Sequences(const std::vector<int64_t>& s, size_t batch) {
+  std::vector<size_t> r;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] < 0 || static_cast<size_t>(s[i]) >= batch) {
+      ValueError("sequences[" + std::to_string(i) + "] is " +
+                 std::to_string(s[i]) + ": the cache holds sequences 0 to " +
+                 std::to_string(batch) + " - 1");
+    }
+    for (size_t j = 0; j < r.size(); ++j) {
+      if (r[j] == static_cast<size_t>(s[i])) {
+        ValueError("sequences lists sequence " + std::to_string(s[i]) +
+                   " twice (entries " + std::to_string(j) + " and " +
+                   std::to_string(i) + ")");
+      }
+    }
+    r.push_back(static_cast<size_t>(s[i]));
+  }
+  return r;
+}
+
+size_t Sequence(const simdattn::KVCache& c, int64_t s, const char* name) {
+  if (s < 0 || static_cast<size_t>(s) >= c.batch()) {
+    ValueError(std::string(name) + " is " + std::to_string(s) +
+               ": the cache holds sequences 0 to " +
+               std::to_string(c.batch()) + " - 1");
+  }
+  return static_cast<size_t>(s);
+}
+
+void CacheAttention(py::handle q_obj, const simdattn::KVCache& cache,
+                    py::handle out_obj, py::handle lse_obj,
+                    std::optional<float> scale, bool causal, int64_t window,
+                    float softcap, std::optional<std::vector<float>> sinks,
+                    py::object alibi) {
+  const ConstTensor4 q = ToTensor4<const float>(
+      q_obj, "q", false, "(batch, q_heads, q_tokens, head_dim)");
+  const Tensor4 out = ToTensor4<float>(
+      out_obj, "out", true, "(batch, q_heads, q_tokens, value_dim)");
+  const size_t want[4] = {q.dims[0], q.dims[1], q.dims[2], cache.value_dim()};
+  if (!std::equal(want, want + 4, out.dims)) {
+    ValueError("out has shape " +
+               ShapeStr({int64_t(out.dims[0]), int64_t(out.dims[1]),
+                         int64_t(out.dims[2]), int64_t(out.dims[3])}) +
+               ": expected " +
+               ShapeStr({int64_t(want[0]), int64_t(want[1]), int64_t(want[2]),
+                         int64_t(want[3])}) +
+               " (q's batch, heads and tokens, the cache's value_dim)");
+  }
+  if (q.dims[0] != cache.batch()) {
+    ValueError("q has batch " + std::to_string(q.dims[0]) +
+               " but the cache holds " + std::to_string(cache.batch()) +
+               " sequences");
+  }
+  Options opt;
+  FillOptions(opt, q.dims[0], q.dims[1], scale, causal, window, softcap, sinks,
+              alibi);
+  opt.o.log_sum_exp = LseOut(lse_obj, out);
+  const simdattn::KVCacheView view = cache.View();
+  py::gil_scoped_release release;
+  simdattn::ScaledDotProductAttention(q, view, out, opt.o);
+}
+
+// A seed module (attention.h) behind the torch drop-ins.
+struct Module {
+  std::unique_ptr<simdattn::AttentionModule> m;
+};
+
+Module MakeModule(const std::string& kind, size_t d_in, size_t d_out,
+                  size_t context_length, float dropout, size_t num_heads,
+                  bool qkv_bias, size_t num_kv_heads) {
+  using simdattn::AttentionModule;
+  auto wrap = [](AttentionModule&& m) {
+    return Module{std::make_unique<AttentionModule>(std::move(m))};
+  };
+  if (kind == "SelfAttention_v1") {
+    return wrap(simdattn::SelfAttentionV1(d_in, d_out));
+  }
+  if (kind == "SelfAttention_v2") {
+    return wrap(simdattn::SelfAttentionV2(d_in, d_out, qkv_bias));
+  }
+  if (kind == "CausalAttention") {
+    return wrap(simdattn::CausalAttention(d_in, d_out, context_length, dropout,
+                                          qkv_bias));
+  }
+  if (kind == "MultiHeadAttentionWrapper") {
+    return wrap(simdattn::MultiHeadAttentionWrapper(
+        d_in, d_out, context_length, dropout, num_heads, qkv_bias));
+  }
+  if (kind == "MultiHeadAttention") {
+    simdattn::MultiHeadAttentionConfig c;
+    c.d_in = d_in;
+    c.d_out = d_out;
+    c.context_length = context_length;
+    c.dropout = dropout;
+    c.num_heads = num_heads;
+    c.qkv_bias = qkv_bias;
+    c.num_kv_heads = num_kv_heads;
+    return wrap(simdattn::MultiHeadAttention(c));
+  }
+  ValueError("kind '" + kind + "' is not a module of the seeds");
+}
+
+void LoadStateDict(Module& self, py::dict state_dict) {
+  simdattn::StateDict sd;
+  std::vector<Arr> keep;
+  keep.reserve(state_dict.size());
+  for (auto item : state_dict) {
+    const std::string name = py::str(item.first).cast<std::string>();
+    keep.push_back(ToArr(item.second, name.c_str(), false));
+    const Arr& a = keep.back();
+    simdattn::TensorRef ref;
+    switch (a.dt) {
+      case DT::kF32: ref.dtype = simdattn::DType::kF32; break;
+      case DT::kBF16: ref.dtype = simdattn::DType::kBF16; break;
+      case DT::kF16: ref.dtype = simdattn::DType::kF16; break;
+      default:
+        TypeError(name + " has dtype " + a.dtype_name +
+                  ": expected float32, bfloat16 or float16");
+    }
+    int64_t expect = 1;
+    for (int64_t i = a.ndim() - 1; i >= 0; --i) {
+      if (a.shape[i] > 1 && a.strides[i] != expect) {
+        TypeError(name + " is not contiguous (call .contiguous())");
+      }
+      expect *= a.shape[i];
+    }
+    ref.data = a.data;
+    ref.shape.assign(a.shape.begin(), a.shape.end());
+    sd.emplace(name, std::move(ref));
+  }
+  self.m->LoadStateDict(sd);
+}
+
+void Forward(const Module& self, py::handle x_obj, py::handle y_obj) {
+  Arr x = ToArr(x_obj, "x", false);
+  Arr y = ToArr(y_obj, "y", true);
+  RequireDtype(x, "x", DT::kF32, "float32");
+  RequireDtype(y, "y", DT::kF32, "float32");
+  RequireLayout(x, "x");
+  RequireLayout(y, "y");
+  if (x.ndim() != 2 && x.ndim() != 3) {
+    ValueError("x must have 2 (tokens, d_in) or 3 (batch, tokens, d_in) "
+               "dimensions, got shape " + ShapeStr(x.shape));
+  }
+  if (y.ndim() != x.ndim()) {
+    ValueError("y has shape " + ShapeStr(y.shape) + " but x has shape " +
+               ShapeStr(x.shape));
+  }
+  if (x.ndim() == 2) {
+    x.shape.insert(x.shape.begin(), 1);
+    x.strides.insert(x.strides.begin(), x.shape[1] * x.strides[0]);
+    y.shape.insert(y.shape.begin(), 1);
+    y.strides.insert(y.strides.begin(), y.shape[1] * y.strides[0]);
+  }
+  const simdattn::ConstTensor3 xv(static_cast<const float*>(x.data),
+                                  x.shape[0], x.shape[1], x.shape[2],
+                                  x.strides[0], x.strides[1]);
+  const simdattn::Tensor3 yv(static_cast<float*>(y.data), y.shape[0],
+                             y.shape[1], y.shape[2], y.strides[0],
+                             y.strides[1]);
+  py::gil_scoped_release release;
+  self.m->Forward(xv, yv);
+}
+
+std::unique_ptr<tbb::global_control>& ThreadLimit() {
+  static auto* limit = new std::unique_ptr<tbb::global_control>();
+  return *limit;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_simdattn, m) {
+  m.doc() =
+      "simdattn's C++ API for Python (pybind11). Use the `simdattn` package "
+      "rather than this module.";
+
+  m.def("version", [] { return std::string(simdattn::Version()); });
+  m.def("compiled_targets", &simdattn::CompiledTargets);
+  m.def("supported_targets", &simdattn::SupportedTargets);
+  m.def("active_target", &simdattn::ActiveTarget);
+  m.def("use_target", &simdattn::UseTarget, py::arg("name"));
+  m.def("bf16_dot_kernel",
+        [] { return std::string(simdattn::BFloat16DotKernel()); });
+  m.def("cache_types", &TypeNames);
+  m.def("alibi_slopes", &simdattn::AlibiSlopes, py::arg("num_heads"));
+
+  m.def("set_num_threads", [](int64_t n) {
+    if (n < 0) ValueError("n is " + std::to_string(n) + ": must be >= 0");
+    ThreadLimit().reset();
+    if (n > 0) {
+      ThreadLimit() = std::make_unique<tbb::global_control>(
+          tbb::global_control::max_allowed_parallelism,
+          static_cast<size_t>(n));
+    }
+  }, py::arg("n"));
+  m.def("get_num_threads", [] {
+    return tbb::global_control::active_value(
+        tbb::global_control::max_allowed_parallelism);
+  });
+
+  m.def("sdpa", &Sdpa, py::arg("q"), py::arg("k"), py::arg("v"),
+        py::arg("out"), py::arg("lse").none(true), py::arg("scale").none(true),
+        py::arg("causal"), py::arg("causal_offset"),
+        py::arg("causal_offsets").none(true), py::arg("window"),
+        py::arg("softcap"), py::arg("sinks").none(true),
+        py::arg("alibi").none(true), py::arg("key_lengths").none(true),
+        py::arg("dropout_p"), py::arg("dropout_seed"),
+        py::arg("dropout_offset"));
+
+  py::class_<simdattn::KVCache>(m, "KVCache")
+      .def(py::init([](int64_t batch, int64_t kv_heads, int64_t capacity,
+                       int64_t head_dim, const std::string& dtype,
+                       int64_t block_size, int64_t num_blocks,
+                       int64_t value_dim, float key_scale, float value_scale,
+                       int64_t window) {
+             const std::pair<const char*, int64_t> sizes[] = {
+                 {"batch", batch},           {"kv_heads", kv_heads},
+                 {"capacity", capacity},     {"head_dim", head_dim},
+                 {"block_size", block_size}, {"num_blocks", num_blocks},
+                 {"value_dim", value_dim},   {"window", window}};
+             for (const auto& [name, value] : sizes) {
+               if (value < 0) {
+                 ValueError(std::string(name) + " is " +
+                            std::to_string(value) + ": must be >= 0");
+               }
+             }
+             simdattn::KVCacheConfig config;
+             config.type = ParseType(dtype);
+             config.block_size = block_size;
+             config.num_blocks = num_blocks;
+             config.value_dim = value_dim;
+             config.key_scale = key_scale;
+             config.value_scale = value_scale;
+             config.window = window;
+             return std::make_unique<simdattn::KVCache>(
+                 batch, kv_heads, capacity, head_dim, config);
+           }),
+           py::arg("batch"), py::arg("kv_heads"), py::arg("capacity"),
+           py::arg("head_dim"), py::kw_only(), py::arg("dtype") = "f32",
+           py::arg("block_size") = 0, py::arg("num_blocks") = 0,
+           py::arg("value_dim") = 0, py::arg("key_scale") = 1.0f,
+           py::arg("value_scale") = 1.0f, py::arg("window") = 0)
+      .def("_append",
+           [](simdattn::KVCache& c, py::handle k_obj, py::handle v_obj,
+              std::optional<std::vector<int64_t>> sequences) {
+             const ConstTensor4 k = ToTensor4<const float>(
+                 k_obj, "k", false, "(batch, kv_heads, tokens, head_dim)");
+             const ConstTensor4 v = ToTensor4<const float>(
+                 v_obj, "v", false, "(batch, kv_heads, tokens, value_dim)");
+             const size_t count =
+                 sequences ? sequences->size() : c.batch();
+             const size_t n = k.dims[2];
+             const std::vector<int64_t> want_k = {
+                 int64_t(count), int64_t(c.kv_heads()), int64_t(n),
+                 int64_t(c.head_dim())};
+             const std::vector<int64_t> want_v = {
+                 int64_t(count), int64_t(c.kv_heads()), int64_t(n),
+                 int64_t(c.value_dim())};
+             const std::vector<int64_t> got_k = {
+                 int64_t(k.dims[0]), int64_t(k.dims[1]), int64_t(k.dims[2]),
+                 int64_t(k.dims[3])};
+             const std::vector<int64_t> got_v = {
+                 int64_t(v.dims[0]), int64_t(v.dims[1]), int64_t(v.dims[2]),
+                 int64_t(v.dims[3])};
+             const char* rows = sequences ? "(len(sequences), kv_heads, "
+                                          : "(batch, kv_heads, ";
+             if (got_k != want_k) {
+               ValueError("k has shape " + ShapeStr(got_k) + ": expected " +
+                          ShapeStr(want_k) + " " + rows + "tokens, head_dim)");
+             }
+             if (got_v != want_v) {
+               ValueError("v has shape " + ShapeStr(got_v) + ": expected " +
+                          ShapeStr(want_v) + " " + rows +
+                          "tokens, value_dim)");
+             }
+             if (sequences) {
+               std::vector<size_t> s = Sequences(*sequences, c.batch());
+               if (s.size() != k.dims[0]) {
+                 ValueError("sequences has " + std::to_string(s.size()) +
+                            " entries but k has batch " +
+                            std::to_string(k.dims[0]));
+               }
+               py::gil_scoped_release release;
+               c.Append(k, v, s);
+             } else {
+               py::gil_scoped_release release;
+               c.Append(k, v);
+             }
+           })
+      .def("truncate",
+           [](simdattn::KVCache& c, int64_t sequence, int64_t length) {
+             const size_t s = Sequence(c, sequence, "sequence");
+             if (length < 0 || static_cast<size_t>(length) > c.length(s)) {
+               ValueError("length is " + std::to_string(length) +
+                          ": sequence " + std::to_string(s) + " holds " +
+                          std::to_string(c.length(s)) + " tokens");
+             }
+             c.Truncate(s, static_cast<size_t>(length));
+           },
+           py::arg("sequence"), py::arg("length"))
+      .def("reset",
+           [](simdattn::KVCache& c, int64_t sequence) {
+             c.Reset(Sequence(c, sequence, "sequence"));
+           },
+           py::arg("sequence"))
+      .def("clear", &simdattn::KVCache::Clear)
+      .def("copy",
+           [](simdattn::KVCache& c, int64_t src, int64_t dst) {
+             c.Copy(Sequence(c, src, "src"), Sequence(c, dst, "dst"));
+           },
+           py::arg("src"), py::arg("dst"))
+      .def("reorder",
+           [](simdattn::KVCache& c, const std::vector<int64_t>& order) {
+             if (order.size() != c.batch()) {
+               ValueError("order has " + std::to_string(order.size()) +
+                          " entries: expected one per sequence (" +
+                          std::to_string(c.batch()) + ")");
+             }
+             std::vector<size_t> o;
+             for (size_t i = 0; i < order.size(); ++i) {
+               if (order[i] < 0 || static_cast<size_t>(order[i]) >= c.batch()) {
+                 ValueError("order[" + std::to_string(i) + "] is " +
+                            std::to_string(order[i]) +
+                            ": the cache holds sequences 0 to " +
+                            std::to_string(c.batch()) + " - 1");
+               }
+               o.push_back(static_cast<size_t>(order[i]));
+             }
+             c.Reorder(o);
+           },
+           py::arg("order"))
+      .def("_read",
+           [](const simdattn::KVCache& c, int64_t sequence, py::handle k_obj,
+              py::handle v_obj) {
+             const size_t s = Sequence(c, sequence, "sequence");
+             Arr k = ToArr(k_obj, "keys", true), v = ToArr(v_obj, "values", true);
+             RequireDtype(k, "keys", DT::kF32, "float32");
+             RequireDtype(v, "values", DT::kF32, "float32");
+             const int64_t n = c.length(s);
+             if (k.shape != std::vector<int64_t>{int64_t(c.kv_heads()), n,
+                                                 int64_t(c.head_dim())} ||
+                 v.shape != std::vector<int64_t>{int64_t(c.kv_heads()), n,
+                                                 int64_t(c.value_dim())}) {
+               ValueError("keys/values have the wrong shape");
+             }
+             c.Read(s,
+                    simdattn::Tensor3(static_cast<float*>(k.data), k.shape[0],
+                                      k.shape[1], k.shape[2], k.strides[0],
+                                      k.strides[1]),
+                    simdattn::Tensor3(static_cast<float*>(v.data), v.shape[0],
+                                      v.shape[1], v.shape[2], v.strides[0],
+                                      v.strides[1]));
+           })
+      .def("length",
+           [](const simdattn::KVCache& c, int64_t sequence) {
+             return c.length(Sequence(c, sequence, "sequence"));
+           },
+           py::arg("sequence"))
+      .def_property_readonly("lengths",
+                             [](const simdattn::KVCache& c) {
+                               std::vector<size_t> r;
+                               for (size_t b = 0; b < c.batch(); ++b) {
+                                 r.push_back(c.length(b));
+                               }
+                               return r;
+                             })
+      .def_property_readonly("batch", &simdattn::KVCache::batch)
+      .def_property_readonly("kv_heads", &simdattn::KVCache::kv_heads)
+      .def_property_readonly("capacity", &simdattn::KVCache::capacity)
+      .def_property_readonly("head_dim", &simdattn::KVCache::head_dim)
+      .def_property_readonly("value_dim", &simdattn::KVCache::value_dim)
+      .def_property_readonly("dtype",
+                             [](const simdattn::KVCache& c) {
+                               return std::string(simdattn::ElementTraitsOf(
+                                                      c.config().type)
+                                                      .name);
+                             })
+      .def_property_readonly("block_size", [](const simdattn::KVCache& c) {
+        return c.config().block_size;
+      });
+
+  m.def("cache_attention", &CacheAttention, py::arg("q"), py::arg("cache"),
+        py::arg("out"), py::arg("lse").none(true), py::arg("scale").none(true),
+        py::arg("causal"), py::arg("window"), py::arg("softcap"),
+        py::arg("sinks").none(true), py::arg("alibi").none(true));
+
+  py::class_<Module>(m, "Module")
+      .def(py::init(&MakeModule), py::arg("kind"), py::arg("d_in"),
+           py::arg("d_out"), py::arg("context_length") = 0,
+           py::arg("dropout") = 0.0f, py::arg("num_heads") = 1,
+           py::arg("qkv_bias") = false, py::arg("num_kv_heads") = 0)
+      .def("load_state_dict", &LoadStateDict, py::arg("state_dict"))
+      .def("forward", &Forward, py::arg("x"), py::arg("y"))
+      .def("state_dict_shapes",
+           [](const Module& self) { return self.m->StateDictShapes(); })
+      .def_property_readonly("out_features", [](const Module& self) {
+        return self.m->config().y_features();
+      });
+}
