@@ -590,13 +590,15 @@ HWY_INLINE float LoadTwo(D d, const TB* HWY_RESTRICT row, float row_scale,
           hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, D>(), block.qs));
       b0 = hn::BitCast(d, LookUp(table, bytes));
       b1 = hn::BitCast(d, LookUp(table, hn::ShiftRight<4>(bytes)));
-      if constexpr (kScaledCodes<TB>) return C::Scale(block);
-      // q4_1: d n + m, Load's values (d n exact, the sum rounded once).
-      const auto scale = hn::Set(d, C::Scale(block));
-      const auto offset = hn::Set(d, C::Offset(block));
-      b0 = hn::MulAdd(b0, scale, offset);
-      b1 = hn::MulAdd(b1, scale, offset);
-      return row_scale;
+      if constexpr (kScaledCodes<TB>) {
+        return C::Scale(block);
+      } else {  // q4_1: d n + m, Load's values (d n exact, one rounding).
+        const auto scale = hn::Set(d, C::Scale(block));
+        const auto offset = hn::Set(d, C::Offset(block));
+        b0 = hn::MulAdd(b0, scale, offset);
+        b1 = hn::MulAdd(b1, scale, offset);
+        return row_scale;
+      }
     }
 #endif
     if constexpr (kScaledCodes<TB>) {
