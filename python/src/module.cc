@@ -10,7 +10,6 @@
 // then runs with the GIL released.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
 #include <tbb/global_control.h>
 
 #include <cmath>
@@ -45,8 +44,8 @@ const TorchRefs* Torch() {
     py::dict modules = py::module_::import("sys").attr("modules");
     if (!modules.contains("torch")) return nullptr;
     py::object torch = modules["torch"];
-    refs = new TorchRefs{torch.attr("Tensor"),   torch.attr("float32"),
-                         torch.attr("bfloat16"), torch.attr("float16"),
+    refs = new TorchRefs{torch.attr("Tensor"),          torch.attr("float32"),
+                         torch.attr("bfloat16"),        torch.attr("float16"),
                          torch.attr("is_grad_enabled"), torch.attr("strided")};
   }
   return refs;
@@ -100,7 +99,8 @@ Arr ToArr(py::handle obj, const char* name, bool writable) {
       TypeError(std::string(name) +
                 " requires grad: simdattn does not support autograd (it "
                 "computes no backward); call it under torch.no_grad() or "
-                "pass " + name + ".detach()");
+                "pass " +
+                name + ".detach()");
     }
     py::object dtype = obj.attr("dtype");
     a.dt = dtype.is(torch->float32)    ? DT::kF32
@@ -124,8 +124,8 @@ Arr ToArr(py::handle obj, const char* name, bool writable) {
   }
   const std::string& f = info.format;
   const char code = f.empty() ? '?' : f.back();
-  const bool native = f.size() == 1 || f[0] == '<' || f[0] == '=' ||
-                      f[0] == '@';
+  const bool native =
+      f.size() == 1 || f[0] == '<' || f[0] == '=' || f[0] == '@';
   a.dt = native && code == 'f' && info.itemsize == 4   ? DT::kF32
          : native && code == 'e' && info.itemsize == 2 ? DT::kF16
                                                        : DT::kOther;
@@ -147,8 +147,8 @@ Arr ToArr(py::handle obj, const char* name, bool writable) {
 
 void RequireDtype(const Arr& a, const char* name, DT dt, const char* what) {
   if (a.dt != dt) {
-    TypeError(std::string(name) + " has dtype " + a.dtype_name +
-              ": expected " + what);
+    TypeError(std::string(name) + " has dtype " + a.dtype_name + ": expected " +
+              what);
   }
 }
 
@@ -179,9 +179,9 @@ simdattn::Tensor4View<T> ToTensor4(py::handle obj, const char* name,
   RequireDtype(a, name, DT::kF32, "float32");
   RequireLayout(a, name);
   using U = std::remove_const_t<T>;
-  return simdattn::Tensor4View<T>(
-      static_cast<U*>(a.data), a.shape[0], a.shape[1], a.shape[2], a.shape[3],
-      a.strides[0], a.strides[1], a.strides[2]);
+  return simdattn::Tensor4View<T>(static_cast<U*>(a.data), a.shape[0],
+                                  a.shape[1], a.shape[2], a.shape[3],
+                                  a.strides[0], a.strides[1], a.strides[2]);
 }
 
 // The options every attention entry point shares, and the vectors they
@@ -252,10 +252,26 @@ void FillOptions(Options& opt, size_t batch, size_t q_heads,
     if (py::isinstance<py::bool_>(alibi)) {
       if (alibi.cast<bool>()) opt.slopes = simdattn::AlibiSlopes(q_heads);
     } else {
-      opt.slopes = HeadFloats(alibi.cast<std::vector<float>>(), "alibi",
-                              q_heads);
+      opt.slopes =
+          HeadFloats(alibi.cast<std::vector<float>>(), "alibi", q_heads);
     }
     if (!opt.slopes.empty()) m.alibi_slopes = opt.slopes.data();
+  }
+}
+
+// ValueError unless out is (batch, q_heads, q_tokens) of q times value_dim
+// (`source` names where value_dim comes from).
+void CheckOutShape(const Tensor4& out, const ConstTensor4& q, size_t value_dim,
+                   const char* source) {
+  const size_t want[4] = {q.dims[0], q.dims[1], q.dims[2], value_dim};
+  if (!std::equal(want, want + 4, out.dims)) {
+    ValueError("out has shape " +
+               ShapeStr({int64_t(out.dims[0]), int64_t(out.dims[1]),
+                         int64_t(out.dims[2]), int64_t(out.dims[3])}) +
+               ": expected " +
+               ShapeStr({int64_t(want[0]), int64_t(want[1]), int64_t(want[2]),
+                         int64_t(want[3])}) +
+               " (q's batch, heads and tokens, " + source + ")");
   }
 }
 
@@ -263,9 +279,9 @@ float* LseOut(py::handle lse, const Tensor4& out) {
   if (lse.is_none()) return nullptr;
   Arr a = ToArr(lse, "lse", /*writable=*/true);
   RequireDtype(a, "lse", DT::kF32, "float32");
-  const std::vector<int64_t> want = {
-      static_cast<int64_t>(out.dims[0]), static_cast<int64_t>(out.dims[1]),
-      static_cast<int64_t>(out.dims[2])};
+  const std::vector<int64_t> want = {static_cast<int64_t>(out.dims[0]),
+                                     static_cast<int64_t>(out.dims[1]),
+                                     static_cast<int64_t>(out.dims[2])};
   if (a.shape != want) {
     ValueError("lse has shape " + ShapeStr(a.shape) + ": expected " +
                ShapeStr(want) + " (batch, q_heads, q_tokens)");
@@ -292,18 +308,9 @@ void Sdpa(py::handle q_obj, py::handle k_obj, py::handle v_obj,
       k_obj, "k", false, "(batch, kv_heads, k_tokens, head_dim)");
   const ConstTensor4 v = ToTensor4<const float>(
       v_obj, "v", false, "(batch, kv_heads, k_tokens, value_dim)");
-  const Tensor4 out = ToTensor4<float>(
-      out_obj, "out", true, "(batch, q_heads, q_tokens, value_dim)");
-  const size_t want[4] = {q.dims[0], q.dims[1], q.dims[2], v.dims[3]};
-  if (!std::equal(want, want + 4, out.dims)) {
-    ValueError("out has shape " +
-               ShapeStr({int64_t(out.dims[0]), int64_t(out.dims[1]),
-                         int64_t(out.dims[2]), int64_t(out.dims[3])}) +
-               ": expected " +
-               ShapeStr({int64_t(want[0]), int64_t(want[1]), int64_t(want[2]),
-                         int64_t(want[3])}) +
-               " (q's batch, heads and tokens, v's value_dim)");
-  }
+  const Tensor4 out = ToTensor4<float>(out_obj, "out", true,
+                                       "(batch, q_heads, q_tokens, value_dim)");
+  CheckOutShape(out, q, v.dims[3], "v's value_dim");
   if (causal_offset < 0) {
     ValueError("causal_offset is " + std::to_string(causal_offset) +
                ": must be >= 0");
@@ -381,8 +388,8 @@ std::vector<size_t> Sequences(const std::vector<int64_t>& s, size_t batch) {
 size_t Sequence(const simdattn::KVCache& c, int64_t s, const char* name) {
   if (s < 0 || static_cast<size_t>(s) >= c.batch()) {
     ValueError(std::string(name) + " is " + std::to_string(s) +
-               ": the cache holds sequences 0 to " +
-               std::to_string(c.batch()) + " - 1");
+               ": the cache holds sequences 0 to " + std::to_string(c.batch()) +
+               " - 1");
   }
   return static_cast<size_t>(s);
 }
@@ -394,18 +401,9 @@ void CacheAttention(py::handle q_obj, const simdattn::KVCache& cache,
                     py::object alibi) {
   const ConstTensor4 q = ToTensor4<const float>(
       q_obj, "q", false, "(batch, q_heads, q_tokens, head_dim)");
-  const Tensor4 out = ToTensor4<float>(
-      out_obj, "out", true, "(batch, q_heads, q_tokens, value_dim)");
-  const size_t want[4] = {q.dims[0], q.dims[1], q.dims[2], cache.value_dim()};
-  if (!std::equal(want, want + 4, out.dims)) {
-    ValueError("out has shape " +
-               ShapeStr({int64_t(out.dims[0]), int64_t(out.dims[1]),
-                         int64_t(out.dims[2]), int64_t(out.dims[3])}) +
-               ": expected " +
-               ShapeStr({int64_t(want[0]), int64_t(want[1]), int64_t(want[2]),
-                         int64_t(want[3])}) +
-               " (q's batch, heads and tokens, the cache's value_dim)");
-  }
+  const Tensor4 out = ToTensor4<float>(out_obj, "out", true,
+                                       "(batch, q_heads, q_tokens, value_dim)");
+  CheckOutShape(out, q, cache.value_dim(), "the cache's value_dim");
   if (q.dims[0] != cache.batch()) {
     ValueError("q has batch " + std::to_string(q.dims[0]) +
                " but the cache holds " + std::to_string(cache.batch()) +
@@ -470,9 +468,15 @@ void LoadStateDict(Module& self, py::dict state_dict) {
     const Arr& a = keep.back();
     simdattn::TensorRef ref;
     switch (a.dt) {
-      case DT::kF32: ref.dtype = simdattn::DType::kF32; break;
-      case DT::kBF16: ref.dtype = simdattn::DType::kBF16; break;
-      case DT::kF16: ref.dtype = simdattn::DType::kF16; break;
+      case DT::kF32:
+        ref.dtype = simdattn::DType::kF32;
+        break;
+      case DT::kBF16:
+        ref.dtype = simdattn::DType::kBF16;
+        break;
+      case DT::kF16:
+        ref.dtype = simdattn::DType::kF16;
+        break;
       default:
         TypeError(name + " has dtype " + a.dtype_name +
                   ": expected float32, bfloat16 or float16");
@@ -499,8 +503,10 @@ void Forward(const Module& self, py::handle x_obj, py::handle y_obj) {
   RequireLayout(x, "x");
   RequireLayout(y, "y");
   if (x.ndim() != 2 && x.ndim() != 3) {
-    ValueError("x must have 2 (tokens, d_in) or 3 (batch, tokens, d_in) "
-               "dimensions, got shape " + ShapeStr(x.shape));
+    ValueError(
+        "x must have 2 (tokens, d_in) or 3 (batch, tokens, d_in) "
+        "dimensions, got shape " +
+        ShapeStr(x.shape));
   }
   if (y.ndim() != x.ndim()) {
     ValueError("y has shape " + ShapeStr(y.shape) + " but x has shape " +
@@ -512,9 +518,9 @@ void Forward(const Module& self, py::handle x_obj, py::handle y_obj) {
     y.shape.insert(y.shape.begin(), 1);
     y.strides.insert(y.strides.begin(), y.shape[1] * y.strides[0]);
   }
-  const simdattn::ConstTensor3 xv(static_cast<const float*>(x.data),
-                                  x.shape[0], x.shape[1], x.shape[2],
-                                  x.strides[0], x.strides[1]);
+  const simdattn::ConstTensor3 xv(static_cast<const float*>(x.data), x.shape[0],
+                                  x.shape[1], x.shape[2], x.strides[0],
+                                  x.strides[1]);
   const simdattn::Tensor3 yv(static_cast<float*>(y.data), y.shape[0],
                              y.shape[1], y.shape[2], y.strides[0],
                              y.strides[1]);
@@ -544,62 +550,64 @@ PYBIND11_MODULE(_simdattn, m) {
   m.def("cache_types", &TypeNames);
   m.def("alibi_slopes", &simdattn::AlibiSlopes, py::arg("num_heads"));
 
-  m.def("set_num_threads", [](int64_t n) {
-    if (n < 0) ValueError("n is " + std::to_string(n) + ": must be >= 0");
-    ThreadLimit().reset();
-    if (n > 0) {
-      ThreadLimit() = std::make_unique<tbb::global_control>(
-          tbb::global_control::max_allowed_parallelism,
-          static_cast<size_t>(n));
-    }
-  }, py::arg("n"));
+  m.def(
+      "set_num_threads",
+      [](int64_t n) {
+        if (n < 0) ValueError("n is " + std::to_string(n) + ": must be >= 0");
+        ThreadLimit().reset();
+        if (n > 0) {
+          ThreadLimit() = std::make_unique<tbb::global_control>(
+              tbb::global_control::max_allowed_parallelism,
+              static_cast<size_t>(n));
+        }
+      },
+      py::arg("n"));
   m.def("get_num_threads", [] {
     return tbb::global_control::active_value(
         tbb::global_control::max_allowed_parallelism);
   });
 
-  m.def("sdpa", &Sdpa, py::arg("q"), py::arg("k"), py::arg("v"),
-        py::arg("out"), py::arg("lse").none(true), py::arg("scale").none(true),
-        py::arg("causal"), py::arg("causal_offset"),
-        py::arg("causal_offsets").none(true), py::arg("window"),
-        py::arg("softcap"), py::arg("sinks").none(true),
-        py::arg("alibi").none(true), py::arg("key_lengths").none(true),
-        py::arg("dropout_p"), py::arg("dropout_seed"),
-        py::arg("dropout_offset"));
+  m.def(
+      "sdpa", &Sdpa, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
+      py::arg("lse").none(true), py::arg("scale").none(true), py::arg("causal"),
+      py::arg("causal_offset"), py::arg("causal_offsets").none(true),
+      py::arg("window"), py::arg("softcap"), py::arg("sinks").none(true),
+      py::arg("alibi").none(true), py::arg("key_lengths").none(true),
+      py::arg("dropout_p"), py::arg("dropout_seed"), py::arg("dropout_offset"));
 
   py::class_<simdattn::KVCache>(m, "KVCache")
-      .def(py::init([](int64_t batch, int64_t kv_heads, int64_t capacity,
-                       int64_t head_dim, const std::string& dtype,
-                       int64_t block_size, int64_t num_blocks,
-                       int64_t value_dim, float key_scale, float value_scale,
-                       int64_t window) {
-             const std::pair<const char*, int64_t> sizes[] = {
-                 {"batch", batch},           {"kv_heads", kv_heads},
-                 {"capacity", capacity},     {"head_dim", head_dim},
-                 {"block_size", block_size}, {"num_blocks", num_blocks},
-                 {"value_dim", value_dim},   {"window", window}};
-             for (const auto& [name, value] : sizes) {
-               if (value < 0) {
-                 ValueError(std::string(name) + " is " +
-                            std::to_string(value) + ": must be >= 0");
-               }
-             }
-             simdattn::KVCacheConfig config;
-             config.type = ParseType(dtype);
-             config.block_size = block_size;
-             config.num_blocks = num_blocks;
-             config.value_dim = value_dim;
-             config.key_scale = key_scale;
-             config.value_scale = value_scale;
-             config.window = window;
-             return std::make_unique<simdattn::KVCache>(
-                 batch, kv_heads, capacity, head_dim, config);
-           }),
-           py::arg("batch"), py::arg("kv_heads"), py::arg("capacity"),
-           py::arg("head_dim"), py::kw_only(), py::arg("dtype") = "f32",
-           py::arg("block_size") = 0, py::arg("num_blocks") = 0,
-           py::arg("value_dim") = 0, py::arg("key_scale") = 1.0f,
-           py::arg("value_scale") = 1.0f, py::arg("window") = 0)
+      .def(
+          py::init([](int64_t batch, int64_t kv_heads, int64_t capacity,
+                      int64_t head_dim, const std::string& dtype,
+                      int64_t block_size, int64_t num_blocks, int64_t value_dim,
+                      float key_scale, float value_scale, int64_t window) {
+            const std::pair<const char*, int64_t> sizes[] = {
+                {"batch", batch},           {"kv_heads", kv_heads},
+                {"capacity", capacity},     {"head_dim", head_dim},
+                {"block_size", block_size}, {"num_blocks", num_blocks},
+                {"value_dim", value_dim},   {"window", window}};
+            for (const auto& [name, value] : sizes) {
+              if (value < 0) {
+                ValueError(std::string(name) + " is " + std::to_string(value) +
+                           ": must be >= 0");
+              }
+            }
+            simdattn::KVCacheConfig config;
+            config.type = ParseType(dtype);
+            config.block_size = block_size;
+            config.num_blocks = num_blocks;
+            config.value_dim = value_dim;
+            config.key_scale = key_scale;
+            config.value_scale = value_scale;
+            config.window = window;
+            return std::make_unique<simdattn::KVCache>(
+                batch, kv_heads, capacity, head_dim, config);
+          }),
+          py::arg("batch"), py::arg("kv_heads"), py::arg("capacity"),
+          py::arg("head_dim"), py::kw_only(), py::arg("dtype") = "f32",
+          py::arg("block_size") = 0, py::arg("num_blocks") = 0,
+          py::arg("value_dim") = 0, py::arg("key_scale") = 1.0f,
+          py::arg("value_scale") = 1.0f, py::arg("window") = 0)
       .def("_append",
            [](simdattn::KVCache& c, py::handle k_obj, py::handle v_obj,
               std::optional<std::vector<int64_t>> sequences) {
@@ -607,8 +615,7 @@ PYBIND11_MODULE(_simdattn, m) {
                  k_obj, "k", false, "(batch, kv_heads, tokens, head_dim)");
              const ConstTensor4 v = ToTensor4<const float>(
                  v_obj, "v", false, "(batch, kv_heads, tokens, value_dim)");
-             const size_t count =
-                 sequences ? sequences->size() : c.batch();
+             const size_t count = sequences ? sequences->size() : c.batch();
              const size_t n = k.dims[2];
              const std::vector<int64_t> want_k = {
                  int64_t(count), int64_t(c.kv_heads()), int64_t(n),
@@ -630,8 +637,7 @@ PYBIND11_MODULE(_simdattn, m) {
              }
              if (got_v != want_v) {
                ValueError("v has shape " + ShapeStr(got_v) + ": expected " +
-                          ShapeStr(want_v) + " " + rows +
-                          "tokens, value_dim)");
+                          ShapeStr(want_v) + " " + rows + "tokens, value_dim)");
              }
              if (sequences) {
                std::vector<size_t> s = Sequences(*sequences, c.batch());
@@ -647,53 +653,58 @@ PYBIND11_MODULE(_simdattn, m) {
                c.Append(k, v);
              }
            })
-      .def("truncate",
-           [](simdattn::KVCache& c, int64_t sequence, int64_t length) {
-             const size_t s = Sequence(c, sequence, "sequence");
-             if (length < 0 || static_cast<size_t>(length) > c.length(s)) {
-               ValueError("length is " + std::to_string(length) +
-                          ": sequence " + std::to_string(s) + " holds " +
-                          std::to_string(c.length(s)) + " tokens");
-             }
-             c.Truncate(s, static_cast<size_t>(length));
-           },
-           py::arg("sequence"), py::arg("length"))
-      .def("reset",
-           [](simdattn::KVCache& c, int64_t sequence) {
-             c.Reset(Sequence(c, sequence, "sequence"));
-           },
-           py::arg("sequence"))
+      .def(
+          "truncate",
+          [](simdattn::KVCache& c, int64_t sequence, int64_t length) {
+            const size_t s = Sequence(c, sequence, "sequence");
+            if (length < 0 || static_cast<size_t>(length) > c.length(s)) {
+              ValueError("length is " + std::to_string(length) + ": sequence " +
+                         std::to_string(s) + " holds " +
+                         std::to_string(c.length(s)) + " tokens");
+            }
+            c.Truncate(s, static_cast<size_t>(length));
+          },
+          py::arg("sequence"), py::arg("length"))
+      .def(
+          "reset",
+          [](simdattn::KVCache& c, int64_t sequence) {
+            c.Reset(Sequence(c, sequence, "sequence"));
+          },
+          py::arg("sequence"))
       .def("clear", &simdattn::KVCache::Clear)
-      .def("copy",
-           [](simdattn::KVCache& c, int64_t src, int64_t dst) {
-             c.Copy(Sequence(c, src, "src"), Sequence(c, dst, "dst"));
-           },
-           py::arg("src"), py::arg("dst"))
-      .def("reorder",
-           [](simdattn::KVCache& c, const std::vector<int64_t>& order) {
-             if (order.size() != c.batch()) {
-               ValueError("order has " + std::to_string(order.size()) +
-                          " entries: expected one per sequence (" +
-                          std::to_string(c.batch()) + ")");
-             }
-             std::vector<size_t> o;
-             for (size_t i = 0; i < order.size(); ++i) {
-               if (order[i] < 0 || static_cast<size_t>(order[i]) >= c.batch()) {
-                 ValueError("order[" + std::to_string(i) + "] is " +
-                            std::to_string(order[i]) +
-                            ": the cache holds sequences 0 to " +
-                            std::to_string(c.batch()) + " - 1");
-               }
-               o.push_back(static_cast<size_t>(order[i]));
-             }
-             c.Reorder(o);
-           },
-           py::arg("order"))
+      .def(
+          "copy",
+          [](simdattn::KVCache& c, int64_t src, int64_t dst) {
+            c.Copy(Sequence(c, src, "src"), Sequence(c, dst, "dst"));
+          },
+          py::arg("src"), py::arg("dst"))
+      .def(
+          "reorder",
+          [](simdattn::KVCache& c, const std::vector<int64_t>& order) {
+            if (order.size() != c.batch()) {
+              ValueError("order has " + std::to_string(order.size()) +
+                         " entries: expected one per sequence (" +
+                         std::to_string(c.batch()) + ")");
+            }
+            std::vector<size_t> o;
+            for (size_t i = 0; i < order.size(); ++i) {
+              if (order[i] < 0 || static_cast<size_t>(order[i]) >= c.batch()) {
+                ValueError("order[" + std::to_string(i) + "] is " +
+                           std::to_string(order[i]) +
+                           ": the cache holds sequences 0 to " +
+                           std::to_string(c.batch()) + " - 1");
+              }
+              o.push_back(static_cast<size_t>(order[i]));
+            }
+            c.Reorder(o);
+          },
+          py::arg("order"))
       .def("_read",
            [](const simdattn::KVCache& c, int64_t sequence, py::handle k_obj,
               py::handle v_obj) {
              const size_t s = Sequence(c, sequence, "sequence");
-             Arr k = ToArr(k_obj, "keys", true), v = ToArr(v_obj, "values", true);
+             Arr k = ToArr(k_obj, "keys", true),
+                 v = ToArr(v_obj, "values", true);
              RequireDtype(k, "keys", DT::kF32, "float32");
              RequireDtype(v, "values", DT::kF32, "float32");
              const int64_t n = c.length(s);
@@ -711,11 +722,12 @@ PYBIND11_MODULE(_simdattn, m) {
                                       v.shape[1], v.shape[2], v.strides[0],
                                       v.strides[1]));
            })
-      .def("length",
-           [](const simdattn::KVCache& c, int64_t sequence) {
-             return c.length(Sequence(c, sequence, "sequence"));
-           },
-           py::arg("sequence"))
+      .def(
+          "length",
+          [](const simdattn::KVCache& c, int64_t sequence) {
+            return c.length(Sequence(c, sequence, "sequence"));
+          },
+          py::arg("sequence"))
       .def_property_readonly("lengths",
                              [](const simdattn::KVCache& c) {
                                std::vector<size_t> r;
@@ -729,12 +741,11 @@ PYBIND11_MODULE(_simdattn, m) {
       .def_property_readonly("capacity", &simdattn::KVCache::capacity)
       .def_property_readonly("head_dim", &simdattn::KVCache::head_dim)
       .def_property_readonly("value_dim", &simdattn::KVCache::value_dim)
-      .def_property_readonly("dtype",
-                             [](const simdattn::KVCache& c) {
-                               return std::string(simdattn::ElementTraitsOf(
-                                                      c.config().type)
-                                                      .name);
-                             })
+      .def_property_readonly(
+          "dtype",
+          [](const simdattn::KVCache& c) {
+            return std::string(simdattn::ElementTraitsOf(c.config().type).name);
+          })
       .def_property_readonly("block_size", [](const simdattn::KVCache& c) {
         return c.config().block_size;
       });
