@@ -1,10 +1,8 @@
 // Per-target fused attention (attention-inl.h): decode, few query rows over
 // long caches. Rows are read where they lie (paced or prefetched from
-// memory), Q K^T and P V straight from the cache's rows (DotColumns,
-// DirectColumns), or as integer scores (int_dot-inl.h) or bf16 pairs
-// (decode_pairs.h) where the call's arithmetic says; E4M3 rows are read
-// without a NaN test per vector, then scanned. AttendFewRows walks a task's
-// keys.
+// memory) by a backend the call's arithmetic picks: float rows (DotColumns,
+// DirectColumns), integer scores (int_dot-inl.h), bf16 pairs
+// (decode_pairs.h) or direct E4M3. WalkFewRows walks a task's keys.
 
 #if defined(SIMDATTN_SRC_OPS_ATTENTION_DECODE_INL_H_) == \
     defined(HWY_TARGET_TOGGLE)
@@ -210,35 +208,13 @@ Pace PaceOf(const internal::KVRows<T>& rows) {
 // read where it lies. One row streams K a dot product at a time; several
 // (a group's heads) go by dot-product tiles, each vector of K loaded once
 // for up to kDotRows rows, over each run of keys contiguous in memory (a
-// block of a paged cache), int8 keys' scales applied to the products.
-// With the queries quantized (kInt8: q8_0, q4_0 or int8 keys), by integer
-// dot products.
+// block of a paged cache), row-scaled keys' (int8's) scales applied to the
+// products.
 template <typename T>
-inline void TileScores(ConstMatrix queries,
-                       const int_dot_detail::QuantizedQueries* quantized,
-                       const internal::KVRows<T>& k, size_t j0, size_t cols,
-                       const MatMulOptions& options, float* scores,
-                       const float* direct_queries = nullptr) {
+inline void RowScores(ConstMatrix queries, const internal::KVRows<T>& k,
+                      size_t j0, size_t cols, const MatMulOptions& options,
+                      float* scores) {
   using namespace matmul_detail;
-  if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
-    // The rows read as FiniteE4M3 (or DirectE4M3, with the queries times
-    // its operand scale in direct_queries), then scanned where they are in
-    // cache now (scanning first made decode from memory wait for the scan);
-    // read again with the test where a NaN code is found.
-    if (direct_queries != nullptr) {
-      TileScores(
-          ConstMatrix(direct_queries, queries.rows, queries.cols, queries.cols),
-          nullptr, DirectRows(k), j0, cols, options, scores);
-    } else {
-      TileScores(queries, quantized, FiniteRows(k), j0, cols, options, scores);
-    }
-    if (!HasNaNCodes(k, j0, cols)) return;
-  }
-  if constexpr (int_dot_detail::kIntegerKeys<T>) {
-    if (quantized != nullptr) {
-      return int_dot_detail::Scores(*quantized, k, j0, cols, scores, kKeyBlock);
-    }
-  }
   const size_t rows = queries.rows;
   if (rows < kDotMinRows) {
     return DirectColumns(queries, k.From(j0),
@@ -250,7 +226,7 @@ inline void TileScores(ConstMatrix queries,
     DotColumns(queries,
                MatrixView<const T>(k.Row(j0 + n), run, k.cols, k.stride),
                Matrix(scores + n, rows, run, kKeyBlock), options, 0, run);
-    if constexpr (std::is_same_v<T, int8_t>) {
+    if constexpr (internal::kTraitsOf<T>.scaled) {
       // Times the keys' scales, contiguous within a run.
       const float* scales = k.ScaleAt(j0 + n);
       const hn::ScalableTag<float> d;
@@ -267,109 +243,210 @@ inline void TileScores(ConstMatrix queries,
   }
 }
 
-// acc (+)= P V over value rows from j0 (P's columns), read where they lie,
-// every row of acc seeing every key (a full tile, or one without NaN). E4M3
-// rows are read as FiniteE4M3 (or DirectE4M3, P scaled into direct_weights
-// where it is not null), then scanned (see TileScores); a NaN code makes its
-// column of every row NaN, as P times it does on the tested path.
-template <typename T>
-HWY_INLINE void AddTileProduct(ConstMatrix p, const internal::KVRows<T>& v,
-                               size_t j0, Matrix acc,
-                               const MatMulOptions& options,
-                               const RowPacer<T>* pacer,
-                               float* direct_weights = nullptr) {
-  using matmul_detail::DirectColumns;
-  if constexpr (kPacedRows<T>) {
-    if (pacer != nullptr) {
-      const size_t position = pacer->KeyPosition(j0) + kKeyBlock;
-      using Rows = internal::KVRows<T>;
-      return DirectColumns<true>(
-          p, PacedRows<Rows, T>{v.From(j0), pacer, position}, acc, options, 0,
-          acc.cols);
-    }
-  }
-  if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
-    if (direct_weights != nullptr && ScaledForDirectE4M3(p, direct_weights)) {
-      DirectColumns<true>(ConstMatrix(direct_weights, p.rows, p.cols, p.cols),
-                          DirectRows(v).From(j0), acc, options, 0, acc.cols);
-    } else {
-      DirectColumns<true>(p, FiniteRows(v).From(j0), acc, options, 0, acc.cols);
-    }
-    if (!HasNaNCodes(v, j0, p.cols)) return;
-    for (size_t j = j0; j < j0 + p.cols; ++j) {
-      const internal::Fp8E4M3* row = v.Row(j);
-      for (size_t c = 0; c < v.cols; ++c) {
-        if (!std::isnan(internal::WidenAt(row, c))) continue;
-        for (size_t r = 0; r < acc.rows; ++r) {
-          acc.Row(r)[c] = std::numeric_limits<float>::quiet_NaN();
-        }
+// Where rows [j0, j0 + p.cols) of E4M3 values hold a NaN code: makes its
+// column of every row of acc NaN, as P times it does on the tested path
+// (the rows were read as FiniteE4M3 or DirectE4M3, without that test).
+inline void AddNaNColumns(ConstMatrix p,
+                          const internal::KVRows<internal::Fp8E4M3>& v,
+                          size_t j0, Matrix acc) {
+  if (!HasNaNCodes(v, j0, p.cols)) return;
+  for (size_t j = j0; j < j0 + p.cols; ++j) {
+    const internal::Fp8E4M3* row = v.Row(j);
+    for (size_t c = 0; c < v.cols; ++c) {
+      if (!std::isnan(internal::WidenAt(row, c))) continue;
+      for (size_t r = 0; r < acc.rows; ++r) {
+        acc.Row(r)[c] = std::numeric_limits<float>::quiet_NaN();
       }
     }
-  } else {
-    DirectColumns<true>(p, v.From(j0), acc, options, 0, acc.cols);
   }
 }
 
-template <typename T>
-constexpr bool kFp8Rows = std::is_same_v<T, internal::Fp8E4M3> ||
-                          std::is_same_v<T, internal::Fp8E5M2>;
-
-// Rows whose products decode_pairs.h takes, and their KVType.
-template <typename T>
-constexpr bool kPairable = kFp8Rows<T> || std::is_same_v<T, BFloat16>;
-template <typename T>
-constexpr KVType kPairType =
-    std::is_same_v<T, BFloat16>            ? KVType::kBF16
-    : std::is_same_v<T, internal::Fp8E4M3> ? KVType::kFp8E4M3
-                                           : KVType::kFp8E5M2;
-
-// A row's elements as the bytes decode_pairs.h reads.
-template <typename T>
-const uint8_t* PairBytes(const T* row) {
-  return reinterpret_cast<const uint8_t*>(row);
+// acc = P V (first) or acc + P V.
+inline MatMulOptions Accumulate(bool first) {
+  MatMulOptions options;
+  options.beta = first ? 0.0f : 1.0f;
+  return options;
 }
 
-// A few-rows task's fp8 or bf16 products on bf16 pairs (Problem::decode_pairs):
-// its query rows as the kernels' operands, and room for a tile's weights.
-struct PairOperands {
-  static constexpr size_t kWeightStride = kKeyBlock / 2;
-  const uint32_t* queries = nullptr;  // Null: the float32 routes.
-  float factor = 0.0f;          // The products' power of two (QueryPairs).
-  uint32_t* weights = nullptr;  // A tile's, rows kWeightStride apart.
+// Decode's backends: how a few-rows task (AttendFewRows) forms its
+// products, with the shape of the dense path's FloatTiles and PairTiles.
+// The call's arithmetic picks one (Problem: integer_scores, decode_pairs,
+// direct_e4m3); a task whose query rows it declines (not finite) goes by
+// FloatRows, which gives the same results. Each backend has
+//   Queries(queries, ws): takes the task's rows; false: declines them.
+//   Scores(k, j0, cols, scores): S = scale Q K^T for keys j0 + [0, cols),
+//     rows kKeyBlock apart. Each score is its own dot product: a tile's
+//     scores in chunks have the same bits.
+//   WeightsTimesValues(p, v, j0, acc, first, pacer, chunk): acc = P V
+//     (first) or acc + P V over a tile's value rows, every row of acc seeing
+//     every key of P (a full tile, or one without non-finite values). A
+//     pacer, where given, asks for rows ahead (each `chunk` of keys).
+//   ZeroedWeightsTimesValues(p, v, j0, ws, acc, first): the same with the
+//     rows of ws.nonfinite read as zeros, where a masked key's P = 0 times
+//     such a row would not be 0.
+//
+// FloatRows: float32 products over the rows as their codec loads them
+// (DotColumns, DirectColumns); E4M3 rows read as FiniteE4M3, then scanned
+// for NaN codes where they are in cache now (scanning first made decode
+// from memory wait for the scan) and read again with the test where one is
+// found.
+template <typename T>
+struct FloatRows {
+  ConstMatrix queries;
+  MatMulOptions score_options;  // alpha: the problem's scale.
 
-  // The queries' operands in `scratch`, none where they are not finite.
-  static PairOperands For(KVType type, ConstMatrix queries, float* scratch,
-                          float* weights) {
-    PairOperands pair_ops;
-    auto* pairs = reinterpret_cast<uint32_t*>(scratch);
-    pair_ops.factor = internal::QueryPairs(type, queries.data, queries.rows,
-                                           queries.cols, queries.stride, pairs);
-    if (pair_ops.factor == 0.0f) return pair_ops;
-    pair_ops.queries = pairs;
-    pair_ops.weights = reinterpret_cast<uint32_t*>(weights);
-    return pair_ops;
+  explicit FloatRows(float scale) : queries(nullptr, 0, 0, 0) {
+    score_options.transpose_b = Transpose::kYes;
+    score_options.alpha = scale;
+  }
+
+  bool Queries(ConstMatrix task_queries, const Workspace&) {
+    queries = task_queries;
+    return true;
+  }
+
+  void Scores(const internal::KVRows<T>& k, size_t j0, size_t cols,
+              float* scores) const {
+    if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
+      RowScores(queries, FiniteRows(k), j0, cols, score_options, scores);
+      if (!HasNaNCodes(k, j0, cols)) return;
+    }
+    RowScores(queries, k, j0, cols, score_options, scores);
+  }
+
+  HWY_INLINE void WeightsTimesValues(ConstMatrix p,
+                                     const internal::KVRows<T>& v, size_t j0,
+                                     Matrix acc, bool first,
+                                     const RowPacer<T>* pacer, size_t) const {
+    using matmul_detail::DirectColumns;
+    if constexpr (kPacedRows<T>) {
+      if (pacer != nullptr) {
+        const size_t position = pacer->KeyPosition(j0) + kKeyBlock;
+        using Rows = internal::KVRows<T>;
+        return DirectColumns<true>(
+            p, PacedRows<Rows, T>{v.From(j0), pacer, position}, acc,
+            Accumulate(first), 0, acc.cols);
+      }
+    }
+    if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
+      DirectColumns<true>(p, FiniteRows(v).From(j0), acc, Accumulate(first), 0,
+                          acc.cols);
+      AddNaNColumns(p, v, j0, acc);
+    } else {
+      DirectColumns<true>(p, v.From(j0), acc, Accumulate(first), 0, acc.cols);
+    }
+  }
+
+  void ZeroedWeightsTimesValues(ConstMatrix p, const internal::KVRows<T>& v,
+                                size_t j0, const Workspace& ws, Matrix acc,
+                                bool first) const {
+    using matmul_detail::DirectColumns;
+    using matmul_detail::LoadRow;
+    const size_t cols = p.cols, value_dim = acc.cols;
+    const NonFiniteValues& nonfinite = ws.nonfinite;
+    if constexpr (internal::kTraitsOf<T>.scaled) {  // Scales zeroed.
+      for (size_t jj = 0; jj < cols; ++jj) ws.scales[jj] = v.Scale(j0 + jj);
+      for (size_t n = 0; n < nonfinite.count; ++n) {
+        ws.scales[nonfinite.keys[n]] = 0.0f;
+      }
+      DirectColumns<true>(p, Int8TileRows{v.From(j0), ws.scales}, acc,
+                          Accumulate(first), 0, value_dim);
+    } else if constexpr (internal::kBlockValues<T> > 1) {
+      // Zero blocks in the V panels' scratch, which this path packs not.
+      T* zeros = reinterpret_cast<T*>(ws.v_panels);
+      std::memset(zeros, 0, value_dim / internal::kQuantBlock * sizeof(T));
+      DirectColumns<true>(p, BlockTileRows<T>{v.From(j0), &nonfinite, zeros},
+                          acc, Accumulate(first), 0, value_dim);
+    } else {  // A float copy with those rows zeroed, in the V panels.
+      const hn::ScalableTag<float> d;
+      const hn::CappedTag<float, 1> d1;
+      const size_t N = hn::Lanes(d);
+      for (size_t jj = 0; jj < cols; ++jj) {
+        float* row = ws.v_panels + jj * value_dim;
+        size_t c = 0;
+        for (; c + N <= value_dim; c += N) {
+          hn::StoreU(LoadRow(d, v, j0 + jj, c), d, row + c);
+        }
+        for (; c < value_dim; ++c) {
+          row[c] = hn::GetLane(LoadRow(d1, v, j0 + jj, c));
+        }
+      }
+      for (size_t n = 0; n < nonfinite.count; ++n) {
+        std::fill_n(ws.v_panels + nonfinite.keys[n] * value_dim, value_dim,
+                    0.0f);
+      }
+      DirectColumns(p, ConstMatrix(ws.v_panels, cols, value_dim, value_dim),
+                    acc, Accumulate(first), 0, value_dim);
+    }
   }
 };
 
-// TileScores on the pairs (S = alpha Q K^T of the task's rows, kKeyBlock
-// apart), true; false (S untouched) where the task has no pair operands.
+// IntegerRows (kInt8 over keys of integer codes): the query rows quantized
+// once for every tile, in the K panels' scratch (this path packs none;
+// kKeyBlock head_dim floats hold them), the scores integer dot products
+// (int_dot-inl.h); P V as FloatRows.
 template <typename T>
-bool PairTileScores(const PairOperands& pair_ops, size_t rows,
-                    const internal::KVRows<T>& k, size_t j0, size_t cols,
-                    float alpha, float* scores) {
-  if constexpr (kPairable<T> && kPairTarget) {
-    if (pair_ops.queries == nullptr) return false;
-    for (size_t n = 0, run = 0; n < cols; n += run) {
-      run = std::min(cols - n, k.RunFrom(j0 + n));
-      internal::PairScores(kPairType<T>, pair_ops.queries, rows,
-                           PairBytes(k.Row(j0 + n)), k.stride * sizeof(T), run,
-                           k.cols, alpha * pair_ops.factor, scores + n,
-                           kKeyBlock);
-    }
+struct IntegerRows : FloatRows<T> {
+  using Quantized = int_dot_detail::QuantizedQueries;
+  static_assert(matmul_detail::kSkinnyRows <= Quantized::kMaxRows, "fit");
+  Quantized quantized;
+
+  explicit IntegerRows(float scale) : FloatRows<T>(scale) {}
+
+  bool Queries(ConstMatrix task_queries, const Workspace& ws) {
+    FloatRows<T>::Queries(task_queries, ws);
+    quantized = Quantized::For<T>(ws.k_panels, task_queries.cols);
+    return int_dot_detail::Quantize(task_queries, this->score_options.alpha,
+                                    quantized);
+  }
+
+  void Scores(const internal::KVRows<T>& k, size_t j0, size_t cols,
+              float* scores) const {
+    int_dot_detail::Scores(quantized, k, j0, cols, scores, kKeyBlock);
+  }
+};
+
+// DirectE4M3Rows: E4M3 rows read as DirectE4M3 (Problem::direct_e4m3), the
+// queries times its operand scale in the K panels' scratch (this path packs
+// none), each tile's weights likewise in the rows of S past the task's;
+// scanned for NaN codes as FloatRows' are.
+struct DirectE4M3Rows : FloatRows<internal::Fp8E4M3> {
+  using Rows = internal::KVRows<internal::Fp8E4M3>;
+  static_assert(2 * matmul_detail::kSkinnyRows <= kQueryBlock, "S holds both");
+  ConstMatrix direct_queries;
+  float* direct_weights = nullptr;
+
+  explicit DirectE4M3Rows(float scale)
+      : FloatRows(scale), direct_queries(nullptr, 0, 0, 0) {}
+
+  bool Queries(ConstMatrix task_queries, const Workspace& ws) {
+    FloatRows::Queries(task_queries, ws);
+    if (!ScaledForDirectE4M3(task_queries, ws.k_panels)) return false;
+    direct_queries = ConstMatrix(ws.k_panels, task_queries.rows,
+                                 task_queries.cols, task_queries.cols);
+    direct_weights = ws.scores + matmul_detail::kSkinnyRows * kKeyBlock;
     return true;
   }
-  return false;
-}
+
+  void Scores(const Rows& k, size_t j0, size_t cols, float* scores) const {
+    RowScores(direct_queries, DirectRows(k), j0, cols, score_options, scores);
+    if (HasNaNCodes(k, j0, cols)) {
+      RowScores(queries, k, j0, cols, score_options, scores);
+    }
+  }
+
+  void WeightsTimesValues(ConstMatrix p, const Rows& v, size_t j0, Matrix acc,
+                          bool first, const RowPacer<internal::Fp8E4M3>* pacer,
+                          size_t chunk) const {
+    if (!ScaledForDirectE4M3(p, direct_weights)) {
+      return FloatRows::WeightsTimesValues(p, v, j0, acc, first, pacer, chunk);
+    }
+    matmul_detail::DirectColumns<true>(
+        ConstMatrix(direct_weights, p.rows, p.cols, p.cols),
+        DirectRows(v).From(j0), acc, Accumulate(first), 0, acc.cols);
+    AddNaNColumns(p, v, j0, acc);
+  }
+};
 
 // Whether rows [j0, j0 + cols) of v lie in runs that start at even keys, as
 // the pairs' P V needs: the tile's weights are paired from its first key on
@@ -383,18 +460,95 @@ bool RunsStartEven(const internal::KVRows<T>& v, size_t j0, size_t cols) {
   return true;
 }
 
-// AddTileProduct on the pairs (acc = P V, or acc + P V unless `first`),
-// true; false where they decline the values (acc unchanged). A pacer, where
-// given, asks for rows ahead before each `chunk` of keys.
+// PairRows: fp8 and bf16 rows (bf16_exact) on bf16 pairs
+// (Problem::decode_pairs, decode_pairs.h): the query rows as the kernels'
+// operands in the K panels' scratch, each tile's weights in the V panels'
+// (this path packs neither). P V goes by FloatRows where the pairs decline
+// a tile's values or weights.
 template <typename T>
-bool PairTileProduct(const PairOperands& pair_ops, ConstMatrix p,
-                     const internal::KVRows<T>& v, size_t j0, Matrix acc,
-                     bool first, const RowPacer<T>* pacer, size_t chunk) {
-  if constexpr (kPairable<T> && kPairTarget) {
-    if (pair_ops.queries == nullptr || !RunsStartEven(v, j0, p.cols))
-      return false;
-    if (!internal::WeightPairs(p.Row(0), p.rows, p.cols, p.stride,
-                               pair_ops.weights, PairOperands::kWeightStride)) {
+struct PairRows : FloatRows<T> {
+  static constexpr KVType kType = internal::FormatOf<T>::type::kType;
+  static constexpr size_t kWeightStride = kKeyBlock / 2;
+  static_assert(matmul_detail::kSkinnyRows <= internal::kMaxPairRows, "fit");
+  const uint32_t* pairs = nullptr;
+  float factor = 0.0f;          // The products' power of two (QueryPairs).
+  uint32_t* weights = nullptr;  // A tile's, rows kWeightStride apart.
+  void* copy = nullptr;         // Past the weights: ZeroedWeightsTimesValues'.
+
+  explicit PairRows(float scale) : FloatRows<T>(scale) {}
+
+  bool Queries(ConstMatrix task_queries, const Workspace& ws) {
+    FloatRows<T>::Queries(task_queries, ws);
+    auto* operands = reinterpret_cast<uint32_t*>(ws.k_panels);
+    factor =
+        internal::QueryPairs(kType, task_queries.data, task_queries.rows,
+                             task_queries.cols, task_queries.stride, operands);
+    pairs = operands;
+    weights = reinterpret_cast<uint32_t*>(ws.v_panels);
+    copy = ws.v_panels + internal::kMaxPairRows * kWeightStride;
+    return factor != 0.0f;
+  }
+
+  void Scores(const internal::KVRows<T>& k, size_t j0, size_t cols,
+              float* scores) const {
+    const float alpha = this->score_options.alpha * factor;
+    for (size_t n = 0, run = 0; n < cols; n += run) {
+      run = std::min(cols - n, k.RunFrom(j0 + n));
+      internal::PairScores(kType, pairs, this->queries.rows,
+                           PairBytes(k.Row(j0 + n)), k.stride * sizeof(T), run,
+                           k.cols, alpha, scores + n, kKeyBlock);
+    }
+  }
+
+  void WeightsTimesValues(ConstMatrix p, const internal::KVRows<T>& v,
+                          size_t j0, Matrix acc, bool first,
+                          const RowPacer<T>* pacer, size_t chunk) const {
+    if (!PairProduct(p, v, j0, acc, first, pacer, chunk)) {
+      FloatRows<T>::WeightsTimesValues(p, v, j0, acc, first, pacer, chunk);
+    }
+  }
+
+  // Over a copy of the tile's values with the rows of ws.nonfinite zeroed.
+  // The copy, p.cols x v.cols elements of at most 2 bytes, fits past the
+  // weights in v_panels, which holds kKeyBlock x value_dim rounded up to
+  // nr >= 16 floats on AVX-512. It declines exactly where the values read in
+  // place would be declined, so a row that sees no such key keeps the bits
+  // it has without them.
+  void ZeroedWeightsTimesValues(ConstMatrix p, const internal::KVRows<T>& v,
+                                size_t j0, const Workspace& ws, Matrix acc,
+                                bool first) const {
+    if (RunsStartEven(v, j0, p.cols)) {
+      T* rows = static_cast<T*>(copy);
+      for (size_t jj = 0; jj < p.cols; ++jj) {
+        std::memcpy(rows + jj * v.cols, v.Row(j0 + jj), v.cols * sizeof(T));
+      }
+      for (size_t n = 0; n < ws.nonfinite.count; ++n) {
+        std::memset(rows + ws.nonfinite.keys[n] * v.cols, 0,
+                    v.cols * sizeof(T));
+      }
+      internal::KVRows<T> zeroed = v;
+      zeroed.base = rows;
+      zeroed.stride = v.cols;
+      zeroed.first = 0;
+      zeroed.MakeOneBlock();
+      if (PairProduct(p, zeroed, 0, acc, first, nullptr, 0)) return;
+    }
+    FloatRows<T>::ZeroedWeightsTimesValues(p, v, j0, ws, acc, first);
+  }
+
+ private:
+  static const uint8_t* PairBytes(const T* row) {
+    return reinterpret_cast<const uint8_t*>(row);
+  }
+
+  // acc = P V or acc + P V on the pairs, true; false where they decline the
+  // values or the weights (acc unchanged).
+  bool PairProduct(ConstMatrix p, const internal::KVRows<T>& v, size_t j0,
+                   Matrix acc, bool first, const RowPacer<T>* pacer,
+                   size_t chunk) const {
+    if (!RunsStartEven(v, j0, p.cols) ||
+        !internal::WeightPairs(p.Row(0), p.rows, p.cols, p.stride, weights,
+                               kWeightStride)) {
       return false;
     }
     if (first) {
@@ -408,105 +562,32 @@ bool PairTileProduct(const PairOperands& pair_ops, ConstMatrix p,
         run = std::min(run, chunk);
         pacer->Reach(pacer->KeyPosition(j0 + n + run - 1) + kKeyBlock);
       }
-      internal::PairWeightsTimesValues(
-          kPairType<T>, pair_ops.weights + n / 2, PairOperands::kWeightStride,
-          p.rows, PairBytes(v.Row(j0 + n)), v.stride * sizeof(T), run, acc.cols,
-          acc.Row(0), acc.stride);
+      internal::PairWeightsTimesValues(kType, weights + n / 2, kWeightStride,
+                                       p.rows, PairBytes(v.Row(j0 + n)),
+                                       v.stride * sizeof(T), run, acc.cols,
+                                       acc.Row(0), acc.stride);
     }
     return true;
   }
-  return false;
-}
+};
 
-// PairTileProduct over a copy of the tile's values with the rows listed in
-// `nonfinite` zeroed, where a masked key's P = 0 times such a row would not
-// be 0; true where the pairs took it. The copy, p.cols x v.cols elements of
-// at most 2 bytes, fits in `scratch`: v_panels past the weights, which holds
-// kKeyBlock x value_dim rounded up to nr >= 16 floats on AVX-512.
-// It declines exactly where PairTileProduct would decline the values read in
-// place, so a row that sees no such key keeps the bits it has without them.
-template <typename T>
-bool PairZeroedTileProduct(const PairOperands& pair_ops, ConstMatrix p,
-                           const internal::KVRows<T>& v, size_t j0,
-                           const NonFiniteValues& nonfinite, void* scratch,
-                           Matrix acc, bool first) {
-  if constexpr (kPairable<T> && kPairTarget) {
-    if (pair_ops.queries == nullptr || !RunsStartEven(v, j0, p.cols))
-      return false;
-    T* copy = static_cast<T*>(scratch);
-    for (size_t jj = 0; jj < p.cols; ++jj) {
-      std::memcpy(copy + jj * v.cols, v.Row(j0 + jj), v.cols * sizeof(T));
-    }
-    for (size_t n = 0; n < nonfinite.count; ++n) {
-      std::memset(copy + nonfinite.keys[n] * v.cols, 0, v.cols * sizeof(T));
-    }
-    internal::KVRows<T> rows = v;
-    rows.base = copy;
-    rows.stride = v.cols;
-    rows.first = 0;
-    rows.MakeOneBlock();
-    return PairTileProduct<T>(pair_ops, p, rows, 0, acc, first, nullptr, 0);
-  }
-  return false;
-}
-
-// Attends a task's few query rows (decode; `queries`, one row each) to keys
-// [j_begin, j_end): packing tiles of K and V would not pay for itself, so K
-// and V rows are read where they lie, as MatMul's skinny path does. Leaves
-// the unnormalised outputs in acc (rows acc_stride apart) and the rows'
-// softmax states in st; returns false if no key was in reach (acc left
-// unwritten).
-template <typename T>
-inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
-                          ConstMatrix queries, size_t j_begin, size_t j_end,
-                          float* acc, size_t acc_stride, const RowStates& st,
-                          Workspace& ws) {
-  using namespace matmul_detail;
+// Attends a task's few query rows (decode) to keys [j_begin, j_end) by
+// `backend` (its Queries taken): packing tiles of K and V would not pay for
+// itself, so K and V rows are read where they lie, as MatMul's skinny path
+// does. Leaves the unnormalised outputs in acc (rows acc_stride apart) and
+// the rows' softmax states in st; returns false if no key was in reach (acc
+// left unwritten).
+template <typename T, class Backend>
+inline bool WalkFewRows(const Problem& pr, const QueryRows& t, size_t j_begin,
+                        size_t j_end, float* acc, size_t acc_stride,
+                        const RowStates& st, Workspace& ws,
+                        const Backend& backend) {
   const size_t b = t.b, rows = t.rows, value_dim = pr.value_dim;
   const internal::KVRows<T> k = pr.Keys<T>(b, t.h0);
   const internal::KVRows<T> v = pr.Values<T>(b, t.h0);
-  MatMulOptions scores_options;
-  scores_options.transpose_b = Transpose::kYes;
-  scores_options.alpha = pr.scale;
   const size_t j_start = FirstKey(pr, b, t.Token(0), j_begin);
   const size_t j_stop = std::min(j_end, pr.mask.End(b, t.Token(rows - 1)));
   const hn::ScalableTag<float> d;
-  // kInt8: the rows quantized once for every tile, in the K panels' scratch
-  // (this path packs none; kKeyBlock head_dim floats hold them); float32
-  // where Quantize declines them.
-  using int_dot_detail::QuantizedQueries;
-  static_assert(kSkinnyRows <= QuantizedQueries::kMaxRows, "rows fit");
-  std::optional<QuantizedQueries> quantized;
-  if constexpr (int_dot_detail::kIntegerKeys<T>) {
-    if (pr.integer_scores) {
-      quantized = QuantizedQueries::For<T>(ws.k_panels, queries.cols);
-      if (!int_dot_detail::Quantize(queries, pr.scale, *quantized)) {
-        quantized.reset();
-      }
-    }
-  }
-  // E4M3 rows read as DirectE4M3 (Problem::direct_e4m3): the queries times
-  // its operand scale in the K panels' scratch (this path packs none), each
-  // tile's weights in the rows of S past the task's.
-  // fp8 and bf16 rows on bf16 pairs (Problem::decode_pairs) likewise, each
-  // tile's weights in the V panels' scratch (this path packs none either).
-  PairOperands pair_ops;
-  if constexpr (kPairable<T>) {
-    if (pr.decode_pairs && rows <= internal::kMaxPairRows) {
-      pair_ops =
-          PairOperands::For(kPairType<T>, queries, ws.k_panels, ws.v_panels);
-    }
-  }
-  const float* direct_queries = nullptr;
-  float* direct_weights = nullptr;
-  if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
-    static_assert(2 * kSkinnyRows <= kQueryBlock, "S holds both");
-    if (pair_ops.queries == nullptr && pr.direct_e4m3 &&
-        ScaledForDirectE4M3(queries, ws.k_panels)) {
-      direct_queries = ws.k_panels;
-      direct_weights = ws.scores + kSkinnyRows * kKeyBlock;
-    }
-  }
   // Rows from memory of the types it pays for are paced; others asked for
   // where PrefetchPagedRows says, a tile ahead.
   const bool paced = kPacedRows<T> && pr.rows_from_memory;
@@ -518,8 +599,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     const size_t next = j0 + cols,
                  next_end = std::min(j_stop, next + kKeyBlock);
     // The scores chunk by chunk, each asking for rows ahead: the pacer's,
-    // or its keys' V rows and the next tile's K rows as far (each score is
-    // its own dot product: the chunks do not change its bits).
+    // or its keys' V rows and the next tile's K rows as far.
     for (size_t n = 0; n < cols; n += chunk) {
       const size_t width = std::min(chunk, cols - n);
       if (paced) {
@@ -531,17 +611,11 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
                           std::min(next_end, next + n + width));
         PrefetchPagedRows(v, j0 + n, j0 + n + width);
       }
-      if (!PairTileScores(pair_ops, rows, k, j0 + n, width, pr.scale,
-                          ws.scores + n)) {
-        TileScores(queries, quantized ? &*quantized : nullptr, k, j0 + n, width,
-                   scores_options, ws.scores + n, direct_queries);
-      }
+      backend.Scores(k, j0 + n, width, ws.scores + n);
     }
     SoftmaxTile(pr, t, 0, rows, j0, cols, st, ws);
     const bool first = j0 == j_start;
     if (!first) RescaleRows(ws.corr, rows, acc, acc_stride, value_dim);
-    MatMulOptions accumulate;
-    accumulate.beta = first ? 0.0f : 1.0f;
     if (!paced && chunk == kKeyBlock) PrefetchPagedRows(v, next, next_end);
     ws.nonfinite.count = 0;
     if (pr.mask.Classify(b, t.Token(0), t.Token(rows - 1) + 1, j0, j0 + cols) !=
@@ -551,54 +625,41 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
     const ConstMatrix p(ws.scores, rows, cols, kKeyBlock);
     const Matrix acc_rows(acc, rows, value_dim, acc_stride);
     if (ws.nonfinite.count == 0) {
-      if (!PairTileProduct(pair_ops, p, v, j0, acc_rows, first,
-                           paced ? &pacer : nullptr, chunk)) {
-        AddTileProduct(p, v, j0, acc_rows, accumulate, paced ? &pacer : nullptr,
-                       direct_weights);
-      }
-    } else if (PairZeroedTileProduct(
-                   pair_ops, p, v, j0, ws.nonfinite,
-                   ws.v_panels +
-                       internal::kMaxPairRows * PairOperands::kWeightStride,
-                   acc_rows, first)) {
-      // The pairs took it, the copy past the weights in v_panels.
-    } else if constexpr (std::is_same_v<T, int8_t>) {  // Scales zeroed.
-      for (size_t jj = 0; jj < cols; ++jj) ws.scales[jj] = v.Scale(j0 + jj);
-      for (size_t n = 0; n < ws.nonfinite.count; ++n) {
-        ws.scales[ws.nonfinite.keys[n]] = 0.0f;
-      }
-      DirectColumns<true>(p, Int8TileRows{v.From(j0), ws.scales}, acc_rows,
-                          accumulate, 0, value_dim);
-    } else if constexpr (internal::kBlockValues<T> > 1) {
-      // Zero blocks in the V panels' scratch, which this path packs not.
-      T* zeros = reinterpret_cast<T*>(ws.v_panels);
-      std::memset(zeros, 0, value_dim / internal::kQuantBlock * sizeof(T));
-      DirectColumns<true>(p, BlockTileRows<T>{v.From(j0), &ws.nonfinite, zeros},
-                          acc_rows, accumulate, 0, value_dim);
-    } else {  // A float copy with those rows zeroed.
-      const hn::CappedTag<float, 1> d1;
-      const size_t N = hn::Lanes(d);
-      for (size_t jj = 0; jj < cols; ++jj) {
-        float* row = ws.v_panels + jj * value_dim;
-        size_t c = 0;
-        for (; c + N <= value_dim; c += N) {
-          hn::StoreU(LoadRow(d, v, j0 + jj, c), d, row + c);
-        }
-        for (; c < value_dim; ++c) {
-          row[c] = hn::GetLane(LoadRow(d1, v, j0 + jj, c));
-        }
-      }
-      for (size_t n = 0; n < ws.nonfinite.count; ++n) {
-        std::fill_n(ws.v_panels + ws.nonfinite.keys[n] * value_dim, value_dim,
-                    0.0f);
-      }
-      DirectColumns(p, ConstMatrix(ws.v_panels, cols, value_dim, value_dim),
-                    acc_rows, accumulate, 0, value_dim);
+      backend.WeightsTimesValues(p, v, j0, acc_rows, first,
+                                 paced ? &pacer : nullptr, chunk);
+    } else {
+      backend.ZeroedWeightsTimesValues(p, v, j0, ws, acc_rows, first);
     }
     AddNonFiniteValues(pr, ws.nonfinite, v, t, 0, rows, j0, ws.scores, acc,
                        acc_stride);
   }
   return j_start < j_stop;
+}
+
+// WalkFewRows by the backend the call's arithmetic picks for T, or by
+// FloatRows where it declines the task's queries.
+template <typename T>
+inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
+                          ConstMatrix queries, size_t j_begin, size_t j_end,
+                          float* acc, size_t acc_stride, const RowStates& st,
+                          Workspace& ws) {
+  // The walk's result, or nullopt where the backend declines the queries.
+  const auto walk = [&](auto backend) -> std::optional<bool> {
+    if (!backend.Queries(queries, ws)) return std::nullopt;
+    return WalkFewRows<T>(pr, t, j_begin, j_end, acc, acc_stride, st, ws,
+                          backend);
+  };
+  std::optional<bool> started;
+  if constexpr (int_dot_detail::kIntegerKeys<T>) {
+    if (pr.integer_scores) started = walk(IntegerRows<T>(pr.scale));
+  }
+  if constexpr (internal::kTraitsOf<T>.bf16_exact && kPairTarget) {
+    if (!started && pr.decode_pairs) started = walk(PairRows<T>(pr.scale));
+  }
+  if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
+    if (!started && pr.direct_e4m3) started = walk(DirectE4M3Rows(pr.scale));
+  }
+  return started ? *started : *walk(FloatRows<T>(pr.scale));
 }
 
 }  // namespace attention_detail

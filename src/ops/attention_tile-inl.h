@@ -216,8 +216,8 @@ HWY_INLINE void MaxOfBytesOr80(D d8, const uint8_t* HWY_RESTRICT p, size_t n,
 // (S.1111.111: a byte b with b | 0x80 == 0xFF): two vector ops per vector of
 // bytes, where LoadB's test takes three per vector of floats, over each run
 // of rows as one span where they lie back to back. Decode reads a tile's
-// rows as FiniteE4M3 or DirectE4M3, then scans them (TileScores,
-// AddTileProduct).
+// rows as FiniteE4M3 or DirectE4M3, then scans them (FloatRows,
+// DirectE4M3Rows).
 HWY_INLINE bool HasNaNCodes(const internal::KVRows<internal::Fp8E4M3>& rows,
                             size_t j0, size_t cols) {
   const hn::ScalableTag<uint8_t> d8;

@@ -250,30 +250,41 @@ struct Codec<DirectE4M3> {
   }
 };
 
-template <>
-struct Codec<internal::BlockQ8_0> {
+// What every block codec shares: an fp16 d, read as float.
+template <typename Block>
+struct BlockCodec {
   static constexpr float kLoadScale = 1.0f, kOperandScale = 1.0f;
-  static constexpr bool kScaledCodes = true, kNibbles = false;
+  static HWY_INLINE float Scale(const Block& block) {
+    return codec_detail::HalfToFloat(block.d);
+  }
+};
+
+// A block codec whose elements are d times a code: Load from C's Codes.
+template <class C, typename Block>
+struct ScaledCodesCodec : BlockCodec<Block> {
+  static constexpr bool kScaledCodes = true;
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Load(D d, const Block* HWY_RESTRICT row,
+                                    size_t n) {
+    return codec_detail::LoadScaledCodes<C>(d, row, n);
+  }
+};
+
+template <>
+struct Codec<internal::BlockQ8_0>
+    : ScaledCodesCodec<Codec<internal::BlockQ8_0>, internal::BlockQ8_0> {
+  static constexpr bool kNibbles = false;
   template <class DI>
   static HWY_INLINE hn::Vec<DI> Codes(DI di, const internal::BlockQ8_0& block,
                                       size_t j) {
     return hn::PromoteTo(di, hn::LoadU(hn::Rebind<int8_t, DI>(), block.qs + j));
   }
-  static HWY_INLINE float Scale(const internal::BlockQ8_0& block) {
-    return codec_detail::HalfToFloat(block.d);
-  }
-  template <class D>
-  static HWY_INLINE hn::Vec<D> Load(D d,
-                                    const internal::BlockQ8_0* HWY_RESTRICT row,
-                                    size_t n) {
-    return codec_detail::LoadScaledCodes<Codec>(d, row, n);
-  }
 };
 
 template <>
-struct Codec<internal::BlockQ4_0> {
-  static constexpr float kLoadScale = 1.0f, kOperandScale = 1.0f;
-  static constexpr bool kScaledCodes = true, kNibbles = true;
+struct Codec<internal::BlockQ4_0>
+    : ScaledCodesCodec<Codec<internal::BlockQ4_0>, internal::BlockQ4_0> {
+  static constexpr bool kNibbles = true;
   HWY_ALIGN static constexpr float kCodeTable[16] = {
       -8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
   template <class DI>
@@ -283,23 +294,14 @@ struct Codec<internal::BlockQ4_0> {
         codec_detail::MapNibbles(di, block.qs, j, codec_detail::SameBytes()),
         hn::Set(di, 8));
   }
-  static HWY_INLINE float Scale(const internal::BlockQ4_0& block) {
-    return codec_detail::HalfToFloat(block.d);
-  }
-  template <class D>
-  static HWY_INLINE hn::Vec<D> Load(D d,
-                                    const internal::BlockQ4_0* HWY_RESTRICT row,
-                                    size_t n) {
-    return codec_detail::LoadScaledCodes<Codec>(d, row, n);
-  }
 };
 
 // iq4_nl: each nibble indexes kIQ4NLValues, by a byte table lookup (pshufb,
 // tbl) before the widening.
 template <>
-struct Codec<internal::BlockIQ4NL> {
-  static constexpr float kLoadScale = 1.0f, kOperandScale = 1.0f;
-  static constexpr bool kScaledCodes = true, kNibbles = true;
+struct Codec<internal::BlockIQ4NL>
+    : ScaledCodesCodec<Codec<internal::BlockIQ4NL>, internal::BlockIQ4NL> {
+  static constexpr bool kNibbles = true;
   HWY_ALIGN static constexpr float kCodeTable[16] = {
       -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
   struct Values {
@@ -324,27 +326,15 @@ struct Codec<internal::BlockIQ4NL> {
                                       size_t j) {
     return codec_detail::MapNibbles(di, block.qs, j, Values());
   }
-  static HWY_INLINE float Scale(const internal::BlockIQ4NL& block) {
-    return codec_detail::HalfToFloat(block.d);
-  }
-  template <class D>
-  static HWY_INLINE hn::Vec<D> Load(
-      D d, const internal::BlockIQ4NL* HWY_RESTRICT row, size_t n) {
-    return codec_detail::LoadScaledCodes<Codec>(d, row, n);
-  }
 };
 
 // q4_1: d n + m, one multiply-add (d n is exact, so fused or not the sum is
 // rounded once, as ElementFormat::At). Its codes are not integer scores'.
 template <>
-struct Codec<internal::BlockQ4_1> {
-  static constexpr float kLoadScale = 1.0f, kOperandScale = 1.0f;
+struct Codec<internal::BlockQ4_1> : BlockCodec<internal::BlockQ4_1> {
   static constexpr bool kScaledCodes = false, kNibbles = true;
   HWY_ALIGN static constexpr float kCodeTable[16] = {
       0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  static HWY_INLINE float Scale(const internal::BlockQ4_1& block) {
-    return codec_detail::HalfToFloat(block.d);
-  }
   static HWY_INLINE float Offset(const internal::BlockQ4_1& block) {
     return codec_detail::HalfToFloat(block.m);
   }

@@ -892,6 +892,195 @@ HWY_INLINE size_t AddRowDot(D d, const float* HWY_RESTRICT a_row,
   return k;
 }
 
+// c_row[n_begin, n_end) = the dot products of a_row (K elements) with rows
+// [n_begin, n_end) of B (DirectColumns with B transposed).
+template <bool kPrefetch, class B, typename TB = ElementOf<B>>
+HWY_INLINE void RowDots(const float* HWY_RESTRICT a_row, const B& b, size_t K,
+                        float* HWY_RESTRICT c_row, const MatMulOptions& opt,
+                        size_t n_begin, size_t n_end) {
+  const hn::ScalableTag<float> d;
+  size_t n = n_begin;
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+  const size_t N = hn::Lanes(d);
+  // Four rows of B at a time share one reduction of their dot products
+  // (the per-row reductions bound decode's Q K^T); the same products and
+  // the same two accumulators per row as one row at a time below.
+  // Short 16- and 32-bit rows (a KV cache's keys) are read one after the
+  // other, the rest a vector of each in turn. On Zen 5 that made 1-row
+  // decode 7-10% faster (bf16 keys from memory) to 20% (float32 keys of
+  // 64 in the L3); weight rows of 1.5 KiB and more read one by one made
+  // M = 1 products 1.15-1.6x slower, 8-bit keys 3-13% (bench/RESULTS.md,
+  // "Kept decisions"). On Zen 4, rows of 512 bytes to 1 KiB
+  // read one by one were 1.2-2x as fast ("Rows of up to 1 KiB one by
+  // one"). The same bits either way.
+  const size_t vector_k = K / N * N;
+  const bool by_rows = sizeof(TB) >= 2 && internal::kBlockValues<TB> == 1 &&
+                       K * sizeof(TB) <= kRowByRowBytes;
+  for (; vector_k != 0 && n + 4 <= n_end; n += 4) {
+    const TB* HWY_RESTRICT r0 = b.Row(n);
+    const TB* HWY_RESTRICT r1 = b.Row(n + 1);
+    const TB* HWY_RESTRICT r2 = b.Row(n + 2);
+    const TB* HWY_RESTRICT r3 = b.Row(n + 3);
+    auto s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00;
+    auto s20 = s00, s21 = s00, s30 = s00, s31 = s00;
+    size_t tail_k = 0;
+    if (by_rows) {
+      tail_k = AddRowDot(d, a_row, r0, K, s00, s01);
+      AddRowDot(d, a_row, r1, K, s10, s11);
+      AddRowDot(d, a_row, r2, K, s20, s21);
+      AddRowDot(d, a_row, r3, K, s30, s31);
+    } else {
+      size_t k = 0;
+      [[maybe_unused]] const bool prefetch = kPrefetch && n + 8 <= n_end;
+      for (; k + 2 * N <= K; k += 2 * N) {
+        if constexpr (kPrefetch) {
+          if (prefetch) {
+            for (size_t j = 4; j < 8; ++j) {
+              PrefetchElements(b.Row(n + j), k, 2 * N);
+            }
+          }
+        }
+        const auto a0 = hn::LoadU(d, a_row + k);
+        const auto a1 = hn::LoadU(d, a_row + k + N);
+        s00 = hn::MulAdd(a0, LoadB(d, r0, k), s00);
+        s01 = hn::MulAdd(a1, LoadB(d, r0, k + N), s01);
+        s10 = hn::MulAdd(a0, LoadB(d, r1, k), s10);
+        s11 = hn::MulAdd(a1, LoadB(d, r1, k + N), s11);
+        s20 = hn::MulAdd(a0, LoadB(d, r2, k), s20);
+        s21 = hn::MulAdd(a1, LoadB(d, r2, k + N), s21);
+        s30 = hn::MulAdd(a0, LoadB(d, r3, k), s30);
+        s31 = hn::MulAdd(a1, LoadB(d, r3, k + N), s31);
+      }
+      if (k < vector_k) {
+        const auto a0 = hn::LoadU(d, a_row + k);
+        s00 = hn::MulAdd(a0, LoadB(d, r0, k), s00);
+        s10 = hn::MulAdd(a0, LoadB(d, r1, k), s10);
+        s20 = hn::MulAdd(a0, LoadB(d, r2, k), s20);
+        s30 = hn::MulAdd(a0, LoadB(d, r3, k), s30);
+      }
+      tail_k = AddHalfTail(d, a_row, r0, vector_k, K, s01);
+      AddHalfTail(d, a_row, r1, vector_k, K, s11);
+      AddHalfTail(d, a_row, r2, vector_k, K, s21);
+      AddHalfTail(d, a_row, r3, vector_k, K, s31);
+    }
+    const auto sums4 = Sums4(d, hn::Add(s00, s01), hn::Add(s10, s11),
+                             hn::Add(s20, s21), hn::Add(s30, s31));
+    const hn::CappedTag<float, 4> d4;
+    if (tail_k == K) {
+      // No elements past the vectors: the four sums stored as a vector
+      // (StoreLanes, as DotTile does; one at a time through memory and a
+      // scalar epilogue each they took as long as the products).
+      auto dots = sums4;
+      if constexpr (kScaledRows<B>) {
+        HWY_ALIGN float scales[4];
+        for (size_t j = 0; j < 4; ++j) scales[j] = b.Scale(n + j);
+        dots = hn::Mul(dots, hn::Load(d4, scales));
+      }
+      StoreLanes(d4, dots, c_row + n, 4, n, opt);
+      continue;
+    }
+    HWY_ALIGN float sums[4];
+    hn::Store(sums4, d4, sums);
+    const TB* const rows[4] = {r0, r1, r2, r3};
+    for (size_t j = 0; j < 4; ++j) {
+      const float dot = TailDot(a_row, rows[j], tail_k, K, sums[j]);
+      ScalarEpilogue(TimesRowScale(dot, b, n + j), c_row + n + j, n + j, opt);
+    }
+  }
+#endif
+  for (; n < n_end; ++n) {
+    const TB* HWY_RESTRICT b_row = b.Row(n);
+    auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
+    const size_t k = AddRowDot(d, a_row, b_row, K, sum0, sum1);
+    const float dot =
+        TailDot(a_row, b_row, k, K,
+                hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1))));
+    ScalarEpilogue(TimesRowScale(dot, b, n), c_row + n, n, opt);
+  }
+}
+
+// c_row[n, n_end) = a_row (K elements) times B's columns [n, n_end)
+// (DirectColumns with B as given), columns from n on.
+template <class B, typename TB = ElementOf<B>>
+HWY_INLINE void RowTimesB(const float* HWY_RESTRICT a_row, const B& b, size_t K,
+                          float* HWY_RESTRICT c_row, const MatMulOptions& opt,
+                          size_t n, size_t n_end) {
+  const hn::ScalableTag<float> d;
+  // Scalar tails as one-lane vectors: the same fused (or not) multiply-add
+  // for every element type of B.
+  const hn::CappedTag<float, 1> d1;
+  const size_t N = hn::Lanes(d);
+  HWY_ALIGN float lanes[kMaxLanes];
+  float lanes_of_tail[8];
+  const auto finish = [&](auto sum, size_t n0) {
+    const hn::DFromV<decltype(sum)> dv;
+    hn::Store(sum, dv, lanes);
+    for (size_t i = 0; i < hn::Lanes(dv); ++i) {
+      ScalarEpilogue(lanes[i], c_row + n0 + i, n0 + i, opt);
+    }
+  };
+  // A's element k, times row k's scale (int8 rows).
+  const auto a_at = [&](size_t k) { return TimesRowScale(a_row[k], b, k); };
+  // Passes of four vectors, the first taking five to seven where the
+  // count is not a multiple of four, or a half vector more: one to three
+  // more alone would each be a chain of dependent multiply-adds (head dims
+  // 72-112). The passes of four could be ColumnVectors<4>: not done, as its
+  // one A/B (bf16 rows of 72 20% slower, f32 13% faster) could not be told
+  // from placement.
+  const size_t vectors = (n_end - n) / N;
+  if (vectors > 4 && vectors % 4 != 0) {
+    WithMoreVectors(vectors % 4, [&](auto v) {
+      ColumnVectors<decltype(v)::value>(d, b, K, a_at, n, finish);
+      n += decltype(v)::value * N;
+    });
+  }
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+  if (vectors % 4 == 0 && vectors != 0 && (n_end - n) % N == N / 2) {
+    ColumnVectors<4, true>(d, b, K, a_at, n, finish);
+    n += 4 * N + N / 2;
+  }
+#endif
+  for (; n + 4 * N <= n_end; n += 4 * N) {
+    auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t k = 0; k < K; ++k) {
+      const auto ak = hn::Set(d, a_at(k));
+      const TB* b_row = b.Row(k);
+      s0 = hn::MulAdd(ak, LoadB(d, b_row, n), s0);
+      s1 = hn::MulAdd(ak, LoadB(d, b_row, n + N), s1);
+      s2 = hn::MulAdd(ak, LoadB(d, b_row, n + 2 * N), s2);
+      s3 = hn::MulAdd(ak, LoadB(d, b_row, n + 3 * N), s3);
+    }
+    finish(s0, n);
+    finish(s1, n + N);
+    finish(s2, n + 2 * N);
+    finish(s3, n + 3 * N);
+  }
+  for (; n + N <= n_end; n += N) {
+    auto sum = hn::Zero(d);
+    for (size_t k = 0; k < K; ++k) {
+      sum = hn::MulAdd(hn::Set(d, a_at(k)), LoadB(d, b.Row(k), n), sum);
+    }
+    finish(sum, n);
+  }
+  // Columns short of a vector: by narrower vectors (each a pass over K),
+  // then one at a time.
+  const auto narrow_columns = [&](auto dv) {
+    const size_t lanes = hn::Lanes(dv);
+    for (; n + lanes <= n_end; n += lanes) {
+      auto sum = hn::Zero(dv);
+      for (size_t k = 0; k < K; ++k) {
+        sum = hn::MulAdd(hn::Set(dv, a_at(k)), LoadB(dv, b.Row(k), n), sum);
+      }
+      hn::StoreU(sum, dv, lanes_of_tail);
+      for (size_t i = 0; i < lanes; ++i) {
+        ScalarEpilogue(lanes_of_tail[i], c_row + n + i, n + i, opt);
+      }
+    }
+  };
+  ForNarrowerVectors(narrow_columns);
+  narrow_columns(d1);
+}
+
 // Columns [n_begin, n_end) of C for skinny or tiny products, without packing:
 // rows of A times B (B rows contiguous), or dot products with rows of B when
 // it is transposed (Q K^T in decode). kPrefetch: B streams from memory, read
@@ -908,11 +1097,7 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
                           const MatMulOptions& opt, size_t n_begin,
                           size_t n_end) {
   using TB = ElementOf<B>;
-  const hn::ScalableTag<float> d;
-  // Scalar tails as one-lane vectors: the same fused (or not) multiply-add
-  // for every element type of B.
-  const hn::CappedTag<float, 1> d1;
-  const size_t N = hn::Lanes(d);
+  const size_t N = hn::Lanes(hn::ScalableTag<float>());
   const size_t K = a.cols;
   // Several rows of A times B together, their whole vectors; one row too
   // where it takes block rows, or rows that fill RowsTimesB's widest pass
@@ -931,179 +1116,11 @@ inline void DirectColumns(ConstMatrix a, const B& b, Matrix c,
     });
   }
   for (size_t m = 0; m < c.rows; ++m) {
-    const float* HWY_RESTRICT a_row = a.Row(m);
-    float* HWY_RESTRICT c_row = c.Row(m);
     if (opt.transpose_b == Transpose::kYes) {
-      size_t n = n_begin;
-#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
-      // Four rows of B at a time share one reduction of their dot products
-      // (the per-row reductions bound decode's Q K^T); the same products and
-      // the same two accumulators per row as one row at a time below.
-      // Short 16- and 32-bit rows (a KV cache's keys) are read one after the
-      // other, the rest a vector of each in turn. On Zen 5 that made 1-row
-      // decode 7-10% faster (bf16 keys from memory) to 20% (float32 keys of
-      // 64 in the L3); weight rows of 1.5 KiB and more read one by one made
-      // M = 1 products 1.15-1.6x slower, 8-bit keys 3-13% (bench/RESULTS.md,
-      // "Kept decisions"). On Zen 4, rows of 512 bytes to 1 KiB
-      // read one by one were 1.2-2x as fast ("Rows of up to 1 KiB one by
-      // one"). The same bits either way.
-      const size_t vector_k = K / N * N;
-      const bool by_rows = sizeof(TB) >= 2 && internal::kBlockValues<TB> == 1 &&
-                           K * sizeof(TB) <= kRowByRowBytes;
-      for (; vector_k != 0 && n + 4 <= n_end; n += 4) {
-        const TB* HWY_RESTRICT r0 = b.Row(n);
-        const TB* HWY_RESTRICT r1 = b.Row(n + 1);
-        const TB* HWY_RESTRICT r2 = b.Row(n + 2);
-        const TB* HWY_RESTRICT r3 = b.Row(n + 3);
-        auto s00 = hn::Zero(d), s01 = s00, s10 = s00, s11 = s00;
-        auto s20 = s00, s21 = s00, s30 = s00, s31 = s00;
-        size_t tail_k = 0;
-        if (by_rows) {
-          tail_k = AddRowDot(d, a_row, r0, K, s00, s01);
-          AddRowDot(d, a_row, r1, K, s10, s11);
-          AddRowDot(d, a_row, r2, K, s20, s21);
-          AddRowDot(d, a_row, r3, K, s30, s31);
-        } else {
-          size_t k = 0;
-          [[maybe_unused]] const bool prefetch = kPrefetch && n + 8 <= n_end;
-          for (; k + 2 * N <= K; k += 2 * N) {
-            if constexpr (kPrefetch) {
-              if (prefetch) {
-                for (size_t j = 4; j < 8; ++j) {
-                  PrefetchElements(b.Row(n + j), k, 2 * N);
-                }
-              }
-            }
-            const auto a0 = hn::LoadU(d, a_row + k);
-            const auto a1 = hn::LoadU(d, a_row + k + N);
-            s00 = hn::MulAdd(a0, LoadB(d, r0, k), s00);
-            s01 = hn::MulAdd(a1, LoadB(d, r0, k + N), s01);
-            s10 = hn::MulAdd(a0, LoadB(d, r1, k), s10);
-            s11 = hn::MulAdd(a1, LoadB(d, r1, k + N), s11);
-            s20 = hn::MulAdd(a0, LoadB(d, r2, k), s20);
-            s21 = hn::MulAdd(a1, LoadB(d, r2, k + N), s21);
-            s30 = hn::MulAdd(a0, LoadB(d, r3, k), s30);
-            s31 = hn::MulAdd(a1, LoadB(d, r3, k + N), s31);
-          }
-          if (k < vector_k) {
-            const auto a0 = hn::LoadU(d, a_row + k);
-            s00 = hn::MulAdd(a0, LoadB(d, r0, k), s00);
-            s10 = hn::MulAdd(a0, LoadB(d, r1, k), s10);
-            s20 = hn::MulAdd(a0, LoadB(d, r2, k), s20);
-            s30 = hn::MulAdd(a0, LoadB(d, r3, k), s30);
-          }
-          tail_k = AddHalfTail(d, a_row, r0, vector_k, K, s01);
-          AddHalfTail(d, a_row, r1, vector_k, K, s11);
-          AddHalfTail(d, a_row, r2, vector_k, K, s21);
-          AddHalfTail(d, a_row, r3, vector_k, K, s31);
-        }
-        const auto sums4 = Sums4(d, hn::Add(s00, s01), hn::Add(s10, s11),
-                                 hn::Add(s20, s21), hn::Add(s30, s31));
-        const hn::CappedTag<float, 4> d4;
-        if (tail_k == K) {
-          // No elements past the vectors: the four sums stored as a vector
-          // (StoreLanes, as DotTile does; one at a time through memory and a
-          // scalar epilogue each they took as long as the products).
-          auto dots = sums4;
-          if constexpr (kScaledRows<B>) {
-            HWY_ALIGN float scales[4];
-            for (size_t j = 0; j < 4; ++j) scales[j] = b.Scale(n + j);
-            dots = hn::Mul(dots, hn::Load(d4, scales));
-          }
-          StoreLanes(d4, dots, c_row + n, 4, n, opt);
-          continue;
-        }
-        HWY_ALIGN float sums[4];
-        hn::Store(sums4, d4, sums);
-        const TB* const rows[4] = {r0, r1, r2, r3};
-        for (size_t j = 0; j < 4; ++j) {
-          const float dot = TailDot(a_row, rows[j], tail_k, K, sums[j]);
-          ScalarEpilogue(TimesRowScale(dot, b, n + j), c_row + n + j, n + j,
-                         opt);
-        }
-      }
-#endif
-      for (; n < n_end; ++n) {
-        const TB* HWY_RESTRICT b_row = b.Row(n);
-        auto sum0 = hn::Zero(d), sum1 = hn::Zero(d);
-        const size_t k = AddRowDot(d, a_row, b_row, K, sum0, sum1);
-        const float dot =
-            TailDot(a_row, b_row, k, K,
-                    hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1))));
-        ScalarEpilogue(TimesRowScale(dot, b, n), c_row + n, n, opt);
-      }
-      continue;
+      RowDots<kPrefetch>(a.Row(m), b, K, c.Row(m), opt, n_begin, n_end);
+    } else {
+      RowTimesB(a.Row(m), b, K, c.Row(m), opt, n_rows_done, n_end);
     }
-    HWY_ALIGN float lanes[kMaxLanes];
-    float lanes_of_tail[8];
-    const auto finish = [&](auto sum, size_t n0) {
-      const hn::DFromV<decltype(sum)> dv;
-      hn::Store(sum, dv, lanes);
-      for (size_t i = 0; i < hn::Lanes(dv); ++i) {
-        ScalarEpilogue(lanes[i], c_row + n0 + i, n0 + i, opt);
-      }
-    };
-    // A's element k, times row k's scale (int8 rows).
-    const auto a_at = [&](size_t k) { return TimesRowScale(a_row[k], b, k); };
-    size_t n = n_rows_done;
-    // Passes of four vectors, the first taking five to seven where the
-    // count is not a multiple of four, or a half vector more: one to three
-    // more alone would each be a chain of dependent multiply-adds (head dims
-    // 72-112). The passes of four could be ColumnVectors<4>: not done, as its
-    // one A/B (bf16 rows of 72 20% slower, f32 13% faster) could not be told
-    // from placement.
-    const size_t vectors = (n_end - n) / N;
-    if (vectors > 4 && vectors % 4 != 0) {
-      WithMoreVectors(vectors % 4, [&](auto v) {
-        ColumnVectors<decltype(v)::value>(d, b, K, a_at, n, finish);
-        n += decltype(v)::value * N;
-      });
-    }
-#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
-    if (vectors % 4 == 0 && vectors != 0 && (n_end - n) % N == N / 2) {
-      ColumnVectors<4, true>(d, b, K, a_at, n, finish);
-      n += 4 * N + N / 2;
-    }
-#endif
-    for (; n + 4 * N <= n_end; n += 4 * N) {
-      auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
-      for (size_t k = 0; k < K; ++k) {
-        const auto ak = hn::Set(d, a_at(k));
-        const TB* b_row = b.Row(k);
-        s0 = hn::MulAdd(ak, LoadB(d, b_row, n), s0);
-        s1 = hn::MulAdd(ak, LoadB(d, b_row, n + N), s1);
-        s2 = hn::MulAdd(ak, LoadB(d, b_row, n + 2 * N), s2);
-        s3 = hn::MulAdd(ak, LoadB(d, b_row, n + 3 * N), s3);
-      }
-      finish(s0, n);
-      finish(s1, n + N);
-      finish(s2, n + 2 * N);
-      finish(s3, n + 3 * N);
-    }
-    for (; n + N <= n_end; n += N) {
-      auto sum = hn::Zero(d);
-      for (size_t k = 0; k < K; ++k) {
-        sum = hn::MulAdd(hn::Set(d, a_at(k)), LoadB(d, b.Row(k), n), sum);
-      }
-      finish(sum, n);
-    }
-    // Columns short of a vector: by narrower vectors (each a pass over K),
-    // then one at a time.
-    const auto narrow_columns = [&](auto dv) {
-      const size_t lanes = hn::Lanes(dv);
-      for (; n + lanes <= n_end; n += lanes) {
-        auto sum = hn::Zero(dv);
-        for (size_t k = 0; k < K; ++k) {
-          sum = hn::MulAdd(hn::Set(dv, a_at(k)), LoadB(dv, b.Row(k), n), sum);
-        }
-        hn::StoreU(sum, dv, lanes_of_tail);
-        for (size_t i = 0; i < lanes; ++i) {
-          ScalarEpilogue(lanes_of_tail[i], c_row + n + i, n + i, opt);
-        }
-      }
-    };
-    ForNarrowerVectors(narrow_columns);
-    narrow_columns(d1);
   }
 }
 
