@@ -2944,6 +2944,32 @@ static void TestVarlenStep(void) {
       simdattn_varlen_attention(Const4(Dense4(q, 1, kHeads, 4, kD)), NULL,
                                 &pages, Dense4(out, 1, kHeads, 4, kD), NULL),
       INVALID, "simdattn_varlen_attention: step is null");
+
+  /* The step planned once: the plan's calls give the unplanned bits, and
+   * refuse a pool of another shape. */
+  {
+    simdattn_const_tensor4 qv = {q, {1, kHeads, 4, kD}, {0, kD, kHeads * kD}};
+    simdattn_tensor4 ov = {out, {1, kHeads, 4, kD}, {0, kD, kHeads * kD}};
+    float planned[4 * kHeads * kD];
+    simdattn_tensor4 pv = {planned, {1, kHeads, 4, kD}, {0, kD, kHeads * kD}};
+    simdattn_varlen_plan* plan = NULL;
+    simdattn_kv_pages other = pages;
+    step.query_starts = kStarts;
+    mask.causal = 1;
+    options.log_sum_exp = NULL;
+    CHECK_OK(simdattn_varlen_plan_create(&step, &pages, 0, &plan));
+    CHECK_OK(simdattn_varlen_attention(qv, &step, &pages, ov, &options));
+    CHECK_OK(simdattn_varlen_plan_attention(plan, qv, &pages, pv, &options));
+    CHECK(memcmp(out, planned, sizeof(planned)) == 0);
+    other.num_blocks = 3;
+    CHECK_ERROR(simdattn_varlen_plan_attention(plan, qv, &other, pv, &options),
+                INVALID, "differ from the planned shape");
+    simdattn_varlen_plan_destroy(plan);
+    plan = NULL;
+    CHECK_ERROR(simdattn_varlen_plan_create(&step, &other, 0, &plan), INVALID,
+                "(3) is not a block of the 3 in the pool");
+    CHECK(plan == NULL);
+  }
 }
 
 /* A sequence exported from a paged int8 cache and imported into a

@@ -3,6 +3,7 @@
 // step's rows against one call per sequence, decode steps bit for bit,
 // latent pools, and errors that leave the pool as it was.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -669,6 +670,172 @@ TEST(ServingErrors, BadStepsAndSlotsNameThemselvesAndChangeNothing) {
       },
       {"options.dropout (0.1) must be 0"});
   EXPECT_EQ(out, before);
+}
+
+// A step planned once and run for two layers (pools of one shape) writes
+// and attends with the bits of the unplanned calls: a prefill chunk, decodes,
+// a verification, an empty sequence and one without queries, rotated keys,
+// windows up to the planned one.
+TEST_P(ServingTest, PlannedStepIsTheUnplannedStepBitForBit) {
+  const std::vector<size_t> lengths = {40, 250, 0, 130, 64, 7};
+  const std::vector<size_t> q_lens = {40, 1, 0, 5, 1, 0};
+  const std::vector<size_t> starts = Starts(q_lens);
+  const size_t n = starts.back();
+  for (KVType type : {KVType::kF32, KVType::kBF16, KVType::kQ8_0}) {
+    const size_t dim = ElementTraitsOf(type).values > 1 ? 64 : 24;
+    const Sequences s(lengths);
+    std::vector<int64_t> slots;
+    for (size_t b = 0; b < lengths.size(); ++b) {
+      for (size_t t = lengths[b] - q_lens[b]; t < lengths[b]; ++t) {
+        slots.push_back(s.Slot(b, t));
+      }
+    }
+    slots[3] = -1;  // A token not stored.
+    VarlenStep step;
+    step.num_seqs = lengths.size();
+    step.query_starts = starts.data();
+    step.seq_lens = s.lengths.data();
+    step.block_table = s.block_table.data();
+    step.blocks_per_sequence = kBlocksPerSequence;
+    step.slot_mapping = slots.data();
+    RopeOptions rope;
+    rope.theta = 10000.0f;
+    const std::vector<float> q = RandomVector(n * kHeads * dim, 4);
+    const std::vector<float> k = RandomVector(n * kKVHeads * dim, 5);
+    const std::vector<float> v = RandomVector(n * kKVHeads * dim, 6);
+    const ConstTensor4 keys =
+        ConstTensor4::FromTokenMajor(k.data(), 1, n, kKVHeads, dim);
+    const ConstTensor4 values =
+        ConstTensor4::FromTokenMajor(v.data(), 1, n, kKVHeads, dim);
+    for (const size_t max_window : {size_t{0}, size_t{20}}) {
+      Pool planned_pool(type, dim), pool(type, dim);
+      WriteAll(s, planned_pool.pages, 3);
+      WriteAll(s, pool.pages, 3);
+      const VarlenPlan plan(step, planned_pool.pages, max_window);
+      EXPECT_EQ(plan.num_tokens(), n);
+      plan.WriteKVSlots(keys, values, planned_pool.pages, &rope);
+      WriteKVSlots(keys, values, step, pool.pages, &rope);
+      EXPECT_EQ(planned_pool.keys, pool.keys);
+      EXPECT_EQ(planned_pool.values, pool.values);
+      for (const size_t window : {max_window, size_t{max_window / 2}}) {
+        if (max_window != 0 && window == 0) continue;
+        AttentionOptions options;
+        options.mask.causal = true;
+        options.mask.window = window;
+        StepResult planned{std::vector<float>(n * kHeads * dim, kNaN),
+                           std::vector<float>(kHeads * n, kNaN)};
+        StepResult unplanned = planned;
+        options.log_sum_exp = planned.lse.data();
+        plan.Attention(
+            ConstTensor4::FromTokenMajor(q.data(), 1, n, kHeads, dim),
+            planned_pool.pages,
+            Tensor4::FromTokenMajor(planned.out.data(), 1, n, kHeads, dim),
+            options);
+        options.log_sum_exp = unplanned.lse.data();
+        VarlenAttention(
+            ConstTensor4::FromTokenMajor(q.data(), 1, n, kHeads, dim), step,
+            pool.pages,
+            Tensor4::FromTokenMajor(unplanned.out.data(), 1, n, kHeads, dim),
+            options);
+        const std::string what = std::string(ElementTraitsOf(type).name) +
+                                 " window " + std::to_string(window);
+        EXPECT_EQ(std::memcmp(planned.out.data(), unplanned.out.data(),
+                              planned.out.size() * sizeof(float)),
+                  0)
+            << what;
+        EXPECT_EQ(std::memcmp(planned.lse.data(), unplanned.lse.data(),
+                              planned.lse.size() * sizeof(float)),
+                  0)
+            << what;
+      }
+    }
+  }
+}
+
+// A plan refuses, once, what the unplanned calls refuse at every call; its
+// calls refuse pages of another shape, tensors of another step and windows
+// wider than it checked, and leave the pool and outputs as they were.
+TEST(ServingErrors, PlansCheckTheStepOnceAndEachLayersInputs) {
+  Pool pool(KVType::kInt8, 8);
+  const Sequences s({20, 3});
+  WriteAll(s, pool.pages, 1);
+  const std::vector<size_t> starts = {0, 1, 3};
+  std::vector<int64_t> slots = {s.Slot(0, 19), s.Slot(1, 1), s.Slot(1, 2)};
+  VarlenStep step;
+  step.num_seqs = 2;
+  step.query_starts = starts.data();
+  step.seq_lens = s.lengths.data();
+  step.block_table = s.block_table.data();
+  step.blocks_per_sequence = kBlocksPerSequence;
+  step.slot_mapping = slots.data();
+
+  VarlenStep bad = step;
+  const std::vector<size_t> backwards = {0, 2, 1};
+  bad.query_starts = backwards.data();
+  ExpectInvalid([&] { VarlenPlan(bad, pool.pages); },
+                {"VarlenPlan: ", "query_starts[2] (1) is less than"});
+  bad = step;
+  std::vector<int64_t> twice = {5, 9, 5};
+  bad.slot_mapping = twice.data();
+  ExpectInvalid([&] { VarlenPlan(bad, pool.pages); },
+                {"VarlenPlan: ", "slot 5 appears twice in step.slot_mapping"});
+  std::vector<int32_t> table = s.block_table;
+  table[1] = int32_t{kNumBlocks};
+  bad = step;
+  bad.block_table = table.data();
+  ExpectInvalid([&] { VarlenPlan(bad, pool.pages); },
+                {"VarlenPlan: ", "(64) is not a block of the 64 in the pool"});
+  // A block before the window released: planned for windows up to 4.
+  table = s.block_table;
+  table[0] = -1;
+  bad = step;
+  bad.block_table = table.data();
+  ExpectInvalid([&] { VarlenPlan(bad, pool.pages); }, {"released"});
+  const VarlenPlan windowed(bad, pool.pages, 4);
+
+  const VarlenPlan plan(step, pool.pages);
+  const std::vector<uint8_t> keys = pool.keys;
+  const std::vector<float> q = RandomVector(3 * kHeads * 8, 3);
+  std::vector<float> out(3 * kHeads * 8, 1.0f);
+  const std::vector<float> before = out;
+  const auto attend = [&](const VarlenPlan& p, const KVPages& pages,
+                          size_t tokens, const AttentionOptions& options) {
+    p.Attention(
+        ConstTensor4::FromTokenMajor(q.data(), 1, tokens, kHeads, 8), pages,
+        Tensor4::FromTokenMajor(out.data(), 1, tokens, kHeads, 8), options);
+  };
+  Pool other(KVType::kInt8, 16);
+  ExpectInvalid([&] { attend(plan, other.pages, 3, {}); },
+                {"VarlenPlan::Attention: ", "head_dim 16",
+                 "differ from the planned shape", "head_dim 8"});
+  ExpectInvalid([&] { attend(plan, pool.pages, 2, {}); },
+                {"q has 2 tokens but the plan's step 3"});
+  AttentionOptions wide;
+  wide.mask.causal = true;
+  wide.mask.window = 8;
+  ExpectInvalid([&] { attend(windowed, pool.pages, 3, wide); },
+                {"mask.window (8) must lie in [1, 4]"});
+  ExpectInvalid([&] { attend(windowed, pool.pages, 3, {}); },
+                {"mask.window (0) must lie in [1, 4]"});
+  EXPECT_EQ(out, before);
+  const std::vector<float> k = RandomVector(3 * kKVHeads * 8, 2);
+  const ConstTensor4 three =
+      ConstTensor4::FromTokenMajor(k.data(), 1, 3, kKVHeads, 8);
+  ExpectInvalid(
+      [&] {
+        plan.WriteKVSlots(
+            ConstTensor4::FromTokenMajor(k.data(), 1, 2, kKVHeads, 8), three,
+            pool.pages);
+      },
+      {"VarlenPlan::WriteKVSlots: ",
+       "keys has 2 tokens but the plan's step 3"});
+  ExpectInvalid([&] { plan.WriteKVSlots(three, three, other.pages); },
+                {"differ from the planned shape"});
+  EXPECT_EQ(pool.keys, keys);
+  // The planned calls then run.
+  plan.WriteKVSlots(three, three, pool.pages);
+  attend(plan, pool.pages, 3, {});
+  for (float x : out) EXPECT_TRUE(std::isfinite(x));
 }
 
 // A write with RoPE stores what ApplyRope then WriteKVSlots store, bit for

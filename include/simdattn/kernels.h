@@ -585,6 +585,47 @@ SIMDATTN_API void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
                                const VarlenStep& step, const KVPages& pages,
                                const RopeOptions* rope = nullptr);
 
+// A serving step planned once for all its layers (FlashInfer's plan / run):
+// the step's metadata is checked once against the shape every layer's pool
+// shares (type, kv_heads, head_dim, value_dim, block_size, num_blocks), and
+// its positions and causal offsets are laid out, so that each layer's call
+// checks only its own tensors, pages and options, in time that does not
+// grow with the step's sequences, blocks or tokens. The same bits as
+// VarlenAttention and WriteKVSlots with the step. The plan reads the step's
+// arrays at every call and copies none: they must outlive it, unchanged.
+// Copies share the plan; its calls are safe from many threads at once.
+class SIMDATTN_API VarlenPlan {
+ public:
+  VarlenPlan();  // A step of no sequence.
+  // Throws, naming the field, where VarlenAttention or WriteKVSlots would
+  // for this step over pages of `shape`'s shape (its memory is not read):
+  // query_starts, seq_lens against the capacity and the queries, the
+  // block_table entries of the blocks read, slot_mapping's slots (of the
+  // pool, distinct), positions and trees. max_window: the largest
+  // mask.window of the layers' calls, 0 where a layer has none (blocks
+  // before the first key such windows read may be released, entries -1).
+  VarlenPlan(const VarlenStep& step, const KVPages& shape,
+             size_t max_window = 0);
+
+  // VarlenAttention(q, step, pages, out, options): pages of the planned
+  // shape; options.mask.window in [1, max_window] unless max_window is 0.
+  void Attention(ConstTensor4 q, const KVPages& pages, Tensor4 out,
+                 const AttentionOptions& options = {}) const;
+  // WriteKVSlots(keys, values, step, pages, rope), pages of the planned
+  // shape, num_tokens tokens.
+  void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
+                    const KVPages& pages,
+                    const RopeOptions* rope = nullptr) const;
+
+  const VarlenStep& step() const;
+  size_t num_tokens() const;  // query_starts[num_seqs].
+
+  struct Impl;  // Internal (src/ops/varlen_plan.cc).
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
 // Pool sizes and operations, for every element type and any strides.
 
 // A dense pool of num_blocks blocks of block_size tokens: per side

@@ -675,6 +675,30 @@ SIMDATTN_API simdattn_status simdattn_varlen_attention(
     const simdattn_kv_pages* pages, simdattn_tensor4 out,
     const simdattn_attention_options* options);
 
+/* A step planned once for every layer (kernels.h's VarlenPlan):
+ * create checks the step's metadata against pools of `shape`'s shape (type,
+ * kv_heads, head_dim, value_dim, block_size, num_blocks; its memory is not
+ * read); each layer's attention and write then check only their own
+ * tensors, pages and options, with the bits of simdattn_varlen_attention
+ * and simdattn_write_kv_slots(_rope). max_window: the largest mask window
+ * of the layers' calls, 0 where a layer has none. The step's arrays are
+ * read at every call: they must outlive the plan, unchanged. A plan's calls
+ * are safe from many threads at once. */
+typedef struct simdattn_varlen_plan simdattn_varlen_plan;
+SIMDATTN_API simdattn_status simdattn_varlen_plan_create(
+    const simdattn_varlen_step* step, const simdattn_kv_pages* shape,
+    size_t max_window, simdattn_varlen_plan** plan);
+SIMDATTN_API void simdattn_varlen_plan_destroy(simdattn_varlen_plan* plan);
+SIMDATTN_API simdattn_status simdattn_varlen_plan_attention(
+    const simdattn_varlen_plan* plan, simdattn_const_tensor4 q,
+    const simdattn_kv_pages* pages, simdattn_tensor4 out,
+    const simdattn_attention_options* options);
+/* rope NULL: keys stored as given; else rotated at the step's positions. */
+SIMDATTN_API simdattn_status simdattn_varlen_plan_write_kv_slots(
+    const simdattn_varlen_plan* plan, simdattn_const_tensor4 keys,
+    simdattn_const_tensor4 values, const simdattn_kv_pages* pages,
+    const simdattn_rope_options* rope);
+
 /* ------------------------------------------------------------------------ */
 /* Attention modules (attention.h)                                           */
 

@@ -25,7 +25,8 @@ from . import _simdattn as _C
 
 __all__ = [
     "info", "set_num_threads", "get_num_threads", "alibi_slopes",
-    "scaled_dot_product_attention", "KVCache", "attention",
+    "scaled_dot_product_attention", "KVCache", "attention", "KVPages",
+    "allocate_kv_pages", "write_kv_slots", "varlen_attention", "VarlenPlan",
 ]
 
 __version__ = _C.version()
@@ -299,6 +300,138 @@ def attention(q, cache, *, out=None, scale=None, causal=True, window=0,
                        _float(softcap, "softcap"), _floats(sinks, "sinks"),
                        _alibi(alibi))
     return (out, lse) if return_lse else out
+
+
+# ---------------------------------------------------------------------------
+# Serving over caller-owned pools, with vLLM's conventions.
+
+KVPages = _C.KVPages
+KVPages.__doc__ = """A pool of KV blocks in the caller's tensors (kernels.h's
+KVPages): key_cache and value_cache (num_blocks, kv_heads, block_size, row),
+slot s = block * block_size + offset, in the dtype's own element type
+(float32, bfloat16, float16, int8) or as uint8 bytes (fp8, fp8e5m2 and
+ggml's blocks q8_0, q4_0, q4_1, iq4_nl, whose rows are ggml's blocks byte
+for byte). Any strides, the last dimension contiguous; value_cache takes
+key_cache's. value_cache None: a latent pool (MLA), each key row's first
+value_dim elements its value. int8: key_scales and value_scales float32
+(num_blocks, kv_heads, block_size); fp8: key_scale and value_scale.
+
+KVPages(key_cache, value_cache, *, dtype, head_dim=0, value_dim=0,
+        key_scales=None, value_scales=None, key_scale=1.0, value_scale=1.0)
+
+head_dim 0: the rows' length; value_dim 0: head_dim. The tensors are kept
+alive and used where they lie."""
+
+
+def allocate_kv_pages(dtype, num_blocks, block_size, kv_heads, head_dim,
+                      value_dim=0, *, latent=False):
+    """A dense KVPages with zeroed torch tensors (num_blocks, kv_heads,
+    block_size, row) of the dtype's storage (uint8 bytes for fp8 and ggml's
+    blocks), row the longer of head_dim and value_dim; latent: no value
+    cache (value_dim < head_dim)."""
+    torch = _torch()
+    if torch is None:
+        import torch
+    nbytes, nvalues = _C.element_size(dtype)
+    row = max(head_dim, value_dim)
+    storage = {"f32": torch.float32, "bf16": torch.bfloat16,
+               "f16": torch.float16, "int8": torch.int8}.get(dtype)
+    if storage is None:
+        storage = torch.uint8
+        if row % nvalues != 0:
+            raise ValueError(f"{dtype} stores blocks of {nvalues} elements: "
+                             f"head_dim ({head_dim}) and value_dim "
+                             f"({value_dim}) must be multiples of them")
+        row = row // nvalues * nbytes
+    shape = (num_blocks, kv_heads, block_size, row)
+    keys = torch.zeros(shape, dtype=storage)
+    values = None if latent else torch.zeros(shape, dtype=storage)
+    scales = {}
+    if dtype == "int8":
+        scales["key_scales"] = torch.zeros(shape[:3], dtype=torch.float32)
+        if not latent:
+            scales["value_scales"] = torch.zeros(shape[:3],
+                                                 dtype=torch.float32)
+    return KVPages(keys, values, dtype=dtype, head_dim=head_dim,
+                   value_dim=value_dim, **scales)
+
+
+def _step_out(query, out, return_lse, value_dim):
+    qs = _shape(query, "query")
+    if len(qs) != 3:
+        raise ValueError("query must have 3 dimensions (num_tokens, q_heads, "
+                         f"head_dim), got shape {qs}")
+    if out is None:
+        out = _empty(query, (qs[0], qs[1], value_dim))
+    lse = _empty(query, (qs[1], qs[0])) if return_lse else None
+    return out, lse
+
+
+def write_kv_slots(key, value, pages, slot_mapping, *, positions=None,
+                   rope_theta=None, rotary_dim=0, rotary_offset=0,
+                   interleaved=False):
+    """vLLM's reshape_and_cache: key (num_tokens, kv_heads, head_dim) and
+    value (num_tokens, kv_heads, value_dim; None for a latent pool), float32,
+    token t stored at slot_mapping[t] (negative: skipped; the others
+    distinct), converted to the pool's dtype. rope_theta: rotate each key
+    first at positions[t] (RoPE; rotary_dim 0: all dims from rotary_offset;
+    interleaved: GPT-J pairs). Nothing is written on error."""
+    _C.write_kv_slots(key, value, pages, slot_mapping, positions=positions,
+                      rope_theta=rope_theta, rotary_dim=rotary_dim,
+                      rotary_offset=rotary_offset, interleaved=interleaved)
+
+
+def varlen_attention(query, pages, query_start_loc, seq_lens, block_table, *,
+                     out=None, scale=None, causal=True, window=0, softcap=0.0,
+                     sinks=None, alibi=None, tree_bits=None,
+                     tree_offsets=None, return_lse=False):
+    """One serving step's attention (vLLM's and FlashInfer's varlen
+    conventions): query (num_tokens, q_heads, head_dim) float32, sequence
+    b's queries rows [query_start_loc[b], query_start_loc[b + 1]), its last
+    tokens, over the seq_lens[b] tokens in the pool's blocks block_table[b]
+    (num_seqs, max_blocks; -1: released). out (num_tokens, q_heads,
+    value_dim); lse (q_heads, num_tokens). Draft trees (speculative
+    verification): tree_bits and tree_offsets. Options as attention()'s.
+    Checks the metadata at every call: a step of many layers plans it once
+    (VarlenPlan)."""
+    out, lse = _step_out(query, out, return_lse, pages.value_dim)
+    _C.varlen_attention(query, pages, query_start_loc, seq_lens, block_table,
+                        out, lse,
+                        None if scale is None else _float(scale, "scale"),
+                        bool(causal), _int(window, "window"),
+                        _float(softcap, "softcap"), _floats(sinks, "sinks"),
+                        _alibi(alibi), tree_bits, tree_offsets)
+    return (out, lse) if return_lse else out
+
+
+class VarlenPlan(_C.VarlenPlan):
+    """A serving step planned once for all its layers (FlashInfer's
+    plan / run, kernels.h's VarlenPlan): the metadata is copied and checked
+    against the pools' shape once (query_start_loc, seq_lens, block_table
+    entries, slot_mapping's slots, positions, trees); each layer's write()
+    and attention() then check only their own tensors, with the bits of
+    write_kv_slots and varlen_attention.
+
+    VarlenPlan(pages, query_start_loc, seq_lens, block_table, *,
+               slot_mapping=None, positions=None, tree_bits=None,
+               tree_offsets=None, max_window=0)
+
+    pages: any layer's KVPages (its shape). positions: each token's (RoPE;
+    None: each sequence's new tokens at its last positions). max_window: the
+    largest window of the layers' attention calls, 0 where one has none.
+    """
+
+    def attention(self, query, pages, *, out=None, scale=None, causal=True,
+                  window=0, softcap=0.0, sinks=None, alibi=None,
+                  return_lse=False):
+        """This layer's attention over `pages` (varlen_attention's)."""
+        out, lse = _step_out(query, out, return_lse, pages.value_dim)
+        self._attention(query, pages, out, lse,
+                        None if scale is None else _float(scale, "scale"),
+                        bool(causal), _int(window, "window"),
+                        _float(softcap, "softcap"), _floats(sinks, "sinks"),
+                        _alibi(alibi))
+        return (out, lse) if return_lse else out
 
 
 del _math

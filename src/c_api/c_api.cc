@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -50,6 +51,10 @@ struct simdattn_kv_cache {
 
 struct simdattn_packed_matrix {
   simdattn::PackedMatrix matrix;
+};
+
+struct simdattn_varlen_plan {
+  simdattn::VarlenPlan plan;
 };
 
 namespace simdattn {
@@ -955,6 +960,51 @@ simdattn_status simdattn_varlen_attention(
     simdattn::VarlenAttention(simdattn::View4<const float>(q), s,
                               simdattn::ToPages(pages, kFn),
                               simdattn::View4<float>(out), o);
+  });
+}
+
+simdattn_status simdattn_varlen_plan_create(const simdattn_varlen_step* step,
+                                           const simdattn_kv_pages* shape,
+                                           size_t max_window,
+                                           simdattn_varlen_plan** plan) {
+  constexpr const char* kFn = "simdattn_varlen_plan_create";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(plan, kFn, "plan");
+    *plan = new simdattn_varlen_plan{simdattn::VarlenPlan(
+        simdattn::ToStep(step, kFn), simdattn::ToPages(shape, kFn),
+        max_window)};
+  });
+}
+
+void simdattn_varlen_plan_destroy(simdattn_varlen_plan* plan) { delete plan; }
+
+simdattn_status simdattn_varlen_plan_attention(
+    const simdattn_varlen_plan* plan, simdattn_const_tensor4 q,
+    const simdattn_kv_pages* pages, simdattn_tensor4 out,
+    const simdattn_attention_options* options) {
+  constexpr const char* kFn = "simdattn_varlen_plan_attention";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(plan, kFn, "plan");
+    plan->plan.Attention(simdattn::View4<const float>(q),
+                         simdattn::ToPages(pages, kFn),
+                         simdattn::View4<float>(out),
+                         simdattn::ToOptions(options, kFn));
+  });
+}
+
+simdattn_status simdattn_varlen_plan_write_kv_slots(
+    const simdattn_varlen_plan* plan, simdattn_const_tensor4 keys,
+    simdattn_const_tensor4 values, const simdattn_kv_pages* pages,
+    const simdattn_rope_options* rope) {
+  constexpr const char* kFn = "simdattn_varlen_plan_write_kv_slots";
+  return CallGuarded(kFn, [&] {
+    simdattn::RequireNonNull(plan, kFn, "plan");
+    std::optional<simdattn::RopeOptions> r;
+    if (rope != nullptr) r = simdattn::ToRope(*rope, kFn, "rope");
+    plan->plan.WriteKVSlots(simdattn::View4<const float>(keys),
+                            simdattn::View4<const float>(values),
+                            simdattn::ToPages(pages, kFn),
+                            r ? &*r : nullptr);
   });
 }
 

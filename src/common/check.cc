@@ -333,9 +333,7 @@ void CheckQueryStarts(const char* function, const size_t* query_starts,
                    ") differs from the ", num_tokens, " packed tokens");
 }
 
-KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
-                                  size_t q_tokens, const size_t* query_starts,
-                                  size_t window, bool dropout) {
+KVCacheViewSpans CheckKVMemory(const char* function, const KVCacheView& kv) {
   const bool paged = kv.block_table != nullptr;
   SIMDATTN_REQUIRE(kv.block_size != 0 || !paged, function,
                    "kv.block_size is 0");
@@ -347,43 +345,10 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
   const size_t room =
       CheckedMul(function, "kv.blocks_per_sequence * kv.block_size",
                  paged ? kv.blocks_per_sequence : 1, kv.block_size);
-  const size_t capacity = kv.capacity;
-  SIMDATTN_REQUIRE(capacity <= room, function, "kv.capacity (", capacity,
+  SIMDATTN_REQUIRE(kv.capacity <= room, function, "kv.capacity (", kv.capacity,
                    ") exceeds the ", room, " tokens the layout holds");
-  const size_t batch = kv.batch;
-  const size_t blocks = paged ? kv.num_blocks : batch;
-  SIMDATTN_REQUIRE(kv.lengths != nullptr || batch == 0, function,
-                   "kv.lengths is null");
+  const size_t blocks = paged ? kv.num_blocks : kv.batch;
   KVCacheViewSpans spans;
-  for (size_t b = 0; b < batch; ++b) {
-    const size_t length = kv.lengths[b];
-    if (query_starts != nullptr) {
-      q_tokens = query_starts[b + 1] - query_starts[b];
-    }
-    SIMDATTN_REQUIRE(length <= capacity, function, "kv.lengths[", b, "] (",
-                     length, ") exceeds the capacity (", capacity, ")");
-    // An empty sequence is a normal state (a slot between requests): its
-    // queries see no key.
-    SIMDATTN_REQUIRE(length >= q_tokens || length == 0, function, "kv.lengths[",
-                     b, "] (", length, ") is less than its ", q_tokens,
-                     " queries, the sequence's last tokens");
-    spans.longest = std::max(spans.longest, length);
-    if (!paged) continue;
-    // Blocks before the first key any of its queries reads may be released
-    // (-1). A sequence without queries is not read.
-    const size_t first = FirstKeyRead(length, q_tokens, window, dropout);
-    for (size_t block = first / kv.block_size; block * kv.block_size < length;
-         ++block) {
-      const int32_t entry = kv.block_table[b * kv.blocks_per_sequence + block];
-      SIMDATTN_REQUIRE(entry >= 0 && static_cast<size_t>(entry) < blocks,
-                       function, "kv.block_table[", b, " * ",
-                       kv.blocks_per_sequence, " + ", block, "] (", entry,
-                       ") is not a block of the ", blocks, " in the pool",
-                       entry < 0 ? " (released: its keys are outside every "
-                                   "query's mask.window)"
-                                 : "");
-    }
-  }
   const ElementTraits traits = ElementTraitsOf(kv.type);
   if (traits.values > 1) {
     SIMDATTN_REQUIRE(
@@ -434,6 +399,57 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
                : CheckTensor4(function, "kv.value_scales", kv.value_scales,
                               scale_dims, scale_strides, sizeof(float));
   }
+  return spans;
+}
+
+size_t CheckKVSequences(const char* function, const KVCacheView& kv,
+                        size_t q_tokens, const size_t* query_starts,
+                        size_t window, bool dropout) {
+  const bool paged = kv.block_table != nullptr;
+  const size_t capacity = kv.capacity;
+  const size_t batch = kv.batch;
+  const size_t blocks = paged ? kv.num_blocks : batch;
+  SIMDATTN_REQUIRE(kv.lengths != nullptr || batch == 0, function,
+                   "kv.lengths is null");
+  size_t longest = 0;
+  for (size_t b = 0; b < batch; ++b) {
+    const size_t length = kv.lengths[b];
+    if (query_starts != nullptr) {
+      q_tokens = query_starts[b + 1] - query_starts[b];
+    }
+    SIMDATTN_REQUIRE(length <= capacity, function, "kv.lengths[", b, "] (",
+                     length, ") exceeds the capacity (", capacity, ")");
+    // An empty sequence is a normal state (a slot between requests): its
+    // queries see no key.
+    SIMDATTN_REQUIRE(length >= q_tokens || length == 0, function, "kv.lengths[",
+                     b, "] (", length, ") is less than its ", q_tokens,
+                     " queries, the sequence's last tokens");
+    longest = std::max(longest, length);
+    if (!paged) continue;
+    // Blocks before the first key any of its queries reads may be released
+    // (-1). A sequence without queries is not read.
+    const size_t first = FirstKeyRead(length, q_tokens, window, dropout);
+    for (size_t block = first / kv.block_size; block * kv.block_size < length;
+         ++block) {
+      const int32_t entry = kv.block_table[b * kv.blocks_per_sequence + block];
+      SIMDATTN_REQUIRE(entry >= 0 && static_cast<size_t>(entry) < blocks,
+                       function, "kv.block_table[", b, " * ",
+                       kv.blocks_per_sequence, " + ", block, "] (", entry,
+                       ") is not a block of the ", blocks, " in the pool",
+                       entry < 0 ? " (released: its keys are outside every "
+                                   "query's mask.window)"
+                                 : "");
+    }
+  }
+  return longest;
+}
+
+KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
+                                  size_t q_tokens, const size_t* query_starts,
+                                  size_t window, bool dropout) {
+  KVCacheViewSpans spans = CheckKVMemory(function, kv);
+  spans.longest =
+      CheckKVSequences(function, kv, q_tokens, query_starts, window, dropout);
   return spans;
 }
 

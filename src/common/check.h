@@ -132,6 +132,14 @@ KVCacheViewSpans CheckKVCacheView(const char* function, const KVCacheView& kv,
                                   size_t q_tokens,
                                   const size_t* query_starts = nullptr,
                                   size_t window = 0, bool dropout = false);
+// CheckKVCacheView's two halves: the sequences (lengths and table entries;
+// returns the longest length), in time linear in the blocks read, and the
+// layout and memory (block size, capacity, strides, scales, spans), in
+// constant time. A VarlenPlan checks the first once per step.
+size_t CheckKVSequences(const char* function, const KVCacheView& kv,
+                        size_t q_tokens, const size_t* query_starts,
+                        size_t window, bool dropout);
+KVCacheViewSpans CheckKVMemory(const char* function, const KVCacheView& kv);
 
 // Validates a dropout probability `p` (named p_name; NaN fails) over a
 // weights tensor of shape `dims`, whose dims are named dim_names in messages.

@@ -27,6 +27,7 @@
 #include "src/ops/kv_store.h"
 #include "src/ops/matmul_bf16.h"
 #include "src/ops/target_family.h"
+#include "src/ops/varlen.h"
 
 namespace simdattn {
 
@@ -326,9 +327,12 @@ namespace {
 // Both overloads over a cache: its memory as the source, its lengths as the
 // key lengths, each sequence's queries (as `layout` places them, validated)
 // its last tokens.
+// With `checked`, the sequences were checked by a plan (the cache's memory
+// is checked here).
 void AttendCache(const char* kFn, ConstTensor4 q,
                  const internal::QueryLayout& layout, const KVCacheView& kv,
-                 Tensor4 out, const AttentionOptions& options) {
+                 Tensor4 out, const AttentionOptions& options,
+                 const internal::CheckedSequences* checked = nullptr) {
   const size_t batch = layout.batch;
   SIMDATTN_REQUIRE(IsElementType(kv.type), kFn, "kv.type (",
                    static_cast<int>(kv.type), ") is not a KVType");
@@ -353,9 +357,21 @@ void AttendCache(const char* kFn, ConstTensor4 q,
                    kFn,
                    "mask.causal_offset(s) and mask.key_lengths must be unset: "
                    "the cache's lengths give them");
-  const internal::KVCacheViewSpans spans =
-      internal::CheckKVCacheView(kFn, kv, layout.rows, layout.starts,
-                                 user_mask.window, options.dropout > 0.0f);
+  internal::KVCacheViewSpans spans;
+  if (checked == nullptr) {
+    spans =
+        internal::CheckKVCacheView(kFn, kv, layout.rows, layout.starts,
+                                   user_mask.window, options.dropout > 0.0f);
+  } else {
+    SIMDATTN_REQUIRE(
+        checked->max_window == 0 ||
+            (user_mask.window != 0 && user_mask.window <= checked->max_window),
+        kFn, "mask.window (", user_mask.window, ") must lie in [1, ",
+        checked->max_window,
+        "]: the plan checked the blocks such windows read (its max_window)");
+    spans = internal::CheckKVMemory(kFn, kv);
+    spans.longest = checked->longest;
+  }
   const bool paged = kv.block_table != nullptr;
   KVSource source;
   source.type = kv.type;
@@ -390,8 +406,12 @@ void AttendCache(const char* kFn, ConstTensor4 q,
   // From the scratch pool (untyped memory, used as size_t only): a decode
   // step allocates nothing.
   std::optional<internal::ScratchBuffer> offsets_buffer;
-  if (mask.causal || mask.window != 0 || mask.alibi_slopes != nullptr ||
-      mask.tree_offsets != nullptr) {
+  const bool positions = mask.causal || mask.window != 0 ||
+                         mask.alibi_slopes != nullptr ||
+                         mask.tree_offsets != nullptr;
+  if (positions && checked != nullptr) {
+    mask.causal_offsets = checked->offsets;
+  } else if (positions) {
     offsets_buffer.emplace(hwy::DivCeil(batch * sizeof(size_t), sizeof(float)));
     size_t* offsets = reinterpret_cast<size_t*>(offsets_buffer->data());
     for (size_t b = 0; b < batch; ++b) {
@@ -413,21 +433,63 @@ void AttendCache(const char* kFn, ConstTensor4 q,
 void VarlenAttention(ConstTensor4 q, const VarlenStep& step,
                      const KVPages& pages, Tensor4 out,
                      const AttentionOptions& options) {
+  VarlenAttention(q, step.query_starts,
+                  pages.View(step.num_seqs, step.seq_lens, step.block_table,
+                             step.blocks_per_sequence),
+                  out,
+                  internal::WithStepTrees("VarlenAttention", step, options));
+}
+
+namespace internal {
+
+AttentionOptions WithStepTrees(const char* kFn, const VarlenStep& step,
+                               const AttentionOptions& options) {
   AttentionOptions o = options;
   if (step.tree_bits != nullptr || step.tree_offsets != nullptr) {
     SIMDATTN_REQUIRE(
         options.mask.tree_bits == nullptr &&
             options.mask.tree_offsets == nullptr,
-        "VarlenAttention",
-        "step and options.mask both give draft trees: give them once");
+        kFn, "step and options.mask both give draft trees: give them once");
     o.mask.tree_bits = step.tree_bits;
     o.mask.tree_offsets = step.tree_offsets;
   }
-  VarlenAttention(q, step.query_starts,
-                  pages.View(step.num_seqs, step.seq_lens, step.block_table,
-                             step.blocks_per_sequence),
-                  out, o);
+  return o;
 }
+
+void AttendVarlen(const char* kFn, ConstTensor4 q, const size_t* query_starts,
+                  const KVCacheView& kv, Tensor4 out,
+                  const AttentionOptions& options,
+                  const CheckedSequences* checked) {
+  const size_t num_tokens = q.dims[2];
+  SIMDATTN_REQUIRE(q.dims[0] == 1, kFn, "q has shape ", ShapeString(q.dims),
+                   ": expected (1, q_heads, num_tokens, head_dim), the "
+                   "packed queries' FromTokenMajor view");
+  if (checked == nullptr) {
+    CheckQueryStarts(kFn, query_starts, kv.batch, num_tokens);
+  } else {
+    SIMDATTN_REQUIRE(query_starts[kv.batch] == num_tokens, kFn, "q has ",
+                     num_tokens, " tokens but the plan's step ",
+                     query_starts[kv.batch], ": q has shape ",
+                     ShapeString(q.dims));
+  }
+  const AttentionMask& mask = options.mask;
+  SIMDATTN_REQUIRE(
+      mask.boolean.data == nullptr && mask.additive.data == nullptr, kFn,
+      "mask.boolean and mask.additive must be unset: a step's "
+      "sequences have no common (q_tokens, k_tokens) shape");
+  SIMDATTN_REQUIRE(options.dropout == 0.0f, kFn, "options.dropout (",
+                   options.dropout,
+                   ") must be 0: VarlenAttention is for "
+                   "inference");
+  QueryLayout layout;
+  layout.starts = query_starts;
+  layout.rows = num_tokens;
+  layout.heads = q.dims[1];
+  layout.batch = kv.batch;
+  AttendCache(kFn, q, layout, kv, out, options, checked);
+}
+
+}  // namespace internal
 
 namespace internal {
 void SetFromMemoryBytes(size_t bytes) { from_memory_bytes = bytes; }
@@ -450,27 +512,8 @@ void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,
 void VarlenAttention(ConstTensor4 q, const size_t* query_starts,
                      const KVCacheView& kv, Tensor4 out,
                      const AttentionOptions& options) {
-  constexpr const char* kFn = "VarlenAttention";
-  const size_t num_tokens = q.dims[2];
-  SIMDATTN_REQUIRE(q.dims[0] == 1, kFn, "q has shape ", ShapeString(q.dims),
-                   ": expected (1, q_heads, num_tokens, head_dim), the "
-                   "packed queries' FromTokenMajor view");
-  internal::CheckQueryStarts(kFn, query_starts, kv.batch, num_tokens);
-  const AttentionMask& mask = options.mask;
-  SIMDATTN_REQUIRE(
-      mask.boolean.data == nullptr && mask.additive.data == nullptr, kFn,
-      "mask.boolean and mask.additive must be unset: a step's "
-      "sequences have no common (q_tokens, k_tokens) shape");
-  SIMDATTN_REQUIRE(options.dropout == 0.0f, kFn, "options.dropout (",
-                   options.dropout,
-                   ") must be 0: VarlenAttention is for "
-                   "inference");
-  internal::QueryLayout layout;
-  layout.starts = query_starts;
-  layout.rows = num_tokens;
-  layout.heads = q.dims[1];
-  layout.batch = kv.batch;
-  AttendCache(kFn, q, layout, kv, out, options);
+  internal::AttendVarlen("VarlenAttention", q, query_starts, kv, out, options,
+                         nullptr);
 }
 
 }  // namespace simdattn

@@ -18,6 +18,7 @@
 #include "src/common/scratch.h"
 #include "src/ops/kv_pool.h"
 #include "src/ops/rope.h"
+#include "src/ops/varlen.h"
 
 namespace simdattn {
 namespace internal {
@@ -52,14 +53,10 @@ void RoundToBFloat16(ConstTensor4 t, BFloat16* out, float* widened) {
   });
 }
 
-}  // namespace internal
-
-namespace {
-
-// Both WriteKVSlots, rope and positions null or not.
 void WriteSlots(ConstTensor4 keys, ConstTensor4 values,
                 const int64_t* slot_mapping, const KVPages& pages,
-                const RopeOptions* rope, const size_t* positions) {
+                const RopeOptions* rope, const size_t* positions,
+                bool slots_checked) {
   constexpr const char* kFn = "WriteKVSlots";
   const size_t tokens = keys.dims[2], heads = pages.kv_heads;
   const bool latent = internal::Latent(pages.keys, pages.values);
@@ -99,8 +96,10 @@ void WriteSlots(ConstTensor4 keys, ConstTensor4 values,
                      "positions is null");
   }
   if (tokens == 0) return;
-  internal::CheckSlots(kFn, "slot_mapping", pages, slot_mapping, tokens,
-                       /*skip=*/true, /*distinct=*/true);
+  if (!slots_checked) {
+    internal::CheckSlots(kFn, "slot_mapping", pages, slot_mapping, tokens,
+                         /*skip=*/true, /*distinct=*/true);
+  }
   // Fused RoPE: each token's angles, computed as ApplyRope computes them, in
   // scratch (a step allocates nothing).
   std::optional<internal::ScratchBuffer> angles_buffer;
@@ -158,24 +157,27 @@ void WriteSlots(ConstTensor4 keys, ConstTensor4 values,
   });
 }
 
-}  // namespace
+}  // namespace internal
 
 void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
                   const int64_t* slot_mapping, const KVPages& pages) {
-  WriteSlots(keys, values, slot_mapping, pages, nullptr, nullptr);
+  internal::WriteSlots(keys, values, slot_mapping, pages, nullptr, nullptr,
+                       false);
 }
 
 void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
                   const int64_t* slot_mapping, const KVPages& pages,
                   const RopeOptions& rope, const size_t* positions) {
-  WriteSlots(keys, values, slot_mapping, pages, &rope, positions);
+  internal::WriteSlots(keys, values, slot_mapping, pages, &rope, positions,
+                       false);
 }
 
 void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
                   const VarlenStep& step, const KVPages& pages,
                   const RopeOptions* rope) {
   if (rope == nullptr) {
-    WriteSlots(keys, values, step.slot_mapping, pages, nullptr, nullptr);
+    internal::WriteSlots(keys, values, step.slot_mapping, pages, nullptr,
+                         nullptr, false);
     return;
   }
   const size_t tokens = keys.dims[2];
@@ -183,7 +185,8 @@ void WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
       hwy::DivCeil(tokens * sizeof(size_t), sizeof(float)));
   const size_t* positions = internal::TokenPositions(
       "WriteKVSlots", step, tokens, reinterpret_cast<size_t*>(buffer.data()));
-  WriteSlots(keys, values, step.slot_mapping, pages, rope, positions);
+  internal::WriteSlots(keys, values, step.slot_mapping, pages, rope, positions,
+                       false);
 }
 
 }  // namespace simdattn

@@ -500,6 +500,7 @@ std::string ServeShape::Name() const {
   if (page != 16) name += "_paged" + std::to_string(page);
   if (tree) name += "_tree";
   if (separate) name += "_separate";
+  if (planned) name += "_planned";
   return name;
 }
 
@@ -518,7 +519,8 @@ ServeShape ParseServeShape(const std::string& text) {
       "tokens per sequence) with groups _dS (S sequences decoding a token), "
       "_pSxT (S prefilling T tokens), _vSxT (S verifying T draft tokens), "
       "and optional _windowW, _softcapC, _sinks, _alibi, _tree (drafts "
-      "verified as a binary tree), _kv<type>, _pagedN, _separate (e.g. "
+      "verified as a binary tree), _kv<type>, _pagedN, _separate (a call per "
+      "group) or _planned (a VarlenPlan's call) (e.g. "
       "32x8x128_ctx4096_d28_p2x512_v2x5)";
   const Parsed p = Parse(text, kForm);
   if (p.dims.size() != 3 || p.dims[0] % p.dims[1] != 0) Fail(text, kForm);
@@ -542,8 +544,10 @@ ServeShape ParseServeShape(const std::string& text) {
                std::stoul(rest.substr(x + 1)) > 0) {
       s.groups.push_back({flag[0], std::stoul(rest.substr(0, x)),
                           std::stoul(rest.substr(x + 1))});
-    } else if (flag == "separate" && !s.separate) {
+    } else if (flag == "separate" && !s.separate && !s.planned) {
       s.separate = true;
+    } else if (flag == "planned" && !s.planned && !s.separate) {
+      s.planned = true;
     } else if (flag == "tree" && !s.tree) {
       s.tree = true;
     } else if (!s.variants.Parse(flag) && !ParseCacheFlag(flag, &cache)) {

@@ -198,7 +198,9 @@ MhaShape ParseMhaShape(const std::string& text);
 // cached tokens plus its new ones, that decode one token ('d'), prefill a
 // chunk ('p') or verify draft tokens ('v'), heads query heads over kv_heads
 // of head_dim, all in one paged cache of the `cache` type; one
-// VarlenAttention call, or with `separate` one call per group.
+// VarlenAttention call, or with `separate` one call per group, or with
+// `planned` a layer's call of a VarlenPlan made once (the step's metadata
+// checked outside the timed calls, as an engine's layers share it).
 struct ServeShape {
   struct Group {
     char kind;  // 'd', 'p' or 'v'.
@@ -210,6 +212,7 @@ struct ServeShape {
   KVType cache = KVType::kF32;
   size_t page = 16;
   bool separate = false;
+  bool planned = false;
   // Verifying sequences attend to their drafts as a binary tree (draft i's
   // parent is (i - 1) / 2) through the mask's tree bits, not causally.
   bool tree = false;
@@ -227,7 +230,7 @@ struct ServeShape {
 AttentionShape ParseAttentionShape(const std::string& text, bool decode);
 // HxGxD_ctxN with groups _dS (S sequences decoding), _pSxT (S prefilling T
 // tokens), _vSxT (S verifying T), the variants, _tree, _kv<type>, _pagedN
-// and _separate.
+// and _separate or _planned.
 ServeShape ParseServeShape(const std::string& text);
 // BxHxNxD (H key/value heads, N tokens per sequence) with the cache's flags
 // and _rope.

@@ -747,6 +747,35 @@ ServeOperands::ServeOperands(const ServeShape& s)
         sequences);
     first += g.sequences;
   }
+  if (s.planned) {
+    // The cache's memory as pages, only read (Attention): KVPages' pointers
+    // are writable for the writes a step also makes.
+    const KVCacheView view = cache.View();
+    pages.type = view.type;
+    pages.kv_heads = view.kv_heads;
+    pages.head_dim = view.head_dim;
+    pages.value_dim = view.value_dim;
+    pages.keys = const_cast<void*>(view.keys);
+    pages.values = const_cast<void*>(view.values);
+    pages.block_stride = view.block_stride;
+    pages.head_stride = view.head_stride;
+    pages.row_stride = view.row_stride;
+    pages.key_scales = const_cast<float*>(view.key_scales);
+    pages.value_scales = const_cast<float*>(view.value_scales);
+    pages.scale_block_stride = view.scale_block_stride;
+    pages.scale_head_stride = view.scale_head_stride;
+    pages.block_size = view.block_size;
+    pages.num_blocks = view.num_blocks;
+    pages.key_scale = view.key_scale;
+    pages.value_scale = view.value_scale;
+    VarlenStep step;
+    step.num_seqs = view.batch;
+    step.query_starts = starts.data();
+    step.seq_lens = view.lengths;
+    step.block_table = view.block_table;
+    step.blocks_per_sequence = view.blocks_per_sequence;
+    plan = VarlenPlan(step, pages, s.variants.window);
+  }
   if (!s.tree) return;
   // Draft i sees itself and its ancestors (i - 1) / 2, ... , 0.
   size_t bits = 0;
@@ -781,6 +810,13 @@ void ServeOperands::Run(const AttentionOptions& step_options,
   if (shape.tree) {
     options.mask.tree_bits = tree_bits.data();
     options.mask.tree_offsets = tree_offsets.data();
+  }
+  if (shape.planned) {
+    const size_t n = starts.back();
+    plan.Attention(ConstTensor4::FromTokenMajor(q.data(), 1, n, heads, dim),
+                   pages, Tensor4::FromTokenMajor(out, 1, n, heads, dim),
+                   options);
+    return;
   }
   if (!shape.separate) {
     const size_t n = starts.back();

@@ -110,8 +110,9 @@ struct ServeOperands {
   explicit ServeOperands(const ServeShape& shape);
   // One step into out, (num_tokens, heads, head_dim) floats: a
   // VarlenAttention call, or with shape.separate one ScaledDotProductAttention
-  // over the cache's view of each group's sequences; with shape.tree, the
-  // verifying sequences' trees added to options.mask.
+  // over the cache's view of each group's sequences, or with shape.planned
+  // the plan's call; with shape.tree, the verifying sequences' trees added
+  // to options.mask.
   void Run(const AttentionOptions& options, float* out) const;
   // Whether new token i of sequence b sees its new token j (i, j below its
   // query count) under shape.tree.
@@ -125,6 +126,9 @@ struct ServeOperands {
   // for the sequences that do not verify).
   std::vector<uint64_t> tree_bits;
   std::vector<size_t> tree_offsets;
+  // With shape.planned: the cache's memory as pages, and the step planned.
+  KVPages pages;
+  VarlenPlan plan;
 };
 // ServeOperands::Run with the shape's variants, causal.
 std::unique_ptr<Workload> MakeServe(const ServeShape& shape);
