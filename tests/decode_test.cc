@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "simdattn/attention.h"
+#include "simdattn/targets.h"
 #include "tests/test_util.h"
 
 namespace simdattn {
@@ -497,6 +498,56 @@ TEST_P(DecodeTest, SixteenBitWeightsGiveTheWidenedWeightsResults) {
   EXPECT_EQ(v1_kept.weight_dtype(), DType::kBF16);
   v1_kept.Forward(ConstMatrix(x.data(), 5, d), Matrix(b.data(), 5, 4));
   EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace simdattn
+
+namespace simdattn {
+namespace {
+
+// The policy table's rules by CPU, and overrides that nest and restore.
+TEST(PolicyTable, RulesFollowTheCpuDescription) {
+  using internal::CpuDescription;
+  using internal::CpuVendor;
+  CpuDescription zen4;
+  zen4.vendor = CpuVendor::kAmd;
+  zen4.family = 0x19;
+  CpuDescription zen5 = zen4;
+  zen5.family = 0x1A;
+  CpuDescription xeon;
+  xeon.vendor = CpuVendor::kIntel;
+  xeon.family = 6;
+  std::vector<std::string> rules;
+  const internal::Policy p4 = internal::PolicyFor(zen4, &rules);
+  EXPECT_FALSE(p4.pace_rows_from_memory);
+  EXPECT_TRUE(p4.direct_e4m3 && p4.decode_pairs && p4.dot_product_pairs);
+  EXPECT_EQ(rules.size(), 4u);
+  const internal::Policy p5 = internal::PolicyFor(zen5);
+  EXPECT_TRUE(p5.pace_rows_from_memory && p5.direct_e4m3);
+  rules.clear();
+  const internal::Policy px = internal::PolicyFor(xeon, &rules);
+  EXPECT_TRUE(px.pace_rows_from_memory);
+  EXPECT_FALSE(px.direct_e4m3 || px.decode_pairs || px.dot_product_pairs);
+  EXPECT_TRUE(rules.empty());
+  EXPECT_EQ(px.bf16_dot, internal::BFloat16DotPolicy::kAuto);
+
+  const internal::Policy table = internal::ActivePolicy();
+  {
+    const auto outer =
+        test::ForcePolicy([](internal::Policy& p) { p.from_memory_bytes = 7; });
+    {
+      const auto inner = test::ForcePolicy(
+          [](internal::Policy& p) { p.decode_pairs = !p.decode_pairs; });
+      EXPECT_EQ(internal::ActivePolicy().from_memory_bytes, 7u);
+      EXPECT_NE(internal::ActivePolicy().decode_pairs, table.decode_pairs);
+    }
+    EXPECT_EQ(internal::ActivePolicy().decode_pairs, table.decode_pairs);
+    EXPECT_EQ(internal::ActivePolicy().from_memory_bytes, 7u);
+  }
+  EXPECT_EQ(internal::ActivePolicy().from_memory_bytes,
+            table.from_memory_bytes);
+  EXPECT_FALSE(CpuSummary().empty());
 }
 
 }  // namespace

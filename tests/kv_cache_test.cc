@@ -373,9 +373,14 @@ TEST_P(KVCacheTest, RowsAskedForAtTheirPaceKeepTheirBits) {
         return out;
       };
       const std::vector<float> plain = attend();
-      internal::SetFromMemoryBytes(1);
-      const std::vector<float> paced = attend();
-      internal::SetFromMemoryBytes(0);
+      std::vector<float> paced;
+      {
+        const auto forced = test::ForcePolicy([](internal::Policy& p) {
+          p.pace_rows_from_memory = true;
+          p.from_memory_bytes = 1;
+        });
+        paced = attend();
+      }
       ExpectSameBits(paced, plain, Name(kind));
     }
   }
@@ -410,14 +415,14 @@ TEST_P(KVCacheTest, DirectE4M3KeepsTheFloat16RoutesBits) {
           const std::vector<float> q =
               RandomVector(heads * dim, 13, -magnitude, magnitude);
           const auto attend = [&](bool direct) {
-            internal::SetDirectE4M3(direct);
-            internal::SetDecodePairs(false);
+            const auto forced = test::ForcePolicy([&](internal::Policy& p) {
+              p.direct_e4m3 = direct;
+              p.decode_pairs = false;
+            });
             std::vector<float> out(q.size());
             ScaledDotProductAttention(
                 ConstTensor4::Dense(q.data(), 1, heads, 1, dim), cache.View(),
                 Tensor4::Dense(out.data(), 1, heads, 1, dim));
-            internal::SetDirectE4M3(std::nullopt);
-            internal::SetDecodePairs(std::nullopt);
             return out;
           };
           ExpectSameBits(attend(true), attend(false),
@@ -466,14 +471,14 @@ TEST_P(KVCacheTest, DecodePairsUnderBFloat16MatchTheFloat32Route) {
           const std::vector<float> q = RandomVector(heads * dim, 23, -3, 3);
           {
             const auto attend = [&](bool pairs) {
-              internal::SetDecodePairs(pairs);
+              const auto forced = test::ForcePolicy(
+                  [&](internal::Policy& p) { p.decode_pairs = pairs; });
               std::vector<float> out(q.size());
               AttentionOptions options;
               options.compute = ComputeType::kBFloat16;
               ScaledDotProductAttention(
                   ConstTensor4::Dense(q.data(), 1, heads, 1, dim), cache.View(),
                   Tensor4::Dense(out.data(), 1, heads, 1, dim), options);
-              internal::SetDecodePairs(std::nullopt);
               return out;
             };
             const std::vector<float> pairs = attend(true),
@@ -1035,12 +1040,12 @@ TEST_P(KVCacheTest, NonFiniteAtAMaskedKeyChangesNoOtherRow) {
           options.compute = ComputeType::kBFloat16;
           options.mask.causal = true;
           options.mask.window = window;
-          internal::SetDecodePairs(pairs);
+          const auto forced = test::ForcePolicy(
+              [&](internal::Policy& p) { p.decode_pairs = pairs; });
           ScaledDotProductAttention(
               ConstTensor4::Dense(q.data(), 1, kHeads, q_tokens, kDim),
               cache.View(),
               Tensor4::Dense(out.data(), 1, kHeads, q_tokens, kDim), options);
-          internal::SetDecodePairs(std::nullopt);
           return out;
         };
         for (const Case c : {Case{290, 5}, Case{0, kTokens - 1}}) {

@@ -20,6 +20,7 @@
 #include "simdattn/attention.h"
 #include "simdattn/tensor.h"
 #include "src/ops/matmul_bf16.h"
+#include "src/ops/policy.h"
 #include "tbb/task_arena.h"
 
 namespace simdattn {
@@ -146,6 +147,15 @@ inline bool Emulated() {
   return std::getenv("SIMDATTN_TEST_EMULATED") != nullptr;
 }
 
+// The active policy (policy.h) with `change` applied, while the returned
+// override lives: tests force each setting of a knob.
+template <class Change>
+internal::PolicyOverride ForcePolicy(const Change& change) {
+  internal::Policy policy = internal::ActivePolicy();
+  change(policy);
+  return internal::PolicyOverride(policy);
+}
+
 // What a bf16 policy selects for MatMul, with the policy set: its kernel
 // and, on a native one, whether kAuto's few-rows fallback applies. Every
 // policy that resolves to the fallback runs the same code.
@@ -157,22 +167,18 @@ inline int MatMulBFloat16Code(internal::BFloat16DotPolicy policy) {
          (policy == internal::BFloat16DotPolicy::kAuto ? 1 : 0);
 }
 
-// body(policy) with each bf16 dot-product kernel policy forced in turn, then
-// kAuto again, also when the body fails an ASSERT. A policy that selects the
-// code of one before it (`code(policy)`, called with the policy set, is
-// equal) is skipped: on this CPU and target it would repeat that run.
+// body(policy) with each bf16 dot-product kernel policy forced in turn (the
+// table's again after each, also when the body fails an ASSERT). A policy that
+// selects the code of one before it (`code(policy)`, called with the policy
+// set, is equal) is skipped: on this CPU and target it would repeat that run.
 template <class Body, class Code = int (*)(internal::BFloat16DotPolicy)>
 void ForEachBFloat16DotPolicy(
     std::initializer_list<internal::BFloat16DotPolicy> policies,
     const Body& body, const Code& code = MatMulBFloat16Code) {
-  struct RestoreAuto {
-    ~RestoreAuto() {
-      internal::SetBFloat16DotPolicy(internal::BFloat16DotPolicy::kAuto);
-    }
-  } restore;
   std::vector<int> ran;
   for (const internal::BFloat16DotPolicy policy : policies) {
-    internal::SetBFloat16DotPolicy(policy);
+    const auto forced =
+        ForcePolicy([&](internal::Policy& p) { p.bf16_dot = policy; });
     const int selected = code(policy);
     if (std::find(ran.begin(), ran.end(), selected) != ran.end()) continue;
     ran.push_back(selected);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "simdattn/element.h"
@@ -55,6 +56,10 @@ void Info() {
   std::printf("cache types:       f32 %s\n", cache_types.c_str());
   std::printf("int8 scores:       %s\n", int8_scores.c_str());
   std::printf("TBB threads:       %d\n", tbb::info::default_concurrency());
+  std::printf("CPU:               %s\n", simdattn::CpuSummary().c_str());
+  const std::vector<std::string> rules = simdattn::PolicyRules();
+  std::printf("policy rules:      %s\n", rules.empty() ? "none apply" : "");
+  for (const std::string& rule : rules) std::printf("  %s\n", rule.c_str());
 }
 
 }  // namespace

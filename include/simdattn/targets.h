@@ -24,6 +24,13 @@ SIMDATTN_API std::string ActiveTarget();
 // thread-safe: call it while no kernel runs.
 SIMDATTN_API void UseTarget(const std::string& name);
 
+// The CPU as the kernels' choices see it, one line: vendor, family and
+// model, the features they choose by, the last-level cache, the cores.
+SIMDATTN_API std::string CpuSummary();
+// The policy table's rules that apply on this CPU (src/ops/policy.cc), one
+// line each: the choice and why. None of them changes a result.
+SIMDATTN_API std::vector<std::string> PolicyRules();
+
 // The library's version, "major.minor.patch".
 SIMDATTN_API const char* Version();
 

@@ -2,8 +2,9 @@
 
 #include <cstdlib>
 
+#include "src/common/cpu.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -84,10 +85,7 @@ SIMDATTN_AMX_TARGET void BlockOfTiles(const AmxTiles& a, size_t i,
 
 bool AmxUsable() {
   static const bool usable = [] {
-    unsigned eax, ebx, ecx, edx;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    const bool tile = (edx >> 24) & 1, bf16 = (edx >> 22) & 1;
-    if (!tile || !bf16 || !__builtin_cpu_supports("avx512bf16")) return false;
+    if (!ThisCpu().amx_bf16) return false;
 #ifdef __linux__
     constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;

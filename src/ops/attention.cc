@@ -1,31 +1,26 @@
 // ScaledDotProductAttention: validation, then one dispatch per call.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <fstream>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include "hwy/base.h"
 #include "simdattn/kernels.h"
 #include "simdattn/random.h"
 #include "src/common/check.h"
+#include "src/common/cpu.h"
 #include "src/common/scratch.h"
 #include "src/ops/attend.h"
 #include "src/ops/decode_pairs.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/kv_store.h"
 #include "src/ops/matmul_bf16.h"
+#include "src/ops/policy.h"
 #include "src/ops/target_family.h"
 #include "src/ops/varlen.h"
 
@@ -42,117 +37,41 @@ using internal::ScratchBuffer;
 // Floats of scratch that hold n bf16 elements.
 size_t BFloat16Floats(size_t n) { return n / 2 + 1; }
 
-// Bytes of the last-level cache the first CPU shares (Linux's sysfs: per
-// AMD CCD or Intel socket, where a VM's sysconf may sum every CCD's), else
-// 32 MiB.
-size_t LastLevelCacheBytes() {
-  static const size_t bytes = [] {
-    size_t largest = 0;
-    for (int index = 0; index < 8; ++index) {
-      const std::string dir =
-          "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
-      std::ifstream file(dir + "/size");
-      size_t size = 0;
-      std::string unit;
-      if (!(file >> size)) continue;
-      file >> unit;
-      if (unit == "K") size <<= 10;
-      if (unit == "M") size <<= 20;
-      largest = std::max(largest, size);
-    }
-    return largest != 0 ? largest : size_t{32} << 20;
-  }();
-  return bytes;
-}
-
-// The CPU's vendor and family (cpuid leaf 1's base family, plus its
-// extended family where the base is 0xF: AMD's Zen 3 and 4 are 0x19, Zen 5
-// 0x1A); {false, 0} off x86.
-struct CpuFamily {
-  bool amd = false;
-  unsigned family = 0;
-};
-const CpuFamily& ThisCpu() {
-  static const CpuFamily cpu = [] {
-    CpuFamily found;
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return found;
-    char vendor[12];
-    std::memcpy(vendor, &ebx, 4);
-    std::memcpy(vendor + 4, &edx, 4);
-    std::memcpy(vendor + 8, &ecx, 4);
-    found.amd = std::memcmp(vendor, "AuthenticAMD", sizeof(vendor)) == 0;
-    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return found;
-    const unsigned base = (eax >> 8) & 0xF;
-    found.family = base == 0xF ? base + ((eax >> 20) & 0xFF) : base;
-#endif
-    return found;
-  }();
-  return cpu;
-}
-
-std::atomic<size_t> from_memory_bytes{0};
-
 // Whether decode's rows come from memory: more K and V than the last-level
 // cache holds (a model's layers, each read once a step, evict each other
-// then). The walk then asks for every row ahead, at its own pace, where that
-// pays (attention-inl.h's kPacedRows). A cache found in the L3 all the same
-// pays for it: on Zen 5, one of 1.06 times the L3 (q8_0, grouped, read
-// again at once) ran 8-11% slower paced, where read from memory 1.2 times
-// as fast.
-//
-// Not on AMD's family 0x19: on a Zen 4 the hardware's prefetchers alone
-// read bf16, f16 and q8_0 caches from memory 1.2-2.3 times as fast as paced
-// (one shape even; bench/RESULTS.md, "Kept decisions"). Intel's CPUs keep
-// the pacing, unmeasured there. A threshold set by SetFromMemoryBytes (tests)
-// paces on every CPU.
+// then), where the policy paces them (its pace_rows_from_memory: the walk
+// asks for every row ahead at its own pace, attention_decode-inl.h's
+// kPacedRows). A cache found in the L3 all the same pays for it: on Zen 5,
+// one of 1.06 times the L3 (q8_0, grouped, read again at once) ran 8-11%
+// slower paced, where read from memory 1.2 times as fast.
 bool RowsFromMemory(const KVSource& kv, size_t batch) {
-  const size_t threshold = from_memory_bytes.load();
-  const bool pacing_pays = !(ThisCpu().amd && ThisCpu().family == 0x19);
-  if (threshold == 0 && !pacing_pays) return false;
+  const internal::Policy& policy = internal::ActivePolicy();
+  if (!policy.pace_rows_from_memory) return false;
   // A latent cache's values are its key rows (kv.values.data == keys').
   const size_t row_bytes =
       ElementBytes(kv.type, kv.keys.cols) +
       (kv.values.data == kv.keys.data ? 0
                                       : ElementBytes(kv.type, kv.values.cols));
   const size_t bytes = batch * kv.kv_heads * kv.tokens * row_bytes;
-  return bytes > (threshold != 0 ? threshold : LastLevelCacheBytes());
+  return bytes > (policy.from_memory_bytes != 0
+                      ? policy.from_memory_bytes
+                      : internal::ThisCpu().last_level_cache_bytes);
 }
 
-// -1: by the CPU; else SetDirectE4M3's choice.
-std::atomic<int> direct_e4m3_choice{-1};
-
-// Whether the CPU's multiply-adds take denormal operands at full speed: AMD's
-// x86 cores (Zen 5 measured: bench/RESULTS.md, "Kept decisions"),
-// not Intel's, which take a microcode assist for each such instruction.
-bool DenormalOperandsAreFree() { return ThisCpu().amd; }
-
+// Whether decode reads E4M3 rows straight as float32 bits: where the policy
+// says the CPU takes denormal operands at full speed.
 bool DirectE4M3(const KVSource& kv) {
-  if (kv.type != KVType::kFp8E4M3) return false;
-  const int choice = direct_e4m3_choice.load();
-  return choice >= 0 ? choice != 0 : DenormalOperandsAreFree();
+  return kv.type == KVType::kFp8E4M3 && internal::ActivePolicy().direct_e4m3;
 }
 
-// -1: by the CPU; else SetDecodePairs' choice.
-std::atomic<int> decode_pairs_choice{-1};
-
-// Whether decode's fp8 and bf16 products under kBFloat16 take bf16 pairs: by
-// default on AMD (Zen 4 measured: bench/RESULTS.md, "Kept decisions"; on
-// Intel's Xeons vdpbf16ps ran below the float32 FMAs), where the dispatch picks
-// AVX-512 and the CPU has AVX512_BF16 and VBMI. Under float32 arithmetic the
-// queries and weights would need 3 bf16 parts each, which ran slower than the
-// float32 route there.
+// Whether decode's fp8 and bf16 products under kBFloat16 take bf16 pairs:
+// where the policy says so, the dispatch picks AVX-512 and the CPU has
+// AVX512_BF16 and VBMI. Under float32 arithmetic the queries and weights
+// would need 3 bf16 parts each, which ran slower than the float32 route.
 bool DecodePairs(const KVSource& kv, bool bf16) {
-  if (!bf16 || !ElementTraitsOf(kv.type).bf16_exact) {
-    return false;
-  }
-  if (!internal::IsAvx512Target(internal::ActiveTargetBit()) ||
-      !internal::DecodePairsUsable()) {
-    return false;
-  }
-  const int choice = decode_pairs_choice.load();
-  return choice >= 0 ? choice != 0 : ThisCpu().amd;
+  return bf16 && ElementTraitsOf(kv.type).bf16_exact &&
+         internal::IsAvx512Target(internal::ActiveTargetBit()) &&
+         internal::DecodePairsUsable() && internal::ActivePolicy().decode_pairs;
 }
 
 // Float keys or values (tensor memory, `heads` per batch item of `tokens`
@@ -489,16 +408,6 @@ void AttendVarlen(const char* kFn, ConstTensor4 q, const size_t* query_starts,
   AttendCache(kFn, q, layout, kv, out, options, checked);
 }
 
-}  // namespace internal
-
-namespace internal {
-void SetFromMemoryBytes(size_t bytes) { from_memory_bytes = bytes; }
-void SetDirectE4M3(std::optional<bool> direct) {
-  direct_e4m3_choice = direct ? int{*direct} : -1;
-}
-void SetDecodePairs(std::optional<bool> pairs) {
-  decode_pairs_choice = pairs ? int{*pairs} : -1;
-}
 }  // namespace internal
 
 void ScaledDotProductAttention(ConstTensor4 q, const KVCacheView& kv,

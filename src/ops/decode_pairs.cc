@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "simdattn/kernels.h"
+#include "src/common/cpu.h"
 #include "src/common/element.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -433,8 +434,7 @@ SIMDATTN_PAIRS_TARGET bool RoundIntoPairs(const float* p, size_t n,
 }  // namespace
 
 bool DecodePairsUsable() {
-  return __builtin_cpu_supports("avx512bf16") &&
-         __builtin_cpu_supports("avx512vbmi");
+  return ThisCpu().avx512_bf16 && ThisCpu().avx512_vbmi;
 }
 
 void PairScores(KVType type, const uint32_t* queries, size_t rows,

@@ -159,21 +159,6 @@ struct AttentionArithmetic {
   bool decode_pairs = false;
 };
 
-// Bytes of K and V above which decode's rows count as coming from memory
-// (kPacedRows: paced), on every CPU; 0 (the default): the last-level
-// cache's size, on CPUs that pay for the pacing (attention.cc). For tests.
-void SetFromMemoryBytes(size_t bytes);
-
-// Whether decode reads E4M3 rows straight as float32 bits; nullopt (the
-// default): where the CPU's multiply-adds take denormal operands at full
-// speed. Either way the results are the same. For tests.
-void SetDirectE4M3(std::optional<bool> direct);
-
-// Whether decode's fp8 and bf16 products under kBFloat16 take bf16 pairs
-// where the CPU has them (decode_pairs.h); nullopt (the default): on AMD's.
-// For tests.
-void SetDecodePairs(std::optional<bool> pairs);
-
 // Where batch item b's query rows, and its output rows, lie: rows
 // [0, q.dims[2]) of q.Slice(b, h) (dense), or rows [starts[b], starts[b + 1])
 // of q.Slice(0, h) (varlen: a serving step's sequences packed token-major,

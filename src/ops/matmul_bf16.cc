@@ -30,6 +30,7 @@
 
 #include "hwy/base.h"
 #include "simdattn/targets.h"
+#include "src/common/cpu.h"
 #include "src/common/scratch.h"
 #include "src/ops/amx_tiles.h"
 #include "src/ops/bf16_pairs.h"
@@ -46,8 +47,6 @@
 namespace simdattn {
 namespace internal {
 namespace {
-
-std::atomic<BFloat16DotPolicy> policy{BFloat16DotPolicy::kAuto};
 
 // A rounded (widened back to float) times B already in bf16 through the
 // float32 kernel, which widens B exactly while packing. Scratch from the
@@ -305,24 +304,21 @@ void DotProductPairs(const uint32_t*, size_t, const uint32_t*, size_t, size_t,
 }
 #endif
 
-void SetBFloat16DotPolicy(BFloat16DotPolicy p) { policy = p; }
-
 BFloat16DotKernelKind ChosenBFloat16DotKernel() {
-  const BFloat16DotPolicy p = policy;
+  const Policy& policy = ActivePolicy();
+  const BFloat16DotPolicy p = policy.bf16_dot;
   if (p == BFloat16DotPolicy::kFallback)
     return BFloat16DotKernelKind::kFallback;
   const int64_t target = ActiveTargetBit();
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL
-  if (!__builtin_cpu_supports("avx512bf16") || !IsAvx512Target(target)) {
+  if (!ThisCpu().avx512_bf16 || !IsAvx512Target(target)) {
     return BFloat16DotKernelKind::kFallback;
   }
   if (p != BFloat16DotPolicy::kDotProduct && AmxUsable()) {
     return BFloat16DotKernelKind::kAmx;
   }
-  // vdpbf16ps by default on AMD only: on an Intel Xeon (Sapphire Rapids
-  // class) it ran below the float32 FMA rate (bench/RESULTS.md), and there
-  // AMX is the native path.
-  if (p != BFloat16DotPolicy::kDotProduct && !__builtin_cpu_is("amd")) {
+  // vdpbf16ps where the policy table says it pays.
+  if (p != BFloat16DotPolicy::kDotProduct && !policy.dot_product_pairs) {
     return BFloat16DotKernelKind::kFallback;
   }
   return BFloat16DotKernelKind::kDotProduct;
@@ -348,7 +344,8 @@ ConstMatrix Widen(MatrixView<const T> b, float* out) {
 // products save over the float32 kernel's (bench/RESULTS.md).
 bool FewRows(Matrix c) {
   constexpr size_t kMinNativeRows = 64;
-  return c.rows < kMinNativeRows && policy == BFloat16DotPolicy::kAuto;
+  return c.rows < kMinNativeRows &&
+         ActivePolicy().bf16_dot == BFloat16DotPolicy::kAuto;
 }
 
 #ifdef SIMDATTN_HAVE_AVX512_BF16_KERNEL

@@ -8,6 +8,7 @@
 
 #include "simdattn/kernels.h"
 #include "src/ops/bf16_kernel.h"
+#include "src/ops/policy.h"
 
 namespace simdattn {
 namespace internal {
@@ -23,16 +24,14 @@ void MatMulBFloat16(ConstMatrix a, MatrixView<const BFloat16> b, Matrix c,
 void MatMulBFloat16(ConstMatrix a, MatrixView<const Float16> b, Matrix c,
                     const MatMulOptions& options);
 
-// Which kernel kBFloat16 products take. kAuto (the default): on x86 AMX
-// where the CPU and OS have it, else vdpbf16ps where it is known to pay; on
-// Arm BFDOT where the CPU has it; else the float32 fallback; and the
-// fallback for products of fewer than 64 rows. Tests force the others at
-// any size: kNative the kAuto choice, kDotProduct vdpbf16ps or BFDOT
-// wherever the CPU has it, kFallback never a native kernel. Native kernels
-// run only under the AVX3 target (x86) or the NEON and SVE targets (Arm).
-enum class BFloat16DotPolicy { kAuto, kNative, kDotProduct, kFallback };
-void SetBFloat16DotPolicy(BFloat16DotPolicy policy);
-
+// Which kernel kBFloat16 products take, by the active policy's bf16_dot
+// (policy.h). kAuto (the default): on x86 AMX where the CPU and OS have it,
+// else vdpbf16ps where the policy table says it pays; on Arm BFDOT where
+// the CPU has it; else the float32 fallback; and the fallback for products
+// of fewer than 64 rows. Tests force the others at any size: kNative the
+// kAuto choice, kDotProduct vdpbf16ps or BFDOT wherever the CPU has it,
+// kFallback never a native kernel. Native kernels run only under the AVX3
+// target (x86) or the NEON and SVE targets (Arm).
 BFloat16DotKernelKind ChosenBFloat16DotKernel();
 
 // C (rows x cols floats, ldc apart) = A B on vdpbf16ps, in amx_tiles.h's

@@ -9,13 +9,13 @@
 
 #if defined(__aarch64__) && defined(__GNUC__) && defined(__linux__)
 #include <arm_neon.h>
-#include <sys/auxv.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "hwy/base.h"
+#include "src/common/cpu.h"
 #include "src/ops/bf16_pairs.h"
 #include "src/ops/gemm_driver.h"
 
@@ -86,10 +86,7 @@ SIMDATTN_BFDOT_TARGET void MicroKernel(const Operands& packed, size_t m,
 
 }  // namespace
 
-bool BfdotUsable() {
-  constexpr unsigned long kHwcap2Bf16 = 1ul << 14;  // Linux's HWCAP2_BF16.
-  return (getauxval(AT_HWCAP2) & kHwcap2Bf16) != 0;
-}
+bool BfdotUsable() { return ThisCpu().arm_bf16; }
 
 size_t BfdotPairs(size_t k) { return hwy::DivCeil(k, 2); }
 

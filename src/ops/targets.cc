@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "src/common/check.h"
+#include "src/common/cpu.h"
+#include "src/ops/policy.h"
 #include "src/ops/target_family.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -42,6 +44,14 @@ std::vector<std::string> CompiledTargets() { return Names(HWY_TARGETS); }
 
 std::vector<std::string> SupportedTargets() {
   return Names(hwy::SupportedTargets() & HWY_TARGETS);
+}
+
+std::string CpuSummary() { return internal::ThisCpu().Summary(); }
+
+std::vector<std::string> PolicyRules() {
+  std::vector<std::string> rules;
+  internal::PolicyFor(internal::ThisCpu(), &rules);
+  return rules;
 }
 
 std::string ActiveTarget() {
