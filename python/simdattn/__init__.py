@@ -27,6 +27,7 @@ __all__ = [
     "info", "set_num_threads", "get_num_threads", "alibi_slopes",
     "scaled_dot_product_attention", "KVCache", "attention", "KVPages",
     "allocate_kv_pages", "write_kv_slots", "varlen_attention", "VarlenPlan",
+    "PackedMatrix", "matmul", "apply_rope",
 ]
 
 __version__ = _C.version()
@@ -432,6 +433,51 @@ class VarlenPlan(_C.VarlenPlan):
                         _float(softcap, "softcap"), _floats(sinks, "sinks"),
                         _alibi(alibi))
         return (out, lse) if return_lse else out
+
+
+# ---------------------------------------------------------------------------
+# The kernels beside attention.
+
+PackedMatrix = _C.PackedMatrix
+PackedMatrix.__doc__ = """op(B) prepared once for many matmul calls (a layer's
+weights): PackedMatrix(b, *, transpose_b=False, compute="f32"), b float32,
+bfloat16 or float16 (K x N, or N x K with transpose_b: nn.Linear's weight).
+compute "bf16" keeps it as bf16 pairs for the CPU's bf16 dot products."""
+
+
+def matmul(a, b, *, out=None, transpose_b=False, compute="f32", alpha=1.0):
+    """out = alpha * a @ op(b): a float32 (M, K); b float32, bfloat16 or
+    float16 (K, N), or (N, K) with transpose_b, or a PackedMatrix (its own
+    transpose and compute). compute "bf16": operands rounded to bf16, sums
+    in float32 (the README's bound). out (M, N) float32, allocated when
+    None. Returned."""
+    ashape = _shape(a, "a")
+    if isinstance(b, PackedMatrix):
+        n = b.shape[1]
+    else:
+        bshape = _shape(b, "b")
+        if len(bshape) != 2:
+            raise ValueError(f"b must have 2 dimensions, got shape {bshape}")
+        n = bshape[0] if transpose_b else bshape[1]
+    if len(ashape) != 2:
+        raise ValueError(f"a must have 2 dimensions, got shape {ashape}")
+    if out is None:
+        out = _empty(a, (ashape[0], n))
+    _C.matmul(a, b, out, bool(transpose_b), compute, _float(alpha, "alpha"))
+    return out
+
+
+def apply_rope(x, positions=None, *, theta=10000.0, rotary_dim=0,
+               rotary_offset=0, interleaved=False):
+    """Rotary embeddings in place on x (batch, heads, tokens, head_dim)
+    float32: token t of batch item b at position positions[b] + t (None:
+    t). rotary_dim 0 rotates every dim from rotary_offset on; interleaved:
+    GPT-J's pairs (2i, 2i + 1) instead of NeoX's halves. Angles in double,
+    cos and sin rounded once (kernels.h's ApplyRope). Returns x."""
+    _C.apply_rope(x, _ints(positions, "positions"), _float(theta, "theta"),
+                  _int(rotary_dim, "rotary_dim"),
+                  _int(rotary_offset, "rotary_offset"), bool(interleaved))
+    return x
 
 
 del _math

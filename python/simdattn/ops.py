@@ -16,6 +16,27 @@ float32 tensors; errors are those of scaled_dot_product_attention
 (ValueError, TypeError naming the argument). No autograd kernel: a tensor
 that requires grad under grad mode is refused.
 
+The serving step over an engine's pools (vLLM's conventions: its
+reshape_and_cache and its varlen attention over block_table), pools as
+simdattn.KVPages takes them (key_cache, value_cache (None: latent),
+kv_cache_dtype one of simdattn.info()["cache_types"]):
+
+    torch.ops.simdattn.write_kv_slots(key, value, key_cache, value_cache,
+                                      slot_mapping, kv_cache_dtype, *,
+                                      key_scales=None, value_scales=None,
+                                      k_scale=1.0, v_scale=1.0, value_dim=0)
+    torch.ops.simdattn.varlen_attention(query, key_cache, value_cache,
+                                        query_start_loc, seq_lens,
+                                        block_table, kv_cache_dtype, *,
+                                        scale=None, causal=True, window=0,
+                                        softcap=0.0, key_scales=None,
+                                        value_scales=None, k_scale=1.0,
+                                        v_scale=1.0, value_dim=0) -> out
+    torch.ops.simdattn.varlen_attention.out(..., out=out) -> out
+
+Each call checks the step's metadata; a model's layers share one
+simdattn.VarlenPlan instead (not an op: it holds the checked step).
+
 Registered with torch 1.13's torch.library.Library("simdattn", "DEF").
 """
 import torch
@@ -83,3 +104,52 @@ _lib.impl("sdpa", _sdpa, "CPU")
 _lib.impl("sdpa.out", _sdpa_out, "CPU")
 _lib.impl("sdpa_lse", _sdpa_lse, "CPU")
 _lib.impl("sdpa_lse.out", _sdpa_lse_out, "CPU")
+
+
+_POOL = ("str kv_cache_dtype, *, Tensor? key_scales=None, "
+         "Tensor? value_scales=None, float k_scale=1.0, float v_scale=1.0, "
+         "int value_dim=0")
+_STEP = ("Tensor query, Tensor key_cache, Tensor? value_cache, "
+         "Tensor query_start_loc, Tensor seq_lens, Tensor block_table, "
+         f"{_POOL}, float? scale=None, bool causal=True, int window=0, "
+         "float softcap=0.0")
+
+
+def _pages(key_cache, value_cache, kv_cache_dtype, key_scales, value_scales,
+           k_scale, v_scale, value_dim=0):
+    return _simdattn.KVPages(key_cache, value_cache, dtype=kv_cache_dtype,
+                             value_dim=value_dim, key_scales=key_scales,
+                             value_scales=value_scales, key_scale=k_scale,
+                             value_scale=v_scale)
+
+
+def _write_kv_slots(key, value, key_cache, value_cache, slot_mapping,
+                    kv_cache_dtype, *, key_scales=None, value_scales=None,
+                    k_scale=1.0, v_scale=1.0, value_dim=0):
+    pages = _pages(key_cache, value_cache, kv_cache_dtype, key_scales,
+                   value_scales, k_scale, v_scale, value_dim)
+    _simdattn.write_kv_slots(key, value, pages, slot_mapping)
+
+
+def _varlen_out(query, key_cache, value_cache, query_start_loc, seq_lens,
+                block_table, kv_cache_dtype, *, key_scales=None,
+                value_scales=None, k_scale=1.0, v_scale=1.0, scale=None,
+                causal=True, window=0, softcap=0.0, value_dim=0, out=None):
+    pages = _pages(key_cache, value_cache, kv_cache_dtype, key_scales,
+                   value_scales, k_scale, v_scale, value_dim)
+    return _simdattn.varlen_attention(
+        query, pages, query_start_loc, seq_lens, block_table, out=out,
+        scale=scale, causal=causal, window=window, softcap=softcap)
+
+
+def _varlen(*args, **kwargs):
+    return _varlen_out(*args, **kwargs)
+
+
+_lib.define(f"write_kv_slots(Tensor key, Tensor? value, Tensor(a!) key_cache, "
+            f"Tensor(b!)? value_cache, Tensor slot_mapping, {_POOL}) -> ()")
+_lib.define(f"varlen_attention({_STEP}) -> Tensor")
+_lib.define(f"varlen_attention.out({_STEP}, Tensor(a!) out) -> Tensor(a!)")
+_lib.impl("write_kv_slots", _write_kv_slots, "CPU")
+_lib.impl("varlen_attention", _varlen, "CPU")
+_lib.impl("varlen_attention.out", _varlen_out, "CPU")

@@ -335,8 +335,12 @@ inline simdattn::KVType ParseType(const std::string& name) {
   ValueError("dtype '" + name + "' is not a cache type: one of " + names);
 }
 
-// serving.cc's KVPages, VarlenPlan, write_kv_slots and varlen_attention.
+// serving.cc's KVPages, VarlenPlan, write_kv_slots and varlen_attention;
+// kernels.cc's PackedMatrix, matmul and apply_rope, and KVCache's export and
+// import_.
 void DefineServing(py::module_& m);
+void DefineKernels(py::module_& m);
+void DefineCacheTransfers(py::class_<simdattn::KVCache>& cache);
 
 }  // namespace simdattn_python
 

@@ -299,7 +299,8 @@ PYBIND11_MODULE(_simdattn, m) {
       py::arg("alibi").none(true), py::arg("key_lengths").none(true),
       py::arg("dropout_p"), py::arg("dropout_seed"), py::arg("dropout_offset"));
 
-  py::class_<simdattn::KVCache>(m, "KVCache")
+  py::class_<simdattn::KVCache> cache(m, "KVCache");
+  cache
       .def(
           py::init([](int64_t batch, int64_t kv_heads, int64_t capacity,
                       int64_t head_dim, const std::string& dtype,
@@ -474,6 +475,8 @@ PYBIND11_MODULE(_simdattn, m) {
         return c.config().block_size;
       });
 
+  DefineCacheTransfers(cache);
+
   m.def("cache_attention", &CacheAttention, py::arg("q"), py::arg("cache"),
         py::arg("out"), py::arg("lse").none(true), py::arg("scale").none(true),
         py::arg("causal"), py::arg("window"), py::arg("softcap"),
@@ -493,4 +496,5 @@ PYBIND11_MODULE(_simdattn, m) {
       });
 
   DefineServing(m);
+  DefineKernels(m);
 }

@@ -248,6 +248,18 @@ std::unique_ptr<StepData> MakeStep(py::handle query_start_loc,
                " entries: expected len(seq_lens) + 1 = " +
                std::to_string(d->seq_lens.size() + 1));
   }
+  if (d->query_starts[0] != 0) {
+    ValueError("query_start_loc[0] (" + std::to_string(d->query_starts[0]) +
+               ") is not 0");
+  }
+  for (size_t b = 1; b < d->query_starts.size(); ++b) {
+    if (d->query_starts[b] < d->query_starts[b - 1]) {
+      ValueError("query_start_loc[" + std::to_string(b) + "] (" +
+                 std::to_string(d->query_starts[b]) +
+                 ") is less than query_start_loc[" + std::to_string(b - 1) +
+                 "] (" + std::to_string(d->query_starts[b - 1]) + ")");
+    }
+  }
   const size_t num_seqs = d->seq_lens.size();
   int64_t columns = 0;
   const std::vector<int64_t> table =

@@ -179,3 +179,166 @@ def test_errors_name_the_argument_and_change_nothing():
         simdattn.KVPages(pool.key_cache, pool.value_cache[:2], dtype="int8",
                          key_scales=pool.key_scales,
                          value_scales=pool.value_scales)
+
+
+def test_torch_ops_are_the_functions():
+    import simdattn.ops  # noqa: F401  Registers the ops.
+    pool = simdattn.allocate_kv_pages("bf16", 4, BLOCK, KV_HEADS, DIM)
+    k, v = torch.randn(3, KV_HEADS, DIM), torch.randn(3, KV_HEADS, DIM)
+    torch.ops.simdattn.write_kv_slots(k, v, pool.key_cache, pool.value_cache,
+                                      torch.tensor([16, 17, 18]), "bf16")
+    assert torch.equal(pool.key_cache[1, :, :3].transpose(0, 1),
+                       k.to(torch.bfloat16))
+    q = torch.randn(3, HEADS, DIM)
+    meta = (torch.tensor([0, 3], dtype=torch.int32),
+            torch.tensor([3], dtype=torch.int32),
+            torch.tensor([[1]], dtype=torch.int32))
+    want = simdattn.varlen_attention(q, pool, *meta)
+    got = torch.ops.simdattn.varlen_attention(
+        q, pool.key_cache, pool.value_cache, *meta, "bf16")
+    assert torch.equal(got, want)
+    out = torch.empty_like(q)
+    ret = torch.ops.simdattn.varlen_attention.out(
+        q, pool.key_cache, pool.value_cache, *meta, "bf16", out=out)
+    assert ret is out and torch.equal(out, want)
+    with pytest.raises(ValueError, match="not a block of the 4"):
+        torch.ops.simdattn.varlen_attention(
+            q, pool.key_cache, pool.value_cache, meta[0], meta[1],
+            torch.tensor([[9]], dtype=torch.int32), "bf16")
+
+
+def _bad_inputs():
+    """(name, call(pool, plan), exception, message fragment): every kind of
+    bad input the serving API names."""
+    T = torch.tensor
+    i32 = torch.int32
+    q = torch.randn(2, HEADS, DIM)
+    k = torch.randn(2, KV_HEADS, DIM)
+    meta = dict(query_start_loc=[0, 2], seq_lens=[5], block_table=[[0, 1]])
+    V = simdattn.VarlenPlan
+    return [
+        ("starts not from 0", lambda p, _: V(p, [1, 2], [5], [[0, 1]]),
+         ValueError, "query_start_loc[0] (1) is not 0"),
+        ("starts decreasing", lambda p, _: V(p, [0, 2, 1], [5, 5],
+                                             [[0, 1], [2, 3]]),
+         ValueError, "is less than query_start_loc[1]"),
+        ("starts negative", lambda p, _: V(p, [0, -2], [5], [[0, 1]]),
+         ValueError, "query_start_loc[1] is -2"),
+        ("starts and lens disagree", lambda p, _: V(p, [0, 2, 3], [5],
+                                                    [[0, 1]]),
+         ValueError, "expected len(seq_lens) + 1"),
+        ("starts float dtype", lambda p, _: V(p, T([0.0, 2.0]), [5],
+                                              [[0, 1]]),
+         TypeError, "int32 or int64"),
+        ("starts 2-D", lambda p, _: V(p, T([[0, 2]], dtype=i32), [5],
+                                      [[0, 1]]),
+         ValueError, "must have 1 dimension"),
+        ("length below its queries", lambda p, _: V(p, [0, 2], [1], [[0, 1]]),
+         ValueError, "is less than its 2 queries"),
+        ("length over the table", lambda p, _: V(p, [0, 2], [40], [[0, 1]]),
+         ValueError, "exceeds the capacity (32)"),
+        ("lens negative", lambda p, _: V(p, [0, 2], [-5], [[0, 1]]),
+         ValueError, "seq_lens[0] is -5"),
+        ("table rows", lambda p, _: V(p, [0, 2], [5], [[0, 1], [2, 3]]),
+         ValueError, "block_table has 2 rows"),
+        ("table entry past the pool", lambda p, _: V(p, [0, 2], [5], [[9, 1]]),
+         ValueError, "(9) is not a block of the 4"),
+        ("table entry released", lambda p, _: V(p, [0, 2], [5], [[-1, 1]]),
+         ValueError, "released"),
+        ("table entry below -1", lambda p, _: V(p, [0, 2], [5], [[-7, 1]]),
+         ValueError, "a block index, or -1"),
+        ("table ragged", lambda p, _: V(p, [0, 2], [5], [[0, 1], [2]]),
+         ValueError, "rows differ in length"),
+        ("slot past the pool", lambda p, _: V(p, slot_mapping=[3, 64], **meta),
+         ValueError, "slot_mapping[1] (64) is not a slot of the 4 x 16"),
+        ("slot twice", lambda p, _: V(p, slot_mapping=[3, 3], **meta),
+         ValueError, "slot 3 appears twice"),
+        ("slots count", lambda p, _: V(p, slot_mapping=[3], **meta),
+         ValueError, "slot_mapping has 1 entries"),
+        ("positions count", lambda p, _: V(p, positions=[3], **meta),
+         ValueError, "positions has 1 entries"),
+        ("tree without offsets", lambda p, _: V(p, tree_bits=[1], **meta),
+         ValueError, "tree_bits and tree_offsets come together"),
+        ("max_window negative", lambda p, _: V(p, max_window=-1, **meta),
+         ValueError, "max_window is -1"),
+        ("query dtype", lambda p, s: s.attention(q.double(), p),
+         TypeError, "query has dtype torch.float64"),
+        ("query rank", lambda p, s: s.attention(q[0], p),
+         ValueError, "query must have 3 dimensions"),
+        ("query tokens", lambda p, s: s.attention(q[:1], p),
+         ValueError, "q has 1 tokens but the plan's step 2"),
+        ("query head_dim", lambda p, s: s.attention(q[..., :16], p),
+         ValueError, "head_dim"),
+        ("query heads not a multiple", lambda p, s: s.attention(q[:, :3], p),
+         ValueError, "not a multiple of the cache's kv_heads"),
+        ("query last dim strided", lambda p, s: s.attention(q[..., ::2], p),
+         TypeError, "last dimension is not contiguous"),
+        ("out shape", lambda p, s: s.attention(q, p, out=torch.empty(2, 4, 8)),
+         ValueError, "out has shape"),
+        ("out read-only", lambda p, s: s.attention(
+            q.numpy(), p, out=_readonly((2, HEADS, DIM))),
+         ValueError, "read-only"),
+        ("window wider than planned", lambda p, _: V(p, max_window=4, **meta)
+         .attention(q, p, window=8), ValueError, "must lie in [1, 4]"),
+        ("window negative", lambda p, s: s.attention(q, p, window=-1),
+         ValueError, "window is -1"),
+        ("softcap NaN", lambda p, s: s.attention(q, p, softcap=float("nan")),
+         ValueError, "softcap is nan"),
+        ("scale infinite", lambda p, s: s.attention(q, p, scale=float("inf")),
+         ValueError, "scale is inf"),
+        ("sinks count", lambda p, s: s.attention(q, p, sinks=[0.0]),
+         ValueError, "sinks has 1 values but q has 4 heads"),
+        ("query requires grad", lambda p, s: s.attention(
+            q.clone().requires_grad_(), p), TypeError, "requires grad"),
+        ("pages of another shape", lambda p, s: s.attention(
+            q, simdattn.allocate_kv_pages("int8", 4, BLOCK, KV_HEADS, 2 * DIM)),
+         ValueError, "differ from the planned shape"),
+        ("write without slots", lambda p, s: s.write(k, k, p),
+         ValueError, "has no slot_mapping"),
+        ("write key tokens", lambda p, _: V(p, slot_mapping=[3, 4], **meta)
+         .write(k[:1], k[:1], p), ValueError, "keys has 1 tokens"),
+        ("write value shape", lambda p, _: V(p, slot_mapping=[3, 4], **meta)
+         .write(k, k[:, :1], p), ValueError, "values has shape"),
+        ("write rope theta", lambda p, _: V(p, slot_mapping=[3, 4], **meta)
+         .write(k, k, p, rope_theta=-1.0), ValueError, "theta"),
+        ("pool dtype name", lambda p, _: simdattn.KVPages(
+            p.key_cache, p.value_cache, dtype="fp4"), ValueError,
+         "dtype 'fp4' is not a cache type"),
+        ("pool tensor rank", lambda p, _: simdattn.KVPages(
+            p.key_cache[0], p.value_cache[0], dtype="int8"), ValueError,
+         "must have 4 dimensions"),
+        ("pool scales shape", lambda p, _: simdattn.KVPages(
+            p.key_cache, p.value_cache, dtype="int8",
+            key_scales=p.key_scales[:1], value_scales=p.value_scales),
+         ValueError, "key_scales has shape"),
+        ("latent without value_dim", lambda p, _: simdattn.KVPages(
+            p.key_cache, None, dtype="int8", key_scales=p.key_scales),
+         ValueError, "latent pool"),
+        ("q8_0 rows not whole blocks", lambda p, _: simdattn.KVPages(
+            torch.zeros(4, 2, 16, 33, dtype=torch.uint8),
+            torch.zeros(4, 2, 16, 33, dtype=torch.uint8), dtype="q8_0"),
+         ValueError, "not whole q8_0 elements of 34 bytes"),
+    ]
+
+
+def _readonly(shape):
+    a = np.zeros(shape, np.float32)
+    a.setflags(write=False)
+    return a
+
+
+@pytest.mark.parametrize("case", _bad_inputs(), ids=lambda c: c[0])
+def test_bad_serving_inputs_name_themselves_and_change_nothing(case):
+    _, call, error, fragment = case
+    pool = simdattn.allocate_kv_pages("int8", 4, BLOCK, KV_HEADS, DIM)
+    pool.key_cache.fill_(3)
+    pool.key_scales.fill_(0.5)
+    plan = simdattn.VarlenPlan(pool, [0, 2], [5], [[0, 1]])
+    before = (pool.key_cache.clone(), pool.value_cache.clone(),
+              pool.key_scales.clone())
+    with pytest.raises(error) as e:
+        call(pool, plan)
+    assert fragment in str(e.value), str(e.value)
+    assert torch.equal(pool.key_cache, before[0])
+    assert torch.equal(pool.value_cache, before[1])
+    assert torch.equal(pool.key_scales, before[2])
