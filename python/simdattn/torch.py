@@ -32,7 +32,8 @@ from . import _simdattn as _C
 from . import ops  # noqa: F401  Registers torch.ops.simdattn.*.
 
 __all__ = ["SelfAttention_v1", "SelfAttention_v2", "CausalAttention",
-           "MultiHeadAttentionWrapper", "MultiHeadAttention"]
+           "MultiHeadAttentionWrapper", "MultiHeadAttention",
+           "LlamaAttention"]
 
 
 class _DropIn(nn.Module):
@@ -257,3 +258,59 @@ class MultiHeadAttention(_DropIn):
         context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
         context_vec = self.out_proj(context_vec)
         return context_vec
+
+
+class LlamaAttention(_DropIn):
+    """Hugging Face's LlamaAttention (Qwen2's biases with attention_bias) as
+    one layer of a serving step: q_proj, k_proj, v_proj and o_proj under HF's
+    names and shapes, so a checkpoint's self_attn tensors load as they are.
+
+    LlamaAttention(hidden_size, num_heads, num_key_value_heads=None,
+                   rope_theta=10000.0, attention_bias=False, head_dim=None)
+
+    forward_step(hidden_states, plan, pages): hidden_states
+    (num_tokens, hidden_size) float32 packs the step's new tokens as
+    plan (a simdattn.VarlenPlan with slot_mapping) describes them; the
+    queries and keys are rotated at the step's positions (NeoX's halves),
+    the keys and values stored at its slots in `pages` (this layer's
+    KVPages), attention is causal (draft trees as the plan gives them), and
+    o_proj maps back to hidden_size. Returns (num_tokens, hidden_size).
+    Inference only, as the seed's drop-ins.
+    """
+
+    _kind = "LlamaAttention"
+    _input_dims = (2,)
+
+    def __init__(self, hidden_size, num_heads, num_key_value_heads=None,
+                 rope_theta=10000.0, attention_bias=False, head_dim=None):
+        super().__init__()
+        kv_heads = num_key_value_heads or num_heads
+        head_dim = head_dim or hidden_size // num_heads
+        self.hidden_size = hidden_size
+        self.num_heads = num_heads
+        self.num_key_value_heads = kv_heads
+        self.head_dim = head_dim
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim,
+                                bias=attention_bias)
+        self.k_proj = nn.Linear(hidden_size, kv_heads * head_dim,
+                                bias=attention_bias)
+        self.v_proj = nn.Linear(hidden_size, kv_heads * head_dim,
+                                bias=attention_bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size,
+                                bias=attention_bias)
+        self._finish_init(d_in=hidden_size, d_out=num_heads * head_dim,
+                          num_heads=num_heads, num_kv_heads=kv_heads,
+                          qkv_bias=bool(attention_bias),
+                          rope_theta=float(rope_theta),
+                          out_bias=bool(attention_bias))
+
+    def forward_step(self, hidden_states, plan, pages):
+        x = self._check_input(hidden_states, self._input_dims)
+        native = self._native_module()
+        y = torch.empty(x.shape[0], native.out_features, dtype=torch.float32)
+        _C.module_forward_step(native, x, plan, pages, y)
+        return y
+
+    def forward(self, x):
+        raise TypeError("simdattn.torch.LlamaAttention runs serving steps: "
+                        "call forward_step(hidden_states, plan, pages)")

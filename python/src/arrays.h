@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -334,6 +335,11 @@ inline simdattn::KVType ParseType(const std::string& name) {
   }
   ValueError("dtype '" + name + "' is not a cache type: one of " + names);
 }
+
+// A module (attention.h) behind the torch drop-ins.
+struct Module {
+  std::unique_ptr<simdattn::AttentionModule> m;
+};
 
 // serving.cc's KVPages, VarlenPlan, write_kv_slots and varlen_attention;
 // kernels.cc's PackedMatrix, matmul and apply_rope, and KVCache's export and

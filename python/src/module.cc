@@ -142,14 +142,10 @@ void CacheAttention(py::handle q_obj, const simdattn::KVCache& cache,
   simdattn::ScaledDotProductAttention(q, view, out, opt.o);
 }
 
-// A seed module (attention.h) behind the torch drop-ins.
-struct Module {
-  std::unique_ptr<simdattn::AttentionModule> m;
-};
-
 Module MakeModule(const std::string& kind, size_t d_in, size_t d_out,
                   size_t context_length, float dropout, size_t num_heads,
-                  bool qkv_bias, size_t num_kv_heads) {
+                  bool qkv_bias, size_t num_kv_heads, float rope_theta,
+                  bool out_bias) {
   using simdattn::AttentionModule;
   auto wrap = [](AttentionModule&& m) {
     return Module{std::make_unique<AttentionModule>(std::move(m))};
@@ -168,7 +164,7 @@ Module MakeModule(const std::string& kind, size_t d_in, size_t d_out,
     return wrap(simdattn::MultiHeadAttentionWrapper(
         d_in, d_out, context_length, dropout, num_heads, qkv_bias));
   }
-  if (kind == "MultiHeadAttention") {
+  if (kind == "MultiHeadAttention" || kind == "LlamaAttention") {
     simdattn::MultiHeadAttentionConfig c;
     c.d_in = d_in;
     c.d_out = d_out;
@@ -177,6 +173,12 @@ Module MakeModule(const std::string& kind, size_t d_in, size_t d_out,
     c.num_heads = num_heads;
     c.qkv_bias = qkv_bias;
     c.num_kv_heads = num_kv_heads;
+    if (kind == "LlamaAttention") {  // HF's names, RoPE, o_proj's bias.
+      c.weight_names = simdattn::WeightNames::kLlama;
+      c.rope = simdattn::RopeOptions{};
+      c.rope->theta = rope_theta;
+      c.out_bias = out_bias;
+    }
     return wrap(simdattn::MultiHeadAttention(c));
   }
   ValueError("kind '" + kind + "' is not a module of the seeds");
@@ -486,7 +488,8 @@ PYBIND11_MODULE(_simdattn, m) {
       .def(py::init(&MakeModule), py::arg("kind"), py::arg("d_in"),
            py::arg("d_out"), py::arg("context_length") = 0,
            py::arg("dropout") = 0.0f, py::arg("num_heads") = 1,
-           py::arg("qkv_bias") = false, py::arg("num_kv_heads") = 0)
+           py::arg("qkv_bias") = false, py::arg("num_kv_heads") = 0,
+           py::arg("rope_theta") = 10000.0f, py::arg("out_bias") = false)
       .def("load_state_dict", &LoadStateDict, py::arg("state_dict"))
       .def("forward", &Forward, py::arg("x"), py::arg("y"))
       .def("state_dict_shapes",

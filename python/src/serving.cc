@@ -578,6 +578,39 @@ void DefineServing(py::module_& m) {
           py::arg("key"), py::arg("value"), py::arg("pages"), py::kw_only(),
           py::arg("rope_theta") = py::none(), py::arg("rotary_dim") = 0,
           py::arg("rotary_offset") = 0, py::arg("interleaved") = false);
+
+  // A module's layer of the plan's step (AttentionModule::ForwardStep):
+  // x (num_tokens, d_in) -> y (num_tokens, y features).
+  m.def(
+      "module_forward_step",
+      [](const Module& module, py::handle x_obj, const Plan& p,
+         const Pages& pages, py::handle y_obj) {
+        const Arr x = ToArr(x_obj, "hidden_states", false);
+        const Arr y = ToArr(y_obj, "out", true);
+        for (const auto& [a, name] :
+             {std::pair<const Arr*, const char*>{&x, "hidden_states"},
+              {&y, "out"}}) {
+          RequireDtype(*a, name, DT::kF32, "float32");
+          RequireLayout(*a, name);
+          if (a->ndim() != 2) {
+            ValueError(std::string(name) +
+                       " must have 2 dimensions (num_tokens, features), got "
+                       "shape " +
+                       ShapeStr(a->shape));
+          }
+        }
+        const auto rows = [](const Arr& a) {
+          return a.shape[0] > 1 ? a.strides[0] : a.shape[1];
+        };
+        const simdattn::ConstMatrix xv(static_cast<const float*>(x.data),
+                                       x.shape[0], x.shape[1], rows(x));
+        const simdattn::Matrix yv(static_cast<float*>(y.data), y.shape[0],
+                                  y.shape[1], rows(y));
+        py::gil_scoped_release release;
+        module.m->ForwardStep(xv, p.plan.step(), pages.pages, yv);
+      },
+      py::arg("module"), py::arg("hidden_states"), py::arg("plan"),
+      py::arg("pages"), py::arg("out"));
 }
 
 }  // namespace simdattn_python

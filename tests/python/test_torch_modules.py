@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import simdattn
 import simdattn.torch as st
 
 
@@ -327,3 +328,67 @@ def test_nn_multihead_attention_equivalence():
     with torch.no_grad():
         expected, _ = ref(x, x, x, attn_mask=causal, need_weights=False)
     assert_close(ours(x), expected)
+
+
+def _llama_reference(layer, x, theta):
+    """Hugging Face's Llama attention over one whole sequence x (T, hidden),
+    float64: rotate_half RoPE at positions 0..T-1, GQA, causal, o_proj."""
+    w = {n: p.double() for n, p in layer.state_dict().items()}
+    x = x.double()
+    t, h, kvh, d = (x.shape[0], layer.num_heads, layer.num_key_value_heads,
+                    layer.head_dim)
+
+    def proj(name):
+        y = x @ w[name + ".weight"].t()
+        return y + w[name + ".bias"] if name + ".bias" in w else y
+
+    q = proj("q_proj").view(t, h, d).transpose(0, 1)
+    k = proj("k_proj").view(t, kvh, d).transpose(0, 1)
+    v = proj("v_proj").view(t, kvh, d).transpose(0, 1)
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = torch.arange(t, dtype=torch.float64)[:, None] * inv
+    cos = torch.cat([ang.cos(), ang.cos()], -1)
+    sin = torch.cat([ang.sin(), ang.sin()], -1)
+
+    def rotate(z):
+        return z * cos + torch.cat([-z[..., d // 2:], z[..., : d // 2]],
+                                   -1) * sin
+
+    q, k = rotate(q), rotate(k)
+    k = k.repeat_interleave(h // kvh, 0)
+    v = v.repeat_interleave(h // kvh, 0)
+    s = q @ k.transpose(1, 2) / d ** 0.5
+    s = s.masked_fill(torch.ones(t, t).triu(1).bool(), float("-inf"))
+    out = (s.softmax(-1) @ v).transpose(0, 1).reshape(t, h * d)
+    y = out @ w["o_proj.weight"].t()
+    return y + w["o_proj.bias"] if "o_proj.bias" in w else y
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_llama_attention_serves_steps_as_hugging_faces_layer(bias):
+    torch.manual_seed(5)
+    layer = simdattn.torch.LlamaAttention(64, 4, 2, rope_theta=500000.0,
+                                          attention_bias=bias)
+    assert sorted(layer.state_dict()) == sorted(
+        f"{p}_proj.{t}" for p in "qkvo"
+        for t in (("weight", "bias") if bias else ("weight",)))
+    pages = simdattn.allocate_kv_pages("f32", 4, 16, 2, 16)
+    x0, x1 = torch.randn(7, 64), torch.randn(4, 64)
+    steps = [  # Two prefills, then a decode each.
+        (torch.cat([x0[:6], x1[:3]]), [0, 6, 9], [6, 3],
+         list(range(6)) + [16, 17, 18]),
+        (torch.cat([x0[6:], x1[3:]]), [0, 1, 2], [7, 4], [6, 19]),
+    ]
+    outs = []
+    for x, starts, lens, slots in steps:
+        plan = simdattn.VarlenPlan(pages, starts, lens, [[0, -1], [1, -1]],
+                                   slot_mapping=slots)
+        outs.append(layer.forward_step(x, plan, pages))
+    want0 = _llama_reference(layer, x0, 500000.0)
+    want1 = _llama_reference(layer, x1, 500000.0)
+    got0 = torch.cat([outs[0][:6], outs[1][:1]]).double()
+    got1 = torch.cat([outs[0][6:], outs[1][1:]]).double()
+    assert (got0 - want0).abs().max() < 1e-4
+    assert (got1 - want1).abs().max() < 1e-4
+    with pytest.raises(TypeError, match="forward_step"):
+        layer(x0)
