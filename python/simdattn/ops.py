@@ -66,10 +66,15 @@ def _sdpa(q, k, v, *, scale=None, causal=False, causal_offset=0, window=0,
 def _sdpa_out(q, k, v, *, scale=None, causal=False, causal_offset=0,
               window=0, softcap=0.0, sinks=None, alibi_slopes=None,
               key_lengths=None, out):
-    _simdattn.scaled_dot_product_attention(
-        q, k, v, out=out, **_kwargs(scale, causal, causal_offset, window,
-                                    softcap, sinks, alibi_slopes,
-                                    key_lengths))
+    # Straight to the extension (the schema typed the arguments): the
+    # per-call cost a decode step pays.
+    _simdattn._C.sdpa(
+        q, k, v, out, None, scale, causal, causal_offset, None, window,
+        softcap, None if sinks is None else _simdattn._floats(sinks, "sinks"),
+        _simdattn._alibi(alibi_slopes),
+        None if key_lengths is None else _simdattn._ints(key_lengths,
+                                                         "key_lengths"),
+        0.0, 0, 0)
     return out
 
 

@@ -91,9 +91,10 @@ inline Arr ToArr(py::handle obj, const char* name, bool writable) {
   Arr a;
   const TorchRefs* torch = Torch();
   if (torch != nullptr && py::isinstance(obj, torch->tensor_type)) {
-    const std::string device =
-        py::str(obj.attr("device").attr("type")).cast<std::string>();
-    if (device != "cpu") {
+    // is_cpu first: one attribute where the device's name takes three.
+    if (!obj.attr("is_cpu").cast<bool>()) {
+      const std::string device =
+          py::str(obj.attr("device").attr("type")).cast<std::string>();
       TypeError(std::string(name) + " is on device '" + device +
                 "': simdattn takes CPU tensors (call .cpu())");
     }
