@@ -675,7 +675,7 @@ SIMDATTN_API simdattn_status simdattn_varlen_attention(
     const simdattn_kv_pages* pages, simdattn_tensor4 out,
     const simdattn_attention_options* options);
 
-/* A step planned once for every layer (kernels.h's VarlenPlan):
+/* 0.9: a step planned once for every layer (kernels.h's VarlenPlan):
  * create checks the step's metadata against pools of `shape`'s shape (type,
  * kv_heads, head_dim, value_dim, block_size, num_blocks; its memory is not
  * read); each layer's attention and write then check only their own

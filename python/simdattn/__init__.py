@@ -162,6 +162,14 @@ def _alibi(alibi):
     return _floats(alibi, "alibi")
 
 
+def _mask_options(scale, causal, window, softcap, sinks, alibi):
+    """The extension's (scale, causal, window, softcap, sinks, alibi), as
+    every attention over a cache or pages takes them."""
+    return (None if scale is None else _float(scale, "scale"), bool(causal),
+            _int(window, "window"), _float(softcap, "softcap"),
+            _floats(sinks, "sinks"), _alibi(alibi))
+
+
 def _shape(x, name):
     shape = getattr(x, "shape", None)
     if shape is None:
@@ -245,12 +253,15 @@ class KVCache(_C.KVCache):
 
     KVCache(batch, kv_heads, capacity, head_dim, *, dtype="f32",
             block_size=0, num_blocks=0, value_dim=0, key_scale=1.0,
-            value_scale=1.0, window=0)
+            value_scale=1.0, window=0, rope_theta=None, rotary_dim=0,
+            rotary_offset=0, interleaved=False)
 
     dtype: any of info()["cache_types"] (f32, bf16, f16, int8, fp8,
     fp8e5m2, q8_0, q4_0, q4_1, iq4_nl); block_size > 0 makes it paged
     (a power of two, 16 to 256). Keys and values are converted as they are
-    appended; attention reads them where they lie.
+    appended; attention reads them where they lie. rope_theta: keys are
+    rotated on append at their positions in the sequence (apply_rope's
+    options).
     """
 
     def append(self, k, v, sequences=None):
@@ -296,10 +307,8 @@ def attention(q, cache, *, out=None, scale=None, causal=True, window=0,
     out, lse = _out_and_lse(q, out, return_lse, cache.value_dim,
                             "(batch, q_heads, q_tokens, head_dim)")
     _C.cache_attention(q, cache, out, lse,
-                       None if scale is None else _float(scale, "scale"),
-                       bool(causal), _int(window, "window"),
-                       _float(softcap, "softcap"), _floats(sinks, "sinks"),
-                       _alibi(alibi))
+                       *_mask_options(scale, causal, window, softcap, sinks,
+                                      alibi))
     return (out, lse) if return_lse else out
 
 
@@ -398,10 +407,9 @@ def varlen_attention(query, pages, query_start_loc, seq_lens, block_table, *,
     out, lse = _step_out(query, out, return_lse, pages.value_dim)
     _C.varlen_attention(query, pages, query_start_loc, seq_lens, block_table,
                         out, lse,
-                        None if scale is None else _float(scale, "scale"),
-                        bool(causal), _int(window, "window"),
-                        _float(softcap, "softcap"), _floats(sinks, "sinks"),
-                        _alibi(alibi), tree_bits, tree_offsets)
+                        *_mask_options(scale, causal, window, softcap,
+                                       sinks, alibi),
+                        tree_bits, tree_offsets)
     return (out, lse) if return_lse else out
 
 
@@ -428,10 +436,8 @@ class VarlenPlan(_C.VarlenPlan):
         """This layer's attention over `pages` (varlen_attention's)."""
         out, lse = _step_out(query, out, return_lse, pages.value_dim)
         self._attention(query, pages, out, lse,
-                        None if scale is None else _float(scale, "scale"),
-                        bool(causal), _int(window, "window"),
-                        _float(softcap, "softcap"), _floats(sinks, "sinks"),
-                        _alibi(alibi))
+                        *_mask_options(scale, causal, window, softcap, sinks,
+                                       alibi))
         return (out, lse) if return_lse else out
 
 

@@ -337,6 +337,26 @@ inline simdattn::KVType ParseType(const std::string& name) {
   ValueError("dtype '" + name + "' is not a cache type: one of " + names);
 }
 
+// RoPE options from Python's arguments; nullopt where theta is None.
+inline std::optional<simdattn::RopeOptions> Rope(std::optional<float> theta,
+                                                 int64_t rotary_dim,
+                                                 int64_t rotary_offset,
+                                                 bool interleaved) {
+  if (!theta) return std::nullopt;
+  if (rotary_dim < 0 || rotary_offset < 0) {
+    ValueError("rotary_dim (" + std::to_string(rotary_dim) +
+               ") and rotary_offset (" + std::to_string(rotary_offset) +
+               ") must be >= 0");
+  }
+  simdattn::RopeOptions r;
+  r.theta = *theta;
+  r.rotary_dim = static_cast<size_t>(rotary_dim);
+  r.rotary_offset = static_cast<size_t>(rotary_offset);
+  r.pairing = interleaved ? simdattn::RopePairing::kInterleaved
+                          : simdattn::RopePairing::kHalfSplit;
+  return r;
+}
+
 // A module (attention.h) behind the torch drop-ins.
 struct Module {
   std::unique_ptr<simdattn::AttentionModule> m;

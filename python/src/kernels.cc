@@ -117,17 +117,8 @@ void ApplyRope(py::handle x_obj, std::optional<std::vector<int64_t>> positions,
                bool interleaved) {
   const Tensor4 x =
       ToTensor4<float>(x_obj, "x", true, "(batch, heads, tokens, head_dim)");
-  if (rotary_dim < 0 || rotary_offset < 0) {
-    ValueError("rotary_dim (" + std::to_string(rotary_dim) +
-               ") and rotary_offset (" + std::to_string(rotary_offset) +
-               ") must be >= 0");
-  }
-  simdattn::RopeOptions o;
-  o.theta = theta;
-  o.rotary_dim = static_cast<size_t>(rotary_dim);
-  o.rotary_offset = static_cast<size_t>(rotary_offset);
-  o.pairing = interleaved ? simdattn::RopePairing::kInterleaved
-                          : simdattn::RopePairing::kHalfSplit;
+  simdattn::RopeOptions o =
+      *Rope(theta, rotary_dim, rotary_offset, interleaved);
   std::vector<size_t> at;
   if (positions) {
     at = PerBatch(*positions, "positions", x.dims[0]);

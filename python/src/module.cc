@@ -307,7 +307,9 @@ PYBIND11_MODULE(_simdattn, m) {
           py::init([](int64_t batch, int64_t kv_heads, int64_t capacity,
                       int64_t head_dim, const std::string& dtype,
                       int64_t block_size, int64_t num_blocks, int64_t value_dim,
-                      float key_scale, float value_scale, int64_t window) {
+                      float key_scale, float value_scale, int64_t window,
+                      std::optional<float> rope_theta, int64_t rotary_dim,
+                      int64_t rotary_offset, bool interleaved) {
             const std::pair<const char*, int64_t> sizes[] = {
                 {"batch", batch},           {"kv_heads", kv_heads},
                 {"capacity", capacity},     {"head_dim", head_dim},
@@ -327,6 +329,8 @@ PYBIND11_MODULE(_simdattn, m) {
             config.key_scale = key_scale;
             config.value_scale = value_scale;
             config.window = window;
+            config.rope =
+                Rope(rope_theta, rotary_dim, rotary_offset, interleaved);
             return std::make_unique<simdattn::KVCache>(
                 batch, kv_heads, capacity, head_dim, config);
           }),
@@ -334,7 +338,9 @@ PYBIND11_MODULE(_simdattn, m) {
           py::arg("head_dim"), py::kw_only(), py::arg("dtype") = "f32",
           py::arg("block_size") = 0, py::arg("num_blocks") = 0,
           py::arg("value_dim") = 0, py::arg("key_scale") = 1.0f,
-          py::arg("value_scale") = 1.0f, py::arg("window") = 0)
+          py::arg("value_scale") = 1.0f, py::arg("window") = 0,
+          py::arg("rope_theta") = py::none(), py::arg("rotary_dim") = 0,
+          py::arg("rotary_offset") = 0, py::arg("interleaved") = false)
       .def("_append",
            [](simdattn::KVCache& c, py::handle k_obj, py::handle v_obj,
               std::optional<std::vector<int64_t>> sequences) {

@@ -400,25 +400,6 @@ std::pair<ConstTensor4, ConstTensor4> KeysValues(py::handle key,
   return {k, v};
 }
 
-std::optional<simdattn::RopeOptions> Rope(std::optional<float> theta,
-                                          int64_t rotary_dim,
-                                          int64_t rotary_offset,
-                                          bool interleaved) {
-  if (!theta) return std::nullopt;
-  if (rotary_dim < 0 || rotary_offset < 0) {
-    ValueError("rotary_dim (" + std::to_string(rotary_dim) +
-               ") and rotary_offset (" + std::to_string(rotary_offset) +
-               ") must be >= 0");
-  }
-  simdattn::RopeOptions r;
-  r.theta = *theta;
-  r.rotary_dim = static_cast<size_t>(rotary_dim);
-  r.rotary_offset = static_cast<size_t>(rotary_offset);
-  r.pairing = interleaved ? simdattn::RopePairing::kInterleaved
-                          : simdattn::RopePairing::kHalfSplit;
-  return r;
-}
-
 // A planned step: its metadata and the library's plan over it.
 struct Plan {
   std::unique_ptr<StepData> data;

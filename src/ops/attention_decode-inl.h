@@ -25,7 +25,7 @@ namespace attention_detail {
 template <typename T>
 HWY_INLINE void PrefetchPagedRow(const internal::KVRows<T>& rows, size_t j) {
   matmul_detail::PrefetchElements(rows.Row(j), 0, rows.cols);
-  if constexpr (std::is_same_v<T, int8_t>) {
+  if constexpr (internal::kTraitsOf<T>.scaled) {
     // Each line of the scales once: where a block's run or a line begins
     // (a run need not start a line: the array is the caller's).
     const float* scale = rows.ScaleAt(j);

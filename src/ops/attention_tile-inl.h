@@ -174,7 +174,7 @@ HWY_INLINE void FindNonFiniteValues(D d, const internal::KVRows<T>& v,
   out.count = 0;
   for (size_t jj = 0; jj < cols; ++jj) {
     bool any;
-    if constexpr (std::is_same_v<T, int8_t>) {
+    if constexpr (internal::kTraitsOf<T>.scaled) {  // int8: the scale.
       any = !std::isfinite(v.Scale(j0 + jj));
     } else {
       auto bad = hn::FirstN(d, 0);

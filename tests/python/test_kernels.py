@@ -110,3 +110,15 @@ def test_cache_export_import_moves_a_sequence_bit_for_bit(dtype):
     keys, _ = dst.read(0)
     want, _ = src.read(0)
     assert np.array_equal(keys, want[:, 8:24])
+
+
+def test_cache_rotates_keys_on_append_as_apply_rope():
+    torch.manual_seed(6)
+    k, v = torch.randn(1, 2, 9, 64), torch.randn(1, 2, 9, 64)
+    cache = simdattn.KVCache(1, 2, 32, 64, rope_theta=10000.0)
+    cache.append(k[:, :, :5], v[:, :, :5])
+    cache.append(k[:, :, 5:], v[:, :, 5:])
+    keys, values = cache.read(0)
+    rotated = simdattn.apply_rope(k.clone())
+    assert np.array_equal(keys, rotated[0].numpy())
+    assert np.array_equal(values, v[0].numpy())

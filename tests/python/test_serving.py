@@ -342,3 +342,38 @@ def test_bad_serving_inputs_name_themselves_and_change_nothing(case):
     assert torch.equal(pool.key_cache, before[0])
     assert torch.equal(pool.value_cache, before[1])
     assert torch.equal(pool.key_scales, before[2])
+
+
+def test_draft_trees_pass_through_plans_and_ops():
+    """A verification of 4 drafts as a chain (each sees its ancestors: the
+    causal rows) and as a star (each sees the root and itself)."""
+    torch.manual_seed(7)
+    pool = simdattn.allocate_kv_pages("f32", 4, BLOCK, KV_HEADS, DIM)
+    k, v = torch.randn(20, KV_HEADS, DIM), torch.randn(20, KV_HEADS, DIM)
+    simdattn.write_kv_slots(k, v, pool, list(range(16, 36)))
+    q = torch.randn(4, HEADS, DIM)
+    meta = dict(query_start_loc=[0, 4], seq_lens=[20], block_table=[[1, 2]])
+
+    def bits(sees):
+        word = 0
+        for i in range(4):
+            for j in range(4):
+                if sees(i, j):
+                    word |= 1 << (i * 4 + j)
+        return [word]
+
+    chain = bits(lambda i, j: j <= i)
+    star = bits(lambda i, j: j == 0 or j == i)
+    causal = simdattn.VarlenPlan(pool, **meta).attention(q, pool)
+    for tree in (chain, star):
+        plan = simdattn.VarlenPlan(pool, tree_bits=tree, tree_offsets=[0],
+                                   **meta)
+        got = plan.attention(q, pool)
+        again = simdattn.varlen_attention(q, pool, tree_bits=tree,
+                                          tree_offsets=[0], **meta)
+        assert torch.equal(got, again)
+        if tree is chain:
+            assert (got - causal).abs().max() < 1e-6
+        else:  # Draft 2 sees the prefix, the root and itself.
+            assert (got[1] - causal[1]).abs().max() < 1e-6
+            assert (got[2] - causal[2]).abs().max() > 1e-3
