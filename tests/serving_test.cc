@@ -794,6 +794,8 @@ TEST(ServingErrors, PlansCheckTheStepOnceAndEachLayersInputs) {
   const VarlenPlan windowed(bad, pool.pages, 4);
 
   const VarlenPlan plan(step, pool.pages);
+  const VarlenPlan none;  // A step of no sequence: no pages have its shape.
+  EXPECT_EQ(none.num_tokens(), 0u);
   const std::vector<uint8_t> keys = pool.keys;
   const std::vector<float> q = RandomVector(3 * kHeads * 8, 3);
   std::vector<float> out(3 * kHeads * 8, 1.0f);
@@ -805,6 +807,8 @@ TEST(ServingErrors, PlansCheckTheStepOnceAndEachLayersInputs) {
         Tensor4::FromTokenMajor(out.data(), 1, tokens, kHeads, 8), options);
   };
   Pool other(KVType::kInt8, 16);
+  ExpectInvalid([&] { attend(none, pool.pages, 3, {}); },
+                {"differ from the planned shape"});
   ExpectInvalid([&] { attend(plan, other.pages, 3, {}); },
                 {"VarlenPlan::Attention: ", "head_dim 16",
                  "differ from the planned shape", "head_dim 8"});

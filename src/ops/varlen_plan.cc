@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "simdattn/kernels.h"
@@ -23,6 +24,8 @@ struct VarlenPlan::Impl {
   std::vector<size_t> positions;  // Per token, where the step gives none.
   internal::CheckedSequences checked;
   size_t short_sequence = kNone;  // The first with fewer tokens than queries.
+
+  size_t no_tokens[1] = {0};  // A default plan's query_starts.
 
   const size_t* Positions() const {
     return step.positions != nullptr ? step.positions : positions.data();
@@ -55,7 +58,11 @@ void CheckShape(const char* function, const KVPages& shape,
 
 }  // namespace
 
-VarlenPlan::VarlenPlan() : impl_(std::make_shared<Impl>()) {}
+VarlenPlan::VarlenPlan() {
+  auto impl = std::make_shared<Impl>();
+  impl->step.query_starts = impl->no_tokens;
+  impl_ = std::move(impl);
+}
 
 VarlenPlan::VarlenPlan(const VarlenStep& step, const KVPages& shape,
                        size_t max_window) {
