@@ -17,6 +17,7 @@
 #include "src/common/scratch.h"
 #include "src/ops/attend.h"
 #include "src/ops/decode_pairs.h"
+#include "src/ops/kv_pool.h"
 #include "src/ops/kv_rows.h"
 #include "src/ops/kv_store.h"
 #include "src/ops/matmul_bf16.h"
@@ -352,6 +353,9 @@ void AttendCache(const char* kFn, ConstTensor4 q,
 void VarlenAttention(ConstTensor4 q, const VarlenStep& step,
                      const KVPages& pages, Tensor4 out,
                      const AttentionOptions& options) {
+  // The pages as pages, whatever the step reads (a step of no sequence
+  // too): what a VarlenPlan refuses at creation, in constant time.
+  internal::CheckPages("VarlenAttention", pages);
   VarlenAttention(q, step.query_starts,
                   pages.View(step.num_seqs, step.seq_lens, step.block_table,
                              step.blocks_per_sequence),

@@ -992,9 +992,39 @@ void FuzzVarlenStep(Input& in) {
   const bool bad_options = FuzzStructSize(in, &options);
   const bool bad_mask = FuzzStructSize(in, &mask);
   const bool bad_step = FuzzStructSize(in, &step) || bad_pages;
-  CheckStatus(
-      simdattn_varlen_attention(qv, &step.value, &p, ov, &options.value),
-      bad_options || bad_mask || bad_step);
+  const simdattn_status unplanned =
+      simdattn_varlen_attention(qv, &step.value, &p, ov, &options.value);
+  CheckStatus(unplanned, bad_options || bad_mask || bad_step);
+  // The same step planned (for the call's window): it refuses what the
+  // unplanned call refuses, at creation or in the call, and else gives its
+  // bits.
+  {
+    simdattn_varlen_plan* plan = nullptr;
+    const simdattn_status made = simdattn_varlen_plan_create(
+        &step.value, &p, bad_mask ? 0 : mask.value.window, &plan);
+    CheckStatus(made, bad_step);
+    if (made == SIMDATTN_STATUS_OK) {
+      std::vector<float> planned(out.size());
+      simdattn_tensor4 pv = ov;
+      pv.data = planned.data();
+      const simdattn_status run =
+          simdattn_varlen_plan_attention(plan, qv, &p, pv, &options.value);
+      CheckStatus(run, bad_options || bad_mask);
+      if ((run == SIMDATTN_STATUS_OK) != (unplanned == SIMDATTN_STATUS_OK) ||
+          (run == SIMDATTN_STATUS_OK && !out.empty() &&
+           std::memcmp(planned.data(), out.data(),
+                       out.size() * sizeof(float)) != 0)) {
+        std::fprintf(stderr, "planned %d, unplanned %d, or their bits differ\n",
+                     static_cast<int>(run), static_cast<int>(unplanned));
+        std::abort();
+      }
+      simdattn_varlen_plan_destroy(plan);
+    } else if (unplanned == SIMDATTN_STATUS_OK) {
+      std::fprintf(stderr, "the plan refused a step the call took: %s\n",
+                   simdattn_last_error());
+      std::abort();
+    }
+  }
 
   // A llama-named module's step over the same pool and sequences (its own
   // slots, one per packed token), sometimes with rotary embeddings.
