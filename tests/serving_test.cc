@@ -775,6 +775,18 @@ TEST(ServingErrors, PlansCheckTheStepOnceAndEachLayersInputs) {
   ExpectInvalid([&] { VarlenPlan(bad, pool.pages); },
                 {"VarlenPlan: ", "query_starts[2] (1) is less than"});
   bad = step;
+  bad.block_table = nullptr;  // Pages are read through a table, always.
+  ExpectInvalid([&] { VarlenPlan(bad, pool.pages); },
+                {"VarlenPlan: ", "step.block_table is null"});
+  ExpectInvalid(
+      [&] {
+        std::vector<float> q(3 * kHeads * 8), o(q.size());
+        VarlenAttention(ConstTensor4::FromTokenMajor(q.data(), 1, 3, kHeads, 8),
+                        bad, pool.pages,
+                        Tensor4::FromTokenMajor(o.data(), 1, 3, kHeads, 8));
+      },
+      {"VarlenAttention: ", "step.block_table is null"});
+  bad = step;
   std::vector<int64_t> twice = {5, 9, 5};
   bad.slot_mapping = twice.data();
   ExpectInvalid([&] { VarlenPlan(bad, pool.pages); },

@@ -550,8 +550,7 @@ void AttentionEngine::ForwardStep(ConstMatrix x, const VarlenStep& step,
   CheckStep(options, pages.type);
   SIMDATTN_REQUIRE(step.seq_lens != nullptr || num_seqs == 0, name_,
                    "step.seq_lens is null");
-  const KVCacheView kv = pages.View(num_seqs, step.seq_lens, step.block_table,
-                                    step.blocks_per_sequence);
+  const KVCacheView kv = internal::StepView(name_, pages, step);
   const size_t value_dim = internal::ValueDim(kv);
   SIMDATTN_REQUIRE(
       pages.kv_heads == c.num_kv_heads && pages.head_dim == c.head_dim &&

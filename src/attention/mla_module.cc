@@ -428,10 +428,7 @@ void MlaAttention::ForwardStep(ConstMatrix x, const VarlenStep& step,
                    kName,
                    "step.tree_offsets is given but step.tree_bits is null");
   const internal::KVCacheViewSpans spans = internal::CheckKVCacheView(
-      kName,
-      pages.View(step.num_seqs, step.seq_lens, step.block_table,
-                 step.blocks_per_sequence),
-      n, step.query_starts);
+      kName, internal::StepView(kName, pages, step), n, step.query_starts);
   internal::CheckSlots(kName, "step.slot_mapping", pages, step.slot_mapping, n,
                        /*skip=*/true, /*distinct=*/true);
   const auto [x_range, y_range] =

@@ -353,13 +353,8 @@ void AttendCache(const char* kFn, ConstTensor4 q,
 void VarlenAttention(ConstTensor4 q, const VarlenStep& step,
                      const KVPages& pages, Tensor4 out,
                      const AttentionOptions& options) {
-  // The pages as pages, whatever the step reads (a step of no sequence
-  // too): what a VarlenPlan refuses at creation, in constant time.
-  internal::CheckPages("VarlenAttention", pages);
   VarlenAttention(q, step.query_starts,
-                  pages.View(step.num_seqs, step.seq_lens, step.block_table,
-                             step.blocks_per_sequence),
-                  out,
+                  internal::StepView("VarlenAttention", pages, step), out,
                   internal::WithStepTrees("VarlenAttention", step, options));
 }
 

@@ -324,9 +324,32 @@ void ImportRows(const KVPool& pool, SlotOf slot, const void* context,
 }
 
 KVCacheViewSpans CheckPages(const char* function, const KVPages& pages) {
-  // A paged view of no sequence.
-  const int32_t no_table[1] = {0};
-  return CheckKVCacheView(function, pages.View(0, nullptr, no_table, 0), 0);
+  return CheckKVCacheView(function, StepView(function, pages, VarlenStep{}), 0);
+}
+
+void CheckPoolShape(const char* function, KVType type, size_t head_dim,
+                    size_t value_dim, size_t block_size) {
+  SIMDATTN_REQUIRE(IsElementType(type), function, "type (",
+                   static_cast<int>(type), ") is not a KVType");
+  const ElementTraits traits = ElementTraitsOf(type);
+  SIMDATTN_REQUIRE(block_size != 0 && (block_size & (block_size - 1)) == 0,
+                   function, "block_size (", block_size,
+                   ") is not a power of two");
+  const size_t values = value_dim == 0 ? head_dim : value_dim;
+  SIMDATTN_REQUIRE(head_dim % traits.values == 0 && values % traits.values == 0,
+                   function, "type ", traits.name, " stores blocks of ",
+                   traits.values, " elements, but head_dim (", head_dim,
+                   ") or value_dim (", values, ") is not a multiple of them");
+}
+
+KVCacheView StepView(const char* function, const KVPages& pages,
+                     const VarlenStep& step) {
+  SIMDATTN_REQUIRE(step.block_table != nullptr || step.num_seqs == 0, function,
+                   "step.block_table is null");
+  static const int32_t kNoTable[1] = {0};
+  return pages.View(step.num_seqs, step.seq_lens,
+                    step.num_seqs == 0 ? kNoTable : step.block_table,
+                    step.blocks_per_sequence);
 }
 
 // Throws, naming `function` and `name`, if a value other than a negative
@@ -390,14 +413,9 @@ void CheckApart(const char* function, const internal::KVCacheViewSpans& pool,
 KVPages DenseKVPages(KVType type, size_t kv_heads, size_t head_dim,
                      size_t value_dim, size_t block_size, size_t num_blocks) {
   constexpr const char* kFn = "DenseKVPages";
+  internal::CheckPoolShape(kFn, type, head_dim, value_dim, block_size);
   const ElementTraits traits = ElementTraitsOf(type);
-  SIMDATTN_REQUIRE(block_size != 0 && (block_size & (block_size - 1)) == 0, kFn,
-                   "block_size (", block_size, ") is not a power of two");
   const size_t values = value_dim == 0 ? head_dim : value_dim;
-  SIMDATTN_REQUIRE(head_dim % traits.values == 0 && values % traits.values == 0,
-                   kFn, "type ", traits.name, " stores blocks of ",
-                   traits.values, " elements, but head_dim (", head_dim,
-                   ") or value_dim (", values, ") is not a multiple of them");
   KVPages pages;
   pages.type = type;
   pages.kv_heads = kv_heads;

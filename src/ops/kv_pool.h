@@ -76,6 +76,19 @@ void ImportRows(const KVPool& pool, SlotOf slot, const void* context,
 // strides, scales, memory), naming `function`; returns what they span.
 KVCacheViewSpans CheckPages(const char* function, const KVPages& pages);
 
+// Throws, naming `function`, unless a pool of `type` may have this shape:
+// block_size a power of two, head_dim and value_dim (0: head_dim) whole
+// blocks of a block type.
+void CheckPoolShape(const char* function, KVType type, size_t head_dim,
+                    size_t value_dim, size_t block_size);
+
+// The pages as a step's sequences see them: always a paged view (a step of
+// no sequence through a one-entry table, so that its pages are checked as
+// any step's). Throws, naming `function`, where the step has sequences but
+// no block_table.
+KVCacheView StepView(const char* function, const KVPages& pages,
+                     const VarlenStep& step);
+
 // Throws unless each of slots[0..n) (named `name` in messages) is a slot of
 // the pool (negative ones allowed where `skip`) and, where `distinct`, none
 // but negative ones appears twice.

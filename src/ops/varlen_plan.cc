@@ -69,19 +69,8 @@ VarlenPlan::VarlenPlan(const VarlenStep& step, const KVPages& shape,
   constexpr const char* kFn = "VarlenPlan";
   auto impl = std::make_shared<Impl>();
   impl->step = step;
-  SIMDATTN_REQUIRE(IsElementType(shape.type), kFn, "shape.type (",
-                   static_cast<int>(shape.type), ") is not a KVType");
-  const ElementTraits traits = ElementTraitsOf(shape.type);
-  const size_t value_dim =
-      shape.value_dim == 0 ? shape.head_dim : shape.value_dim;
-  SIMDATTN_REQUIRE(
-      shape.block_size != 0 && (shape.block_size & (shape.block_size - 1)) == 0,
-      kFn, "shape.block_size (", shape.block_size, ") is not a power of two");
-  SIMDATTN_REQUIRE(
-      shape.head_dim % traits.values == 0 && value_dim % traits.values == 0,
-      kFn, "shape.type ", traits.name, " stores blocks of ", traits.values,
-      " elements, but head_dim (", shape.head_dim, ") or value_dim (",
-      value_dim, ") is not a multiple of them");
+  internal::CheckPoolShape(kFn, shape.type, shape.head_dim, shape.value_dim,
+                           shape.block_size);
   KVPages& planned = impl->shape;
   planned.type = shape.type;
   planned.kv_heads = shape.kv_heads;
@@ -96,10 +85,7 @@ VarlenPlan::VarlenPlan(const VarlenStep& step, const KVPages& shape,
   const size_t num_tokens = step.query_starts[num_seqs];
   internal::CheckQueryStarts(kFn, step.query_starts, num_seqs, num_tokens);
   impl->num_tokens = num_tokens;
-  SIMDATTN_REQUIRE(step.block_table != nullptr || num_seqs == 0, kFn,
-                   "step.block_table is null");
-  const KVCacheView view = planned.View(
-      num_seqs, step.seq_lens, step.block_table, step.blocks_per_sequence);
+  const KVCacheView view = internal::StepView(kFn, planned, step);
   impl->checked.max_window = max_window;
   impl->checked.longest = internal::CheckKVSequences(
       kFn, view, 0, step.query_starts, max_window, /*dropout=*/false);
@@ -134,11 +120,9 @@ void VarlenPlan::Attention(ConstTensor4 q, const KVPages& pages, Tensor4 out,
   const Impl& plan = *impl_;
   CheckShape(kFn, plan.shape, pages);
   const VarlenStep& step = plan.step;
-  internal::AttendVarlen(kFn, q, step.query_starts,
-                         pages.View(step.num_seqs, step.seq_lens,
-                                    step.block_table, step.blocks_per_sequence),
-                         out, internal::WithStepTrees(kFn, step, options),
-                         &plan.checked);
+  internal::AttendVarlen(
+      kFn, q, step.query_starts, internal::StepView(kFn, pages, step), out,
+      internal::WithStepTrees(kFn, step, options), &plan.checked);
 }
 
 void VarlenPlan::WriteKVSlots(ConstTensor4 keys, ConstTensor4 values,
