@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -505,6 +506,61 @@ TEST_P(DecodeTest, SixteenBitWeightsGiveTheWidenedWeightsResults) {
 
 namespace simdattn {
 namespace {
+
+// LastAttentionPlan names what the calling thread's last call ran: nothing
+// on a thread that made none; a decode's few-row tasks and their products;
+// a task of many rows whose partials would outweigh its keys split into
+// chunks of twice the tile (128 heads of 16 dims read values of 64: a
+// split's 128 x 64 floats of partials, written and read, match 1024 keys of
+// 64 bytes).
+TEST_P(DecodeTest, LastAttentionPlanNamesWhatRan) {
+  std::vector<std::string> fresh = {"not called"};
+  std::thread([&] { fresh = LastAttentionPlan(); }).join();
+  EXPECT_TRUE(fresh.empty());
+  const auto contains = [](const std::vector<std::string>& lines,
+                           const std::string& text) {
+    for (const std::string& line : lines) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  const auto joined = [](const std::vector<std::string>& lines) {
+    std::string out;
+    for (const std::string& line : lines) out += line + "\n";
+    return out;
+  };
+  const auto attend = [](size_t heads, size_t kv_heads, size_t tokens,
+                         size_t head_dim, size_t value_dim) {
+    const std::vector<float> q = test::RandomVector(heads * head_dim, 1),
+                             k = test::RandomVector(
+                                 kv_heads * tokens * head_dim, 2),
+                             v = test::RandomVector(
+                                 kv_heads * tokens * value_dim, 3);
+    std::vector<float> out(heads * value_dim);
+    ScaledDotProductAttention(
+        ConstTensor4::Dense(q.data(), 1, heads, 1, head_dim),
+        ConstTensor4::Dense(k.data(), 1, kv_heads, tokens, head_dim),
+        ConstTensor4::Dense(v.data(), 1, kv_heads, tokens, value_dim),
+        Tensor4::Dense(out.data(), 1, heads, 1, value_dim));
+    return LastAttentionPlan();
+  };
+  const std::vector<std::string> decode = attend(8, 2, 300, 32, 32);
+  const std::string what = "decode:\n" + joined(decode);
+  EXPECT_TRUE(
+      contains(decode, "target " + ActiveTarget() + ", f32 cache, float32"))
+      << what;
+  EXPECT_TRUE(contains(decode, "2 tasks of 4 query heads")) << what;
+  EXPECT_TRUE(contains(decode, "rows: K and V read in place, float32 rows"))
+      << what;
+  EXPECT_FALSE(contains(decode, "packed")) << what;
+
+  const std::vector<std::string> heavy = attend(128, 1, 2048, 16, 64);
+  const std::string heavy_what = "128 heads:\n" + joined(heavy);
+  EXPECT_TRUE(contains(heavy, "1 task of 128 query heads")) << heavy_what;
+  EXPECT_TRUE(contains(heavy, "split 2 ways, 1024 each")) << heavy_what;
+  EXPECT_TRUE(contains(heavy, "tasks: tiles of K and V packed, float32"))
+      << heavy_what;
+}
 
 // The policy table's rules by CPU, and overrides that nest and restore.
 TEST(PolicyTable, RulesFollowTheCpuDescription) {

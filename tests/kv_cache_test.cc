@@ -386,6 +386,60 @@ TEST_P(KVCacheTest, RowsAskedForAtTheirPaceKeepTheirBits) {
   }
 }
 
+// bf16 arithmetic over many query rows per task (drafts times a group's
+// heads: the packed tiles) takes a bf16 cache's words as they lie: the bits
+// of float32 keys and values holding the same values, contiguous and paged,
+// under a causal mask whose last key holds an infinity only the last row
+// sees.
+TEST_P(KVCacheTest, BFloat16RowsPairAsTheFloat32RowsOfTheirValues) {
+  constexpr size_t kTokens = 300, kQTokens = 8, kGroupHeads = 4 * kKVHeads;
+  for (const size_t dim : {size_t{19}, size_t{72}}) {
+    std::vector<float> k = RandomVector(kKVHeads * kTokens * dim, 31),
+                       v = RandomVector(kKVHeads * kTokens * dim, 32);
+    for (std::vector<float>* x : {&k, &v}) {
+      for (float& e : *x) e = ToFloat(ToBFloat16(e));
+    }
+    v[(2 * kTokens - 1) * dim + 2] = std::numeric_limits<float>::infinity();
+    const ConstTensor4 keys =
+        ConstTensor4::Dense(k.data(), 1, kKVHeads, kTokens, dim);
+    const ConstTensor4 values =
+        ConstTensor4::Dense(v.data(), 1, kKVHeads, kTokens, dim);
+    const std::vector<float> q =
+        RandomVector(kGroupHeads * kQTokens * dim, 33, -2, 2);
+    const ConstTensor4 queries =
+        ConstTensor4::Dense(q.data(), 1, kGroupHeads, kQTokens, dim);
+    AttentionOptions options;
+    options.compute = ComputeType::kBFloat16;
+    options.mask.causal = true;
+    std::vector<float> floats(q.size(), kNaN);
+    {
+      AttentionOptions dense = options;
+      dense.mask.causal_offset = kTokens - kQTokens;
+      ScaledDotProductAttention(
+          queries, keys, values,
+          Tensor4::Dense(floats.data(), 1, kGroupHeads, kQTokens, dim), dense);
+    }
+    // Column 2 of the last token's row in each of kv head 1's heads.
+    size_t infinite = 0;
+    for (const float x : floats) infinite += std::isinf(x) ? 1 : 0;
+    EXPECT_EQ(infinite, kGroupHeads / kKVHeads);
+    for (const size_t block_size : {size_t{0}, size_t{16}}) {
+      KVCacheConfig config;
+      config.type = KVType::kBF16;
+      config.block_size = block_size;
+      KVCache cache(1, kKVHeads, kTokens, dim, config);
+      cache.Append(keys, values);
+      std::vector<float> out(q.size(), kNaN);
+      ScaledDotProductAttention(
+          queries, cache.View(),
+          Tensor4::Dense(out.data(), 1, kGroupHeads, kQTokens, dim), options);
+      ExpectSameBits(out, floats,
+                     "dim " + std::to_string(dim) + " block " +
+                         std::to_string(block_size));
+    }
+  }
+}
+
 // Decode reads E4M3 rows straight as float32 bits where the CPU takes
 // denormal operands at full speed, else through float16: the same bits,
 // with values over E4M3's range (subnormal codes, zeros, saturated ones, a

@@ -92,6 +92,20 @@ std::vector<Selected> SelectOps(const BenchOptions& options) {
   return selected;
 }
 
+// Whether an op's simdattn workload calls attention (LastAttentionPlan).
+bool CallsAttention(const OpSpec& op) {
+  return op.name == "attention" || op.name == "decode" || op.name == "serve" ||
+         op.name == "mha";
+}
+
+std::string Joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& line : lines) {
+    out += (out.empty() ? "" : "; ") + line;
+  }
+  return out;
+}
+
 std::string Upper(std::string s) {
   for (char& c : s) {
     c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -184,6 +198,7 @@ struct Record {
   double rate = 0;  // GFLOP/s or GB/s at the median.
   double peak = 0;  // The matching peak (FMA or copy loop).
   std::map<std::string, double> versus;  // Library name -> our rate / theirs.
+  std::string plan;  // simdattn's LastAttentionPlan, lines joined by "; ".
 };
 
 struct CheckRecord {
@@ -215,6 +230,7 @@ nlohmann::ordered_json ToJson(const Record& r) {
     j["peak_gb_per_s"] = r.peak;
   }
   for (const auto& [library, ratio] : r.versus) j["vs_" + library] = ratio;
+  if (!r.plan.empty()) j["plan"] = r.plan;
   return j;
 }
 
@@ -529,6 +545,13 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
             r.target = entries[i].workload->Impl();
           }
           r.peak = peak_of(ours ? entries[i].target : best, t, metric);
+          if (ours && CallsAttention(*s.op)) {
+            const measure::TargetScope scope(entries[i].target);
+            arena.execute([&] {
+              entries[i].workload->Run();
+              r.plan = Joined(LastAttentionPlan());
+            });
+          }
           records.push_back(r);
         }
         for (size_t i = first; i < records.size(); ++i) {
@@ -590,6 +613,33 @@ int Bench(const BenchOptions& options) {
   const std::vector<int> threads = SelectThreads(options);
   return options.check ? RunChecks(options, ops, targets, threads)
                        : RunBenchmarks(options, ops, targets, threads);
+}
+
+std::vector<std::string> PlanOf(const std::string& op_and_shape, int threads) {
+  BenchOptions options;
+  options.shapes = {op_and_shape};
+  const size_t eq = op_and_shape.find('=');
+  if (eq == std::string::npos) {
+    throw std::invalid_argument(
+        "--plan " + op_and_shape +
+        ": expected op=SHAPE, e.g. decode=1x32x4096x128_kv8");
+  }
+  options.ops = {op_and_shape.substr(0, eq)};
+  const std::vector<Selected> selected = SelectOps(options);
+  if (selected.empty()) {
+    throw std::invalid_argument("--plan " + op_and_shape + ": no op \"" +
+                                options.ops[0] + "\"");
+  }
+  if (!CallsAttention(*selected[0].op)) return {};
+  std::vector<std::string> plan;
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    const std::unique_ptr<measure::Workload> w =
+        selected[0].cases[0].make(Library::kSimdattn, threads);
+    w->Run();
+    plan = LastAttentionPlan();
+  });
+  return plan;
 }
 
 void AddBenchCommand(CLI::App& app, BenchOptions& options, int* exit_code) {

@@ -33,6 +33,12 @@ struct BenchOptions {
 // --out cannot be written.
 int Bench(const BenchOptions& options);
 
+// What simdattn runs for "op=SHAPE" (bench's shape syntax) on `threads`
+// threads: one call, then LastAttentionPlan() (targets.h); empty for an op
+// that calls no attention. Throws std::invalid_argument for a bad op or
+// shape.
+std::vector<std::string> PlanOf(const std::string& op_and_shape, int threads);
+
 // Adds the `bench` subcommand and its flags; its callback stores the exit
 // code of Bench in *exit_code.
 void AddBenchCommand(CLI::App& app, BenchOptions& options, int* exit_code);

@@ -69,9 +69,27 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(simdattn::Version()));
 
-  app.add_subcommand("info",
-                     "SIMD targets compiled, supported and dispatched; threads")
-      ->callback(Info);
+  std::vector<std::string> plans;
+  int plan_threads = 1;
+  CLI::App* info_cmd = app.add_subcommand(
+      "info", "SIMD targets compiled, supported and dispatched; threads");
+  info_cmd->add_option(
+      "--plan", plans,
+      "op=SHAPE (bench's shapes): also run it once and print what ran: "
+      "tasks, key splits, products (LastAttentionPlan)");
+  info_cmd->add_option("--threads", plan_threads, "threads for --plan")
+      ->check(CLI::PositiveNumber);
+  info_cmd->callback([&] {
+    Info();
+    for (const std::string& plan : plans) {
+      const std::vector<std::string> lines =
+          simdattn::tools::PlanOf(plan, plan_threads);
+      std::printf("plan of %s, %d thread%s:%s\n", plan.c_str(), plan_threads,
+                  plan_threads == 1 ? "" : "s",
+                  lines.empty() ? " no attention call" : "");
+      for (const std::string& line : lines) std::printf("  %s\n", line.c_str());
+    }
+  });
 
   simdattn::tools::DemoOptions demo;
   CLI::App* demo_cmd = app.add_subcommand(

@@ -31,6 +31,16 @@ SIMDATTN_API std::string CpuSummary();
 // line each: the choice and why. None of them changes a result.
 SIMDATTN_API std::vector<std::string> PolicyRules();
 
+// How the calling thread's last attention call ran (ScaledDotProductAttention,
+// VarlenAttention, a VarlenPlan's, a module's), one line per decision: the
+// target, cache type and arithmetic; the tasks (query heads x tokens each)
+// and how the keys were split; which products served tasks of few rows
+// (decode: K and V read in place) and larger ones (packed tiles). The
+// policy rules behind them are PolicyRules(). Empty before the first call.
+// For reports (`simdattn info --plan`, the bench's JSON): a call records it
+// at the cost of a few stores.
+SIMDATTN_API std::vector<std::string> LastAttentionPlan();
+
 // The library's version, "major.minor.patch".
 SIMDATTN_API const char* Version();
 

@@ -27,7 +27,7 @@ __all__ = [
     "info", "set_num_threads", "get_num_threads", "alibi_slopes",
     "scaled_dot_product_attention", "KVCache", "attention", "KVPages",
     "allocate_kv_pages", "write_kv_slots", "varlen_attention", "VarlenPlan",
-    "PackedMatrix", "matmul", "apply_rope",
+    "PackedMatrix", "matmul", "apply_rope", "last_attention_plan",
 ]
 
 __version__ = _C.version()
@@ -36,8 +36,8 @@ __version__ = _C.version()
 def info():
     """What this build of simdattn is and runs: a dict with its version, the
     SIMD targets compiled, supported by this CPU and active (targets.h), the
-    bf16 dot-product kernel, the KV cache element types and the thread
-    limit."""
+    bf16 dot-product kernel, the KV cache element types, the thread limit,
+    the CPU as the kernels see it and the policy rules that apply to it."""
     return {
         "version": _C.version(),
         "compiled_targets": list(_C.compiled_targets()),
@@ -46,7 +46,17 @@ def info():
         "bf16_dot_kernel": _C.bf16_dot_kernel(),
         "cache_types": list(_C.cache_types()),
         "num_threads": _C.get_num_threads(),
+        "cpu": _C.cpu_summary(),
+        "policy_rules": list(_C.policy_rules()),
     }
+
+
+def last_attention_plan():
+    """How this thread's last attention call ran, one line per decision:
+    target, cache type and arithmetic, tasks and key splits, and the
+    products that served them (targets.h's LastAttentionPlan); [] before
+    the first."""
+    return list(_C.last_attention_plan())
 
 
 def set_num_threads(n):

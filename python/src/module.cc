@@ -271,6 +271,9 @@ PYBIND11_MODULE(_simdattn, m) {
   m.def("supported_targets", &simdattn::SupportedTargets);
   m.def("active_target", &simdattn::ActiveTarget);
   m.def("use_target", &simdattn::UseTarget, py::arg("name"));
+  m.def("cpu_summary", &simdattn::CpuSummary);
+  m.def("policy_rules", &simdattn::PolicyRules);
+  m.def("last_attention_plan", &simdattn::LastAttentionPlan);
   m.def("bf16_dot_kernel",
         [] { return std::string(simdattn::BFloat16DotKernel()); });
   m.def("cache_types", &TypeNames);

@@ -18,7 +18,7 @@ namespace internal {
 #define SIMDATTN_AMX_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512bf16,amx-tile,amx-bf16")))
 #define SIMDATTN_BF16_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512bf16")))
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 namespace {
 
@@ -163,6 +163,34 @@ SIMDATTN_BF16_TARGET void InterleavedPairs(const float* lo, const float* hi,
   }
 }
 
+namespace {
+
+// Words [j, j + 16) of a bf16 row (zeros past the mask, or for a null row)
+// as the low halves of 16 uint32. The zero-masked forms with every lane
+// kept, as in TransposeTile.
+SIMDATTN_BF16_TARGET inline __m512i WordsAt(const uint16_t* row, size_t j,
+                                            __mmask16 mask) {
+  return row == nullptr ? _mm512_setzero_si512()
+                        : _mm512_maskz_cvtepu16_epi32(
+                              0xFFFF, _mm256_maskz_loadu_epi16(mask, row + j));
+}
+
+}  // namespace
+
+SIMDATTN_BF16_TARGET void InterleavedWords(const uint16_t* lo,
+                                           const uint16_t* hi, size_t n,
+                                           uint32_t* out) {
+  for (size_t j = 0; j < n; j += 16) {
+    const size_t count = n - j < 16 ? n - j : 16;
+    const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
+    _mm512_mask_storeu_epi32(
+        out + j, mask,
+        _mm512_or_si512(
+            WordsAt(lo, j, mask),
+            _mm512_maskz_slli_epi32(0xFFFF, WordsAt(hi, j, mask), 16)));
+  }
+}
+
 // Four stages of AVX-512 shuffles: 32-bit and 64-bit interleaves within
 // 128-bit lanes, after which u[4i + k]'s lane L holds column 4L + k of rows
 // 4i .. 4i + 3; then whole lanes gathered across u[k], u[4 + k], u[8 + k]
@@ -219,6 +247,9 @@ void AmxProduct(const AmxTiles&, const AmxTiles&, size_t, size_t, size_t,
 }
 void PairsOfRow(const float*, size_t, size_t, uint32_t*) { std::abort(); }
 void InterleavedPairs(const float*, const float*, size_t, uint32_t*) {
+  std::abort();
+}
+void InterleavedWords(const uint16_t*, const uint16_t*, size_t, uint32_t*) {
   std::abort();
 }
 void TransposeTile(const uint32_t*, size_t, uint32_t*, size_t) { std::abort(); }

@@ -106,6 +106,11 @@ void PairsOfRow(const float* x, size_t n, size_t pairs, uint32_t* out);
 void InterleavedPairs(const float* lo, const float* hi, size_t n,
                       uint32_t* out);
 
+// The same for two rows of bf16 (their bits), either null meaning zeros:
+// the words as they lie, nothing rounded.
+void InterleavedWords(const uint16_t* lo, const uint16_t* hi, size_t n,
+                      uint32_t* out);
+
 // out[c * out_stride + r] = in[r * in_stride + c] for r, c < 16: a 16 x 16
 // block of pairs transposed (rows of pairs by key into B's by pair).
 void TransposeTile(const uint32_t* in, size_t in_stride, uint32_t* out,

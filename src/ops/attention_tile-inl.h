@@ -29,6 +29,7 @@
 #include "src/common/scratch.h"
 #include "src/ops/amx_tiles.h"
 #include "src/ops/bf16-inl.h"
+#include "src/ops/bf16_pairs.h"
 #include "src/ops/decode_pairs.h"
 #include "src/ops/dropout-inl.h"
 #include "src/ops/exp-inl.h"
@@ -38,6 +39,7 @@
 #include "src/ops/mask-inl.h"
 #include "src/ops/mask.h"
 #include "src/ops/matmul-inl.h"
+#include "src/ops/plan_record.h"
 #include "src/ops/target_family.h"
 
 HWY_BEFORE_NAMESPACE();

@@ -6,6 +6,7 @@
 
 #include "src/common/check.h"
 #include "src/common/cpu.h"
+#include "src/ops/plan_record.h"
 #include "src/ops/policy.h"
 #include "src/ops/target_family.h"
 
@@ -47,6 +48,10 @@ std::vector<std::string> SupportedTargets() {
 }
 
 std::string CpuSummary() { return internal::ThisCpu().Summary(); }
+
+std::vector<std::string> LastAttentionPlan() {
+  return internal::ThisThreadPlan().Lines();
+}
 
 std::vector<std::string> PolicyRules() {
   std::vector<std::string> rules;

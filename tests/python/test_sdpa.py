@@ -38,6 +38,11 @@ def test_info_and_threads():
     assert simdattn.get_num_threads() >= 1
     many = simdattn.scaled_dot_product_attention(q, k, v, causal=True)
     assert torch.equal(one, many)
+    assert info["cpu"] and isinstance(info["policy_rules"], list)
+    # The last call: 2 heads of 9 rows over 9 keys, f32 as given.
+    plan = simdattn.last_attention_plan()
+    assert plan[0].startswith("target " + info["active_target"] + ", f32")
+    assert any("2 tasks of 1 query head" in line for line in plan), plan
 
 
 @pytest.mark.parametrize("kind", ["torch", "numpy"])
