@@ -560,6 +560,27 @@ TEST_P(DecodeTest, LastAttentionPlanNamesWhatRan) {
   EXPECT_TRUE(contains(heavy, "split 2 ways, 1024 each")) << heavy_what;
   EXPECT_TRUE(contains(heavy, "tasks: tiles of K and V packed, float32"))
       << heavy_what;
+
+  // head_dim 0 (keys of no bytes, every score 0): planned all the same,
+  // each output the values' mean.
+  constexpr size_t kHeads = 128, kKeys = 2048, kValueDim = 8;
+  const std::vector<float> v = test::RandomVector(kKeys * kValueDim, 4);
+  std::vector<float> out(kHeads * kValueDim);
+  const float none = 0.0f;
+  ScaledDotProductAttention(
+      ConstTensor4::Dense(&none, 1, kHeads, 1, 0),
+      ConstTensor4::Dense(&none, 1, 1, kKeys, 0),
+      ConstTensor4::Dense(v.data(), 1, 1, kKeys, kValueDim),
+      Tensor4::Dense(out.data(), 1, kHeads, 1, kValueDim));
+  EXPECT_TRUE(contains(LastAttentionPlan(), "1 task of 128 query heads"));
+  for (size_t c = 0; c < kValueDim; ++c) {
+    double mean = 0.0;
+    for (size_t j = 0; j < kKeys; ++j) mean += v[j * kValueDim + c];
+    mean /= kKeys;
+    for (size_t h = 0; h < kHeads; ++h) {
+      ASSERT_NEAR(out[h * kValueDim + c], mean, 1e-5) << h << " " << c;
+    }
+  }
 }
 
 // The policy table's rules by CPU, and overrides that nest and restore.

@@ -70,7 +70,8 @@ struct TaskPlan {
 // cores: a query block per task (each tile of K and V packed for fewer rows,
 // a few % more work) before splitting the keys, whose partials take memory
 // in proportion to the rows: a split reads at least as many bytes of keys
-// (key_bytes per key) as its partials take, written and merged. MLA's 128
+// (key_bytes per key; head_dim 0 counts as a byte) as its partials take,
+// written and merged. MLA's 128
 // heads over one latent row per key moved more bytes of partials than of
 // cache in splits of one tile; two tiles made its decode
 // (1x128x8192x576_kv1_mla512_kvbf16_cold) 1.08x (bf16 arithmetic) and
@@ -109,7 +110,8 @@ inline TaskPlan PlanTasks(const internal::QueryLayout& layout, size_t heads,
       plan.task_heads * std::min(plan.task_tokens, most_tokens);
   const size_t partial_bytes = 2 * task_rows * value_dim * sizeof(float);
   const size_t min_split_keys = hwy::RoundUpTo(
-      std::max(kMinSplitKeys, hwy::DivCeil(partial_bytes, key_bytes)),
+      std::max(kMinSplitKeys,
+               hwy::DivCeil(partial_bytes, std::max<size_t>(key_bytes, 1))),
       kKeyBlock);
   size_t splits = 1;
   if (plan.tasks < kMinTasks && k_tokens >= 2 * min_split_keys) {
