@@ -71,11 +71,10 @@ struct TaskPlan {
 // a few % more work) before splitting the keys, whose partials take memory
 // in proportion to the rows: a split reads at least as many bytes of keys
 // (key_bytes per key; head_dim 0 counts as a byte) as its partials take,
-// written and merged. MLA's 128
-// heads over one latent row per key moved more bytes of partials than of
-// cache in splits of one tile; two tiles made its decode
-// (1x128x8192x576_kv1_mla512_kvbf16_cold) 1.08x (bf16 arithmetic) and
-// 1.03x (float32) as fast at 1 thread on Zen 5, 1.15x and 1.03x at 2.
+// written and merged. MLA's 128 heads over one latent row per key moved
+// more bytes of partials than of cache in splits of one tile; two tiles made
+// its decode (1x128x8192x576_kv1_mla512_kvbf16_cold) 1.08x (bf16 arithmetic)
+// and 1.03x (float32) as fast at 1 thread on Zen 5, 1.15x and 1.03x at 2.
 inline TaskPlan PlanTasks(const internal::QueryLayout& layout, size_t heads,
                           size_t group, size_t k_tokens, size_t key_bytes,
                           size_t value_dim) {

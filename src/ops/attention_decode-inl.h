@@ -292,6 +292,7 @@ inline MatMulOptions Accumulate(bool first) {
 // found.
 template <typename T>
 struct FloatRows {
+  static constexpr const char* kName = "float32 rows";
   ConstMatrix queries;
   MatMulOptions score_options;  // alpha: the problem's scale.
 
@@ -387,6 +388,7 @@ struct FloatRows {
 // (int_dot-inl.h); P V as FloatRows.
 template <typename T>
 struct IntegerRows : FloatRows<T> {
+  static constexpr const char* kName = "int8 dot products";
   using Quantized = int_dot_detail::QuantizedQueries;
   static_assert(matmul_detail::kSkinnyRows <= Quantized::kMaxRows, "fit");
   Quantized quantized;
@@ -411,6 +413,7 @@ struct IntegerRows : FloatRows<T> {
 // none), each tile's weights likewise in the rows of S past the task's;
 // scanned for NaN codes as FloatRows' are.
 struct DirectE4M3Rows : FloatRows<internal::Fp8E4M3> {
+  static constexpr const char* kName = "E4M3 read as float32 bits";
   using Rows = internal::KVRows<internal::Fp8E4M3>;
   static_assert(2 * matmul_detail::kSkinnyRows <= kQueryBlock, "S holds both");
   ConstMatrix direct_queries;
@@ -467,6 +470,7 @@ bool RunsStartEven(const internal::KVRows<T>& v, size_t j0, size_t cols) {
 // a tile's values or weights.
 template <typename T>
 struct PairRows : FloatRows<T> {
+  static constexpr const char* kName = "bf16 pairs (vdpbf16ps)";
   static constexpr KVType kType = internal::FormatOf<T>::type::kType;
   static constexpr size_t kWeightStride = kKeyBlock / 2;
   static_assert(matmul_detail::kSkinnyRows <= internal::kMaxPairRows, "fit");
@@ -636,45 +640,48 @@ inline bool WalkFewRows(const Problem& pr, const QueryRows& t, size_t j_begin,
   return j_start < j_stop;
 }
 
-// The backend AttendFewRows picks for T, as LastAttentionPlan names it.
-template <typename T>
-const char* DecodeBackendName(const Problem& pr) {
+// Offers `take` the backends the call's arithmetic picks for T, first
+// choice first, FloatRows last, until it takes one (returns true).
+template <typename T, class Take>
+void OfferDecodeBackends(const Problem& pr, const Take& take) {
   if constexpr (int_dot_detail::kIntegerKeys<T>) {
-    if (pr.integer_scores) return "int8 dot products";
+    if (pr.integer_scores && take(IntegerRows<T>(pr.scale))) return;
   }
   if constexpr (internal::kTraitsOf<T>.bf16_exact && kPairTarget) {
-    if (pr.decode_pairs) return "bf16 pairs (vdpbf16ps)";
+    if (pr.decode_pairs && take(PairRows<T>(pr.scale))) return;
   }
   if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
-    if (pr.direct_e4m3) return "E4M3 read as float32 bits";
+    if (pr.direct_e4m3 && take(DirectE4M3Rows(pr.scale))) return;
   }
-  return "float32 rows";
+  take(FloatRows<T>(pr.scale));
 }
 
-// WalkFewRows by the backend the call's arithmetic picks for T, or by
-// FloatRows where it declines the task's queries.
+// The backend AttendFewRows tries first for T, as LastAttentionPlan names
+// it.
+template <typename T>
+const char* DecodeBackendName(const Problem& pr) {
+  const char* name = nullptr;
+  OfferDecodeBackends<T>(pr, [&](const auto& backend) {
+    name = backend.kName;
+    return true;
+  });
+  return name;
+}
+
+// WalkFewRows by the first backend that takes the task's queries.
 template <typename T>
 inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
                           ConstMatrix queries, size_t j_begin, size_t j_end,
                           float* acc, size_t acc_stride, const RowStates& st,
                           Workspace& ws) {
-  // The walk's result, or nullopt where the backend declines the queries.
-  const auto walk = [&](auto backend) -> std::optional<bool> {
-    if (!backend.Queries(queries, ws)) return std::nullopt;
-    return WalkFewRows<T>(pr, t, j_begin, j_end, acc, acc_stride, st, ws,
-                          backend);
-  };
-  std::optional<bool> started;
-  if constexpr (int_dot_detail::kIntegerKeys<T>) {
-    if (pr.integer_scores) started = walk(IntegerRows<T>(pr.scale));
-  }
-  if constexpr (internal::kTraitsOf<T>.bf16_exact && kPairTarget) {
-    if (!started && pr.decode_pairs) started = walk(PairRows<T>(pr.scale));
-  }
-  if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
-    if (!started && pr.direct_e4m3) started = walk(DirectE4M3Rows(pr.scale));
-  }
-  return started ? *started : *walk(FloatRows<T>(pr.scale));
+  bool started = false;
+  OfferDecodeBackends<T>(pr, [&](auto backend) {
+    if (!backend.Queries(queries, ws)) return false;
+    started =
+        WalkFewRows<T>(pr, t, j_begin, j_end, acc, acc_stride, st, ws, backend);
+    return true;
+  });
+  return started;
 }
 
 }  // namespace attention_detail
