@@ -164,6 +164,10 @@ static void TestRuntime(void) {
   CHECK_OK(simdattn_use_target(NULL));
   CHECK(strcmp(simdattn_active_target(), target) == 0);
 
+  CHECK_ERROR(simdattn_load_plans("/nonexistent/plans.txt"), INVALID,
+              "LoadPlans: cannot read plan file \"/nonexistent/plans.txt\"");
+  CHECK_OK(simdattn_load_plans(NULL));
+
   CHECK_OK(simdattn_get_max_threads(&original));
   CHECK(original >= 1);
   CHECK_OK(simdattn_set_max_threads(1));

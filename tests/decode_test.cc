@@ -3,6 +3,8 @@
 // sequence, on every SIMD target; grouped-query heads; cache errors.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -598,14 +600,18 @@ TEST(PolicyTable, RulesFollowTheCpuDescription) {
   std::vector<std::string> rules;
   const internal::Policy p4 = internal::PolicyFor(zen4, &rules);
   EXPECT_FALSE(p4.pace_rows_from_memory);
-  EXPECT_TRUE(p4.direct_e4m3 && p4.decode_pairs && p4.dot_product_pairs);
-  EXPECT_EQ(rules.size(), 4u);
+  EXPECT_TRUE(p4.direct_e4m3 && p4.bf16_decode_pairs && p4.fp8_decode_pairs &&
+              p4.dot_product_pairs);
+  EXPECT_EQ(rules.size(), 5u);
   const internal::Policy p5 = internal::PolicyFor(zen5);
-  EXPECT_TRUE(p5.pace_rows_from_memory && p5.direct_e4m3);
+  EXPECT_TRUE(p5.pace_rows_from_memory && p5.direct_e4m3 &&
+              p5.bf16_decode_pairs);
+  EXPECT_FALSE(p5.fp8_decode_pairs);
   rules.clear();
   const internal::Policy px = internal::PolicyFor(xeon, &rules);
   EXPECT_TRUE(px.pace_rows_from_memory);
-  EXPECT_FALSE(px.direct_e4m3 || px.decode_pairs || px.dot_product_pairs);
+  EXPECT_FALSE(px.direct_e4m3 || px.bf16_decode_pairs || px.fp8_decode_pairs ||
+               px.dot_product_pairs);
   EXPECT_TRUE(rules.empty());
   EXPECT_EQ(px.bf16_dot, internal::BFloat16DotPolicy::kAuto);
 
@@ -614,17 +620,96 @@ TEST(PolicyTable, RulesFollowTheCpuDescription) {
     const auto outer =
         test::ForcePolicy([](internal::Policy& p) { p.from_memory_bytes = 7; });
     {
-      const auto inner = test::ForcePolicy(
-          [](internal::Policy& p) { p.decode_pairs = !p.decode_pairs; });
+      const auto inner = test::ForcePolicy([](internal::Policy& p) {
+        p.bf16_decode_pairs = !p.bf16_decode_pairs;
+      });
       EXPECT_EQ(internal::ActivePolicy().from_memory_bytes, 7u);
-      EXPECT_NE(internal::ActivePolicy().decode_pairs, table.decode_pairs);
+      EXPECT_NE(internal::ActivePolicy().bf16_decode_pairs,
+                table.bf16_decode_pairs);
     }
-    EXPECT_EQ(internal::ActivePolicy().decode_pairs, table.decode_pairs);
+    EXPECT_EQ(internal::ActivePolicy().bf16_decode_pairs,
+              table.bf16_decode_pairs);
     EXPECT_EQ(internal::ActivePolicy().from_memory_bytes, 7u);
   }
   EXPECT_EQ(internal::ActivePolicy().from_memory_bytes,
             table.from_memory_bytes);
   EXPECT_FALSE(CpuSummary().empty());
+}
+
+// A plan file: its knobs replace the table's when it was made on this CPU
+// by this version; one from another CPU or version, or malformed, is
+// refused with a message naming both sides (or the line) and changes
+// nothing; an empty path goes back to the table.
+TEST(PlanFiles, LoadOnlyWhatThisMachineMade) {
+  const std::string path = testing::TempDir() + "simdattn_plans_test.txt";
+  const auto write = [&](const std::string& text) {
+    std::ofstream(path, std::ios::binary) << text;
+  };
+  const auto message = [&] {
+    try {
+      LoadPlans(path);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  const internal::Policy table = internal::ActivePolicy();
+  internal::PlanFile file;
+  file.cpu = CpuSummary();
+  file.version = Version();
+  file.knobs = {
+      {"matmul_task_tiles", "5", "measured"},
+      {"fp8_decode_pairs", table.fp8_decode_pairs ? "false" : "true", ""}};
+  const std::string text = file.Format();
+  const internal::PlanFile parsed = internal::PlanFile::Parse(text, "x");
+  EXPECT_EQ(parsed.Format(), text);
+
+  write(text);
+  ASSERT_EQ(message(), "loaded");
+  EXPECT_EQ(internal::ActivePolicy().matmul_task_tiles, 5u);
+  EXPECT_NE(internal::ActivePolicy().fp8_decode_pairs, table.fp8_decode_pairs);
+  EXPECT_EQ(internal::ActivePolicy().direct_e4m3, table.direct_e4m3);
+  const std::vector<std::string> rules = PolicyRules();
+  ASSERT_GE(rules.size(), 2u);
+  EXPECT_EQ(rules[rules.size() - 2],
+            "matmul_task_tiles = 5: tuned (" + path + "), measured");
+  EXPECT_EQ(internal::ActivePolicySource(), "the table and plan file " + path);
+
+  const auto refused = [&](const std::string& bad, const std::string& want) {
+    write(bad);
+    const std::string m = message();
+    EXPECT_NE(m.find(want), std::string::npos) << m;
+    EXPECT_EQ(internal::ActivePolicy().matmul_task_tiles, 5u) << m;
+  };
+  internal::PlanFile other = file;
+  other.cpu = "Intel family 0x6 model 0x8f, AMX-BF16, 1 cores";
+  refused(other.Format(), "tuned on \"" + other.cpu + "\" by simdattn " +
+                              file.version + "; this is \"" + file.cpu +
+                              "\", simdattn " + file.version);
+  other = file;
+  other.version = "0.0.1";
+  refused(other.Format(), "by simdattn 0.0.1; this is");
+  refused("simdattn " + file.version + "\ncpu " + file.cpu +
+              "\nmatmul_task_tiles 0\n",
+          ":3: SetKnob: matmul_task_tiles takes a whole number in [1, 64]");
+  refused(
+      "simdattn " + file.version + "\ncpu " + file.cpu + "\nrow_pacing true\n",
+      ":3: SetKnob: no knob \"row_pacing\"");
+  refused("matmul_task_tiles 4\n", ":1: the simdattn and cpu lines come");
+  refused("# nothing\n", "not a plan file");
+  std::remove(path.c_str());
+  EXPECT_NE(message().find("cannot read plan file \"" + path),
+            std::string::npos);
+
+  LoadPlans("");
+  EXPECT_EQ(internal::ActivePolicy().matmul_task_tiles,
+            table.matmul_task_tiles);
+  EXPECT_EQ(internal::ActivePolicySource(), "the table");
+  EXPECT_EQ(PolicyRules().size(), [] {
+    std::vector<std::string> r;
+    internal::PolicyFor(internal::ThisCpu(), &r);
+    return r.size();
+  }());
 }
 
 }  // namespace

@@ -471,7 +471,7 @@ TEST_P(KVCacheTest, DirectE4M3KeepsTheFloat16RoutesBits) {
           const auto attend = [&](bool direct) {
             const auto forced = test::ForcePolicy([&](internal::Policy& p) {
               p.direct_e4m3 = direct;
-              p.decode_pairs = false;
+              p.bf16_decode_pairs = p.fp8_decode_pairs = false;
             });
             std::vector<float> out(q.size());
             ScaledDotProductAttention(
@@ -525,8 +525,9 @@ TEST_P(KVCacheTest, DecodePairsUnderBFloat16MatchTheFloat32Route) {
           const std::vector<float> q = RandomVector(heads * dim, 23, -3, 3);
           {
             const auto attend = [&](bool pairs) {
-              const auto forced = test::ForcePolicy(
-                  [&](internal::Policy& p) { p.decode_pairs = pairs; });
+              const auto forced = test::ForcePolicy([&](internal::Policy& p) {
+                p.bf16_decode_pairs = p.fp8_decode_pairs = pairs;
+              });
               std::vector<float> out(q.size());
               AttentionOptions options;
               options.compute = ComputeType::kBFloat16;
@@ -1094,8 +1095,9 @@ TEST_P(KVCacheTest, NonFiniteAtAMaskedKeyChangesNoOtherRow) {
           options.compute = ComputeType::kBFloat16;
           options.mask.causal = true;
           options.mask.window = window;
-          const auto forced = test::ForcePolicy(
-              [&](internal::Policy& p) { p.decode_pairs = pairs; });
+          const auto forced = test::ForcePolicy([&](internal::Policy& p) {
+            p.bf16_decode_pairs = p.fp8_decode_pairs = pairs;
+          });
           ScaledDotProductAttention(
               ConstTensor4::Dense(q.data(), 1, kHeads, q_tokens, kDim),
               cache.View(),

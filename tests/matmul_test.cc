@@ -1,4 +1,5 @@
 // MatMul and BatchedMatMul on every target against a float64 reference.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "src/ops/amx_tiles.h"
 #include "src/ops/gemm_driver.h"
 #include "src/ops/matmul_bf16.h"
+#include "src/ops/matmul_plan.h"
 #include "tbb/task_arena.h"
 #include "tests/test_util.h"
 #include "tools/reference/reference.h"
@@ -661,6 +663,90 @@ TEST_P(MatMulTest, BitIdenticalForAnyThreadCount) {
            Matrix(c.data(), m, n));
     return c;
   });
+}
+
+// The plan's task knobs (policy.h: tiles per task, row blocks per panel
+// group) change the grid only: the same bits in float32 and bf16, on one
+// thread and two.
+TEST_P(MatMulTest, TaskKnobsKeepTheBits) {
+  const size_t m = test::Emulated() ? 70 : 200, k = 300, n = 333;
+  const std::vector<float> a = test::RandomVector(m * k, 1);
+  const std::vector<float> b = test::RandomVector(k * n, 2);
+  for (const ComputeType compute :
+       {ComputeType::kFloat32, ComputeType::kBFloat16}) {
+    const auto product = [&](int threads) {
+      std::vector<float> c(m * n);
+      MatMulOptions options;
+      options.compute = compute;
+      tbb::task_arena(threads).execute([&] {
+        MatMul(ConstMatrix(a.data(), m, k), ConstMatrix(b.data(), k, n),
+               Matrix(c.data(), m, n), options);
+      });
+      return c;
+    };
+    const std::vector<float> table = product(1);
+    for (const size_t tiles : {1, 3, 64}) {
+      for (const size_t group : {0, 1, 3}) {
+        const auto forced = test::ForcePolicy([&](internal::Policy& p) {
+          p.matmul_task_tiles = tiles;
+          p.matmul_panel_group = group;
+        });
+        for (const int threads : {1, 2}) {
+          const std::vector<float> c = product(threads);
+          ASSERT_EQ(std::memcmp(c.data(), table.data(), c.size() * 4), 0)
+              << tiles << " tiles, group " << group << ", " << threads
+              << " threads, compute " << static_cast<int>(compute);
+        }
+      }
+    }
+  }
+}
+
+// The float32 plan's paths by shape, and its grid under the task knobs.
+TEST(MatMulPlan, PathsAndGrid) {
+  using internal::MatMulPath;
+  using internal::PlanMatMul;
+  const internal::MatMulTile avx512{6, 64, 3}, avx2{6, 16, 2};
+  internal::Policy policy;
+  // B^T with 2-16 rows: dot tiles; one chunk below kMatMulParallelWork.
+  EXPECT_EQ(PlanMatMul(8, 1000, 64, true, avx512, 2, policy).path,
+            MatMulPath::kDotColumns);
+  EXPECT_EQ(PlanMatMul(8, 1000, 64, true, avx512, 2, policy).grain, 1000u);
+  const internal::MatMulPlan wide =
+      PlanMatMul(16, 32000, 4096, true, avx512, 2, policy);
+  EXPECT_EQ(wide.grain % 3, 0u);
+  EXPECT_LT(wide.grain, 32000u);
+  // One row, or few rows of B, or little work: skinny columns.
+  EXPECT_EQ(PlanMatMul(1, 1000, 64, true, avx512, 2, policy).path,
+            MatMulPath::kSkinnyColumns);
+  EXPECT_EQ(PlanMatMul(4, 1000, 64, false, avx512, 2, policy).path,
+            MatMulPath::kSkinnyColumns);
+  EXPECT_EQ(PlanMatMul(6, 3, 2, false, avx512, 2, policy).path,
+            MatMulPath::kSkinnyColumns);
+  // Many rows: tiles, wide panels alone, narrow ones by twos.
+  internal::MatMulPlan tiled =
+      PlanMatMul(1024, 768, 768, false, avx512, 1, policy);
+  EXPECT_EQ(tiled.path, MatMulPath::kTiled);
+  EXPECT_EQ(tiled.grid.row_block, 96u);
+  EXPECT_EQ(tiled.grid.group, 1u);
+  EXPECT_EQ(PlanMatMul(1024, 768, 768, false, avx2, 1, policy).grid.group, 2u);
+  policy.matmul_task_tiles = 4;
+  policy.matmul_panel_group = 3;
+  tiled = PlanMatMul(1024, 768, 768, false, avx512, 1, policy);
+  EXPECT_EQ(tiled.grid.row_block, 24u);
+  EXPECT_EQ(tiled.grid.group, 3u);
+  // Every task within C, every element of C in one task.
+  std::vector<int> covered(1024 * 768);
+  for (size_t t = 0; t < tiled.grid.Tasks(); ++t) {
+    const internal::GemmTask task = tiled.grid.At(t);
+    for (size_t r = task.m0; r < task.m_end; ++r) {
+      for (size_t c = task.n0; c < task.n0 + task.cols; ++c) {
+        ++covered[r * 768 + c];
+      }
+    }
+  }
+  EXPECT_EQ(std::count(covered.begin(), covered.end(), 1),
+            static_cast<long>(covered.size()));
 }
 
 // The driver's row blocks: whole tiles, at most max_tiles, a critical path

@@ -33,6 +33,7 @@
 #include "tools/measure/target_scope.h"
 #include "tools/measure/timing.h"
 #include "tools/measure/workloads.h"
+#include "tools/progress.h"
 
 namespace simdattn {
 namespace tools {
@@ -163,30 +164,6 @@ std::vector<int> SelectThreads(const BenchOptions& options) {
   }
   return unique;
 }
-
-// --- Progress ----------------------------------------------------------------
-
-// One self-overwriting line on stderr, only on a terminal: pipes and CI
-// logs get no carriage-return noise.
-class Progress {
- public:
-  explicit Progress(size_t total)
-      : total_(total), enabled_(isatty(STDERR_FILENO) != 0) {}
-  ~Progress() { Clear(); }
-  void Step(const std::string& what) {
-    ++done_;
-    if (!enabled_) return;
-    std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", done_, total_, what.c_str());
-    std::fflush(stderr);
-  }
-  void Clear() {
-    if (enabled_) std::fprintf(stderr, "\r\033[K"), std::fflush(stderr);
-  }
-
- private:
-  size_t total_, done_ = 0;
-  bool enabled_;
-};
 
 // --- Records -----------------------------------------------------------------
 

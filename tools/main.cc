@@ -15,6 +15,7 @@
 #include "tools/commands.h"
 #include "tools/io/module_spec.h"
 #include "tools/join.h"
+#include "tools/tune.h"
 
 namespace {
 
@@ -139,6 +140,8 @@ int main(int argc, char** argv) {
   simdattn::tools::BenchOptions bench;
   int exit_code = 0;
   simdattn::tools::AddBenchCommand(app, bench, &exit_code);
+  simdattn::tools::TuneOptions tune;
+  simdattn::tools::AddTuneCommand(app, tune, &exit_code);
 
   // Usage errors, bad files and bad shapes: one line on stderr, exit code 2
   // (not CLI11's own codes, which differ by kind of usage error).

@@ -97,6 +97,14 @@ SIMDATTN_API const char* simdattn_active_target(void);
  * thread-safe, call it while no kernel runs. */
 SIMDATTN_API simdattn_status simdattn_use_target(const char* name);
 
+/* Loads a plan file written by `simdattn tune` on this machine (knobs that
+ * change speed, never results), or goes back to the policy table for NULL
+ * or "" (simdattn::LoadPlans). SIMDATTN_STATUS_INVALID_ARGUMENT for an
+ * unreadable or malformed file, or one made on another CPU or library version
+ * (the message names both); the policy is unchanged then. Not thread-safe:
+ * call it while no kernel runs. */
+SIMDATTN_API simdattn_status simdattn_load_plans(const char* path);
+
 /* Bounds the number of threads simdattn's kernels use, process-wide, from
  * now on: the library holds a tbb::global_control(max_allowed_parallelism,
  * max_threads). max_threads = 0 removes the library's bound again.

@@ -27,9 +27,21 @@ SIMDATTN_API void UseTarget(const std::string& name);
 // The CPU as the kernels' choices see it, one line: vendor, family and
 // model, the features they choose by, the last-level cache, the cores.
 SIMDATTN_API std::string CpuSummary();
-// The policy table's rules that apply on this CPU (src/ops/policy.cc), one
-// line each: the choice and why. None of them changes a result.
+// The policy's rules in force on this CPU, one line each: the choice and
+// why. The table's (src/ops/policy.cc), then a loaded plan file's. None of
+// them changes a result.
 SIMDATTN_API std::vector<std::string> PolicyRules();
+
+// Loads a plan file written by `simdattn tune` on this machine: its knobs
+// replace the policy table's (what is not in it stays the table's); an
+// empty path goes back to the table. The environment's SIMDATTN_PLANS is
+// loaded the same way at the first call that consults the policy (one that
+// fails is reported on stderr and the table kept). A plan changes speed,
+// never results. Throws std::invalid_argument for an unreadable or
+// malformed file (naming the line), or one made on another CPU or by
+// another version of the library (naming both); the policy is as it was
+// then. Not thread-safe: call it while no kernel runs.
+SIMDATTN_API void LoadPlans(const std::string& path);
 
 // How the calling thread's last attention call ran (ScaledDotProductAttention,
 // VarlenAttention, a VarlenPlan's, a module's), one line per decision: the

@@ -28,6 +28,7 @@ __all__ = [
     "scaled_dot_product_attention", "KVCache", "attention", "KVPages",
     "allocate_kv_pages", "write_kv_slots", "varlen_attention", "VarlenPlan",
     "PackedMatrix", "matmul", "apply_rope", "last_attention_plan",
+    "load_plans",
 ]
 
 __version__ = _C.version()
@@ -57,6 +58,15 @@ def last_attention_plan():
     products that served them (targets.h's LastAttentionPlan); [] before
     the first."""
     return list(_C.last_attention_plan())
+
+
+def load_plans(path):
+    """Loads a plan file written by ``simdattn tune`` on this machine (knobs
+    that change speed, never results; the policy table keeps the rest), or
+    goes back to the table for ``""``. ValueError for a file made on another
+    CPU or library version (naming both) or a malformed one; the policy is
+    as it was then. Call it while no kernel runs."""
+    _C.load_plans(str(path))
 
 
 def set_num_threads(n):

@@ -274,6 +274,7 @@ PYBIND11_MODULE(_simdattn, m) {
   m.def("cpu_summary", &simdattn::CpuSummary);
   m.def("policy_rules", &simdattn::PolicyRules);
   m.def("last_attention_plan", &simdattn::LastAttentionPlan);
+  m.def("load_plans", &simdattn::LoadPlans);
   m.def("bf16_dot_kernel",
         [] { return std::string(simdattn::BFloat16DotKernel()); });
   m.def("cache_types", &TypeNames);

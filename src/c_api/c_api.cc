@@ -530,6 +530,12 @@ simdattn_status simdattn_use_target(const char* name) {
   });
 }
 
+simdattn_status simdattn_load_plans(const char* path) {
+  return CallGuarded("simdattn_load_plans", [&] {
+    simdattn::LoadPlans(path == nullptr ? std::string() : std::string(path));
+  });
+}
+
 simdattn_status simdattn_set_max_threads(size_t max_threads) {
   return CallGuarded("simdattn_set_max_threads", [&] {
     simdattn::ThreadLimit& limit = simdattn::GetThreadLimit();
@@ -964,15 +970,15 @@ simdattn_status simdattn_varlen_attention(
 }
 
 simdattn_status simdattn_varlen_plan_create(const simdattn_varlen_step* step,
-                                           const simdattn_kv_pages* shape,
-                                           size_t max_window,
-                                           simdattn_varlen_plan** plan) {
+                                            const simdattn_kv_pages* shape,
+                                            size_t max_window,
+                                            simdattn_varlen_plan** plan) {
   constexpr const char* kFn = "simdattn_varlen_plan_create";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(plan, kFn, "plan");
-    *plan = new simdattn_varlen_plan{simdattn::VarlenPlan(
-        simdattn::ToStep(step, kFn), simdattn::ToPages(shape, kFn),
-        max_window)};
+    *plan = new simdattn_varlen_plan{
+        simdattn::VarlenPlan(simdattn::ToStep(step, kFn),
+                             simdattn::ToPages(shape, kFn), max_window)};
   });
 }
 
@@ -985,10 +991,9 @@ simdattn_status simdattn_varlen_plan_attention(
   constexpr const char* kFn = "simdattn_varlen_plan_attention";
   return CallGuarded(kFn, [&] {
     simdattn::RequireNonNull(plan, kFn, "plan");
-    plan->plan.Attention(simdattn::View4<const float>(q),
-                         simdattn::ToPages(pages, kFn),
-                         simdattn::View4<float>(out),
-                         simdattn::ToOptions(options, kFn));
+    plan->plan.Attention(
+        simdattn::View4<const float>(q), simdattn::ToPages(pages, kFn),
+        simdattn::View4<float>(out), simdattn::ToOptions(options, kFn));
   });
 }
 
@@ -1003,8 +1008,7 @@ simdattn_status simdattn_varlen_plan_write_kv_slots(
     if (rope != nullptr) r = simdattn::ToRope(*rope, kFn, "rope");
     plan->plan.WriteKVSlots(simdattn::View4<const float>(keys),
                             simdattn::View4<const float>(values),
-                            simdattn::ToPages(pages, kFn),
-                            r ? &*r : nullptr);
+                            simdattn::ToPages(pages, kFn), r ? &*r : nullptr);
   });
 }
 

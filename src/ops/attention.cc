@@ -65,14 +65,17 @@ bool DirectE4M3(const KVSource& kv) {
   return kv.type == KVType::kFp8E4M3 && internal::ActivePolicy().direct_e4m3;
 }
 
-// Whether decode's fp8 and bf16 products under kBFloat16 take bf16 pairs:
-// where the policy says so, the dispatch picks AVX-512 and the CPU has
-// AVX512_BF16 and VBMI. Under float32 arithmetic the queries and weights
-// would need 3 bf16 parts each, which ran slower than the float32 route.
+// Whether decode's bf16 or fp8 products under kBFloat16 take bf16 pairs:
+// where the policy says so for the type, the dispatch picks AVX-512 and the
+// CPU has AVX512_BF16 and VBMI. Under float32 arithmetic the queries and
+// weights would need 3 bf16 parts each, which ran slower than the float32
+// route.
 bool DecodePairs(const KVSource& kv, bool bf16) {
   return bf16 && ElementTraitsOf(kv.type).bf16_exact &&
          internal::IsAvx512Target(internal::ActiveTargetBit()) &&
-         internal::DecodePairsUsable() && internal::ActivePolicy().decode_pairs;
+         internal::DecodePairsUsable() &&
+         (kv.type == KVType::kBF16 ? internal::ActivePolicy().bf16_decode_pairs
+                                   : internal::ActivePolicy().fp8_decode_pairs);
 }
 
 // Float keys or values (tensor memory, `heads` per batch item of `tokens`

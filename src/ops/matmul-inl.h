@@ -2,13 +2,13 @@
 // Included once per SIMD target by matmul.cc (and by other kernels that call
 // it from the same target without another dispatch).
 //
-// Design (Goto/BLIS): the output is cut into tasks of up to kRowBlock rows
-// (fewer where the threads need tasks) x one panel of NR = kVectors * Lanes
-// columns. op(B) is packed into contiguous, zero-padded KC x NR panels (so
-// the transpose costs nothing in the inner loop): once per call by all
-// threads when several row blocks share them, else by the task itself. A
-// task then runs an MR x NR register-tiled micro-kernel over each MR rows of
-// A, which it reads in place.
+// Design (Goto/BLIS): the plan (matmul_plan.h) cuts the output into tasks of
+// up to the policy's matmul_task_tiles register tiles of rows (fewer where
+// the threads need tasks) x one panel of NR = kVectors * Lanes columns. op(B)
+// is packed into contiguous, zero-padded KC x NR panels (so the transpose costs
+// nothing in the inner loop): once per call by all threads when several row
+// blocks share them, else by the task itself. A task then runs an MR x NR
+// register-tiled micro-kernel over each MR rows of A, which it reads in place.
 // K is blocked by KC but never split across threads: each output is reduced in
 // a fixed order, so results do not depend on the thread count.
 
@@ -35,6 +35,8 @@
 #include "src/ops/codecs-inl.h"
 #include "src/ops/gemm_driver.h"
 #include "src/ops/lanes-inl.h"
+#include "src/ops/matmul_plan.h"
+#include "src/ops/policy.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace simdattn {
@@ -56,29 +58,17 @@ constexpr size_t kVectors = 4;
 constexpr size_t kRows = 6;
 constexpr size_t kVectors = 2;
 #endif
-// Rows of A per task at most: enough micro-kernel calls to amortise packing
-// the B panel (1/kRowBlock of the FLOPs); fewer where the threads need tasks
-// (internal::BalancedRowBlock).
-constexpr size_t kRowBlock = 16 * kRows;
 // K per packed panel: KC x NR floats stay in L2 (64 KiB for AVX-512).
 constexpr size_t kDepthBlock = 256;
-// Below this many multiply-adds, or with at most kSkinnyRows rows, packing
-// and task spawning cost more than they save.
-constexpr size_t kSmallWork = size_t{1} << 15;
-constexpr size_t kSkinnyRows = 4;
-// With op(B) = B^T, 2 to 16 rows of A go by dot-product tiles (DotColumns);
-// one row streams B one dot at a time: with a single row there is no reuse
-// of B for a tile to exploit.
-constexpr size_t kDotMinRows = 2;
+// The plan's thresholds (matmul_plan.h), which decode's kernels share.
+constexpr size_t kSkinnyRows = internal::kMatMulSkinnyRows;
+constexpr size_t kDotMinRows = internal::kMatMulDotMinRows;
 // Rows of B^T of 16- or 32-bit elements this long or shorter go one after
 // the other in DirectColumns' groups of four (a KV cache's keys up to head
 // dim 512 in bf16, 256 in float32; weight rows of 512 bf16).
 constexpr size_t kRowByRowBytes = 1024;
-constexpr size_t kDotMaxRows = 16;
 // 16-bit rows of B^T this long or longer are prefetched by the skinny path.
 constexpr size_t kPrefetchMinDepth = 256;
-// Skinny products are split over threads only above this many multiply-adds.
-constexpr size_t kParallelSkinnyWork = size_t{1} << 20;
 
 // How to combine a tile's accumulators with C.
 struct Epilogue {
@@ -402,26 +392,16 @@ class PackedB {
   internal::ScratchBuffer scratch_;
 };
 
-// The tiled path: tasks of kRowBlock rows x one NR panel; K > 0.
+// The tiled path over the plan's grid (panels of kVectors * Lanes columns);
+// K > 0.
 template <typename TB>
 inline void TiledMatMul(ConstMatrix a, MatrixView<const TB> b, Matrix c,
-                        const MatMulOptions& opt) {
+                        const MatMulOptions& opt,
+                        const internal::GemmGrid& grid) {
   const hn::ScalableTag<float> d;
-  const size_t nr = kVectors * hn::Lanes(d);
-  const size_t M = c.rows, N = c.cols, K = a.cols;
-  const size_t panels = hwy::DivCeil(N, nr);
-  const size_t row_block =
-      internal::BalancedRowBlock(M, panels, kRows, kRows * nr * K,
-                                 kRowBlock / kRows, internal::ArenaThreads());
+  const size_t nr = grid.panel, K = a.cols;
   const bool transposed = opt.transpose_b == Transpose::kYes;
   const size_t kc_max = std::min(K, kDepthBlock);
-  // Tasks go by groups of `group` row blocks, panel by panel (GemmGrid). A
-  // panel reads its rows of A where they lie (from L3 at projection sizes):
-  // without groups, all of A once per panel. Narrow panels (nr < 64:
-  // 16-register targets, NEON) would read A 4x as often as wide ones, so two
-  // row blocks share each panel and their A stays in L2; wide panels gain
-  // nothing from it (bench/RESULTS.md).
-  const internal::GemmGrid grid{M, N, row_block, nr, nr >= 64 ? 1u : 2u};
   // With one row block, each panel is packed once anyway.
   std::optional<PackedB> packed_b;
   if (grid.RowBlocks() > 1) packed_b.emplace(b, transposed, nr);
@@ -1347,25 +1327,24 @@ inline void MatMulOf(ConstMatrix a, MatrixView<const TB> b, Matrix c,
     }
     return;
   }
-  const size_t work = M * N * K;
-  if (opt.transpose_b == Transpose::kYes && M >= kDotMinRows &&
-      M <= kDotMaxRows) {
-    const size_t grain = hwy::RoundUpTo(
-        std::max<size_t>(64, kParallelSkinnyWork / (M * K + 1)), kDotCols);
-    internal::ParallelFor(0, N, work > kParallelSkinnyWork ? grain : N,
-                          [&](size_t first, size_t last) {
-                            DotColumns(a, b, c, opt, first, last);
-                          });
-  } else if (M > kSkinnyRows && work > kSmallWork) {
-    TiledMatMul(a, b, c, opt);
-  } else if (work > kParallelSkinnyWork) {
-    const size_t grain =
-        std::max<size_t>(64, kParallelSkinnyWork / (M * K + 1));
-    internal::ParallelFor(0, N, grain, [&](size_t first, size_t last) {
-      SkinnyColumns(a, b, c, opt, first, last);
+  const hn::ScalableTag<float> d;
+  const internal::MatMulPlan plan =
+      internal::PlanMatMul(M, N, K, opt.transpose_b == Transpose::kYes,
+                           {kRows, kVectors * hn::Lanes(d), kDotCols},
+                           internal::ArenaThreads(), internal::ActivePolicy());
+  const auto columns = [&](auto path) {
+    if (plan.grain >= N) return path(a, b, c, opt, 0, N);
+    internal::ParallelFor(0, N, plan.grain, [&](size_t first, size_t last) {
+      path(a, b, c, opt, first, last);
     });
-  } else {
-    SkinnyColumns(a, b, c, opt, 0, N);
+  };
+  switch (plan.path) {
+    case internal::MatMulPath::kDotColumns:
+      return columns([](auto... args) { DotColumns(args...); });
+    case internal::MatMulPath::kTiled:
+      return TiledMatMul(a, b, c, opt, plan.grid);
+    case internal::MatMulPath::kSkinnyColumns:
+      return columns([](auto... args) { SkinnyColumns(args...); });
   }
 }
 

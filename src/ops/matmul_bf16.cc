@@ -37,6 +37,7 @@
 #include "src/ops/gemm_driver.h"
 #include "src/ops/kv_store.h"
 #include "src/ops/packed_matrix.h"
+#include "src/ops/policy.h"
 #include "src/ops/target_family.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -128,7 +129,6 @@ struct Epilogue {
 // vdpbf16ps kernel. Register tile: up to kRows x 4 vectors of 16 columns
 // (24 accumulators, 4 loads of B and a broadcast of A in 32 registers).
 constexpr size_t kRows = 6;
-constexpr size_t kRowBlock = 16 * kRows;
 
 // C[0..R, 0..cols) = epilogue(A B) for R rows of A's pairs and V vectors of
 // B's columns (pair q of column n at b + q * b_stride + n).
@@ -165,7 +165,8 @@ void RowsOfTile(size_t rows, Args... args) {
       rows, [&](auto r) { MicroKernel<decltype(r)::value, V>(args...); });
 }
 
-// Tasks of up to kRowBlock rows (BalancedRowBlock) x one panel. K is not
+// Tasks of up to the policy's matmul_task_tiles tiles of rows
+// (BalancedRowBlock) x one panel. K is not
 // blocked: a panel holds K / 2 x 64 pairs (96 KiB at K = 768), which L2
 // serves at the kernel's pace (blocking K for L1 measured slower:
 // bench/RESULTS.md).
@@ -174,7 +175,7 @@ void DotProducts(const Operands& packed, Matrix c, const MatMulOptions& opt) {
   const auto grid = GemmGrid::PanelMajor(
       c.rows, c.cols,
       BalancedRowBlock(c.rows, panels, kRows, kRows * kPanel * 2 * packed.pairs,
-                       kRowBlock / kRows, ArenaThreads()),
+                       ActivePolicy().matmul_task_tiles, ArenaThreads()),
       kPanel);
   ForEachGemmTask(grid, [&](const GemmTask& task) {
     const Epilogue epilogue{opt,

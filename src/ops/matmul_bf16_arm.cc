@@ -18,6 +18,7 @@
 #include "src/common/cpu.h"
 #include "src/ops/bf16_pairs.h"
 #include "src/ops/gemm_driver.h"
+#include "src/ops/policy.h"
 
 namespace simdattn {
 namespace internal {
@@ -28,7 +29,6 @@ namespace {
 // Operands as bf16_pairs.h's pairs, B in panels of kPanel columns.
 constexpr size_t kPanel = kBfdotPanel;  // Four vectors of four columns.
 constexpr size_t kRows = 4;             // 16 accumulators, 4 of B, 1 of A.
-constexpr size_t kRowBlock = 16 * kRows;
 
 // A row of K floats as k2 = ceil(K / 2) pairs (BFCVTN rounds to nearest
 // even).
@@ -99,7 +99,7 @@ void BfdotTasks(const PairRows& a, const uint32_t* b_pairs, size_t k2, Matrix c,
   const Operands packed{a.data(), a.stride(), b_pairs, k2, k2};
   const size_t row_block = BalancedRowBlock(
       c.rows, hwy::DivCeil(c.cols, kPanel), kRows, kRows * kPanel * 2 * k2,
-      kRowBlock / kRows, ArenaThreads());
+      ActivePolicy().matmul_task_tiles, ArenaThreads());
   ForEachGemmTask(
       GemmGrid::PanelMajor(c.rows, c.cols, row_block, kPanel),
       [&](const GemmTask& task) {

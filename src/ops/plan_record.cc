@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "src/ops/policy.h"
+
 namespace simdattn {
 namespace internal {
 
@@ -32,6 +34,7 @@ std::vector<std::string> AttentionPlanRecord::Lines() const {
     lines.push_back(std::string(decode ? "larger tasks" : "tasks") +
                     ": tiles of K and V packed, " + tile_products);
   }
+  lines.push_back("policy: " + ActivePolicySource());
   return lines;
 }
 

@@ -30,22 +30,69 @@ struct Policy {
   size_t from_memory_bytes = 0;
   // Decode reads E4M3 rows straight as float32 bits (denormal operands).
   bool direct_e4m3 = false;
-  // Decode's fp8 and bf16 products under kBFloat16 on bf16 pairs
+  // Decode's bf16 and fp8 products under kBFloat16 on bf16 pairs
   // (decode_pairs.h), where the CPU has AVX512_BF16 and VBMI.
-  bool decode_pairs = false;
+  bool bf16_decode_pairs = false;
+  bool fp8_decode_pairs = false;
   // kBFloat16's kernel: AMX where the OS grants the tiles; else vdpbf16ps
   // where dot_product_pairs, else float32 panels.
   BFloat16DotPolicy bf16_dot = BFloat16DotPolicy::kAuto;
   bool dot_product_pairs = false;
+  // The tiled MatMuls' tasks (matmul_plan.h): at most matmul_task_tiles
+  // register tiles of rows each (1-64), and matmul_panel_group row blocks
+  // per group walking the panels (0: the float32 kernel's rule by panel
+  // width, matmul_plan.cc). Any grid sums each output over the whole of K in
+  // one order: the same bits.
+  size_t matmul_task_tiles = 16;
+  size_t matmul_panel_group = 0;
 };
+
+// The knobs a plan file may set (all but bf16_dot, which tests force): by
+// name, a value as text, and the value parsed into a policy. SetKnob throws
+// std::invalid_argument naming the knob for an unknown name or a bad value.
+std::vector<std::string> KnobNames();
+std::string KnobValue(const Policy& policy, const std::string& name);
+void SetKnob(const std::string& name, const std::string& value, Policy* policy);
+
+// A plan file, as `simdattn tune` writes it: the CPU it measured
+// (CpuDescription::Summary), the library's version, and the knobs it set,
+// each with the measurement that chose it.
+struct PlanFile {
+  struct Knob {
+    std::string name, value, evidence;
+  };
+  std::string cpu, version;
+  std::vector<Knob> knobs;
+
+  std::string Format() const;
+  // Throws std::invalid_argument naming `source` and the line for text that
+  // is not a plan file.
+  static PlanFile Parse(const std::string& text, const std::string& source);
+};
+
+// Loads the plan file at `path` for this process: ActivePolicy becomes the
+// table's policy with the file's knobs set. Empty: back to the table.
+// Throws std::invalid_argument naming both sides for a file made on another
+// CPU or by another version, and the line for a malformed one; nothing
+// changes then. Not thread-safe: call it while no kernel runs.
+void LoadPlanFile(const std::string& path);
+
+// The table's rules on this CPU, then the loaded file's knobs, one line
+// each: the knob, its value and why.
+std::vector<std::string> ActiveRules();
+// Where ActivePolicy's knobs come from, in words: the table, a plan file
+// (its path) or an override.
+std::string ActivePolicySource();
 
 // The table's policy for `cpu`; `rules`, when given, receives one line per
 // rule that applied: the knob, its value and why.
 Policy PolicyFor(const CpuDescription& cpu,
                  std::vector<std::string>* rules = nullptr);
 
-// The policy in force: PolicyFor(ThisCpu()), or the innermost live
-// PolicyOverride's.
+// The policy in force: the innermost live PolicyOverride's, else the loaded
+// plan file's (LoadPlanFile; at the first call, the file SIMDATTN_PLANS
+// names, where set: one that does not load is reported on stderr and the
+// table kept), else PolicyFor(ThisCpu()).
 const Policy& ActivePolicy();
 
 // Replaces the policy process-wide while it lives (not per thread: for

@@ -53,11 +53,9 @@ std::vector<std::string> LastAttentionPlan() {
   return internal::ThisThreadPlan().Lines();
 }
 
-std::vector<std::string> PolicyRules() {
-  std::vector<std::string> rules;
-  internal::PolicyFor(internal::ThisCpu(), &rules);
-  return rules;
-}
+std::vector<std::string> PolicyRules() { return internal::ActiveRules(); }
+
+void LoadPlans(const std::string& path) { internal::LoadPlanFile(path); }
 
 std::string ActiveTarget() {
   return hwy::TargetName(internal::ActiveTargetBit());

@@ -43,6 +43,38 @@ def test_info_and_threads():
     plan = simdattn.last_attention_plan()
     assert plan[0].startswith("target " + info["active_target"] + ", f32")
     assert any("2 tasks of 1 query head" in line for line in plan), plan
+    assert plan[-1] == "policy: the table"
+
+
+def test_plan_files(tmp_path):
+    """A plan file from this machine loads, its knobs listed among the
+    rules, and changes no bit; one from another CPU is a ValueError naming
+    both, and leaves the loaded one."""
+    info = simdattn.info()
+    q, k, v = rand(1, 4, 70, 16, seed=1), rand(1, 4, 70, 16, seed=2), \
+        rand(1, 4, 70, 16, seed=3)
+    table = simdattn.scaled_dot_product_attention(q, k, v, causal=True)
+    good = tmp_path / "plans.txt"
+    good.write_text("simdattn %s\ncpu %s\nmatmul_task_tiles 2  # test\n" %
+                    (info["version"], info["cpu"]))
+    simdattn.load_plans(good)
+    try:
+        assert simdattn.info()["policy_rules"][-1].startswith(
+            "matmul_task_tiles = 2: tuned (%s), test" % good)
+        tuned = simdattn.scaled_dot_product_attention(q, k, v, causal=True)
+        assert torch.equal(tuned, table)
+        assert simdattn.last_attention_plan()[-1] == \
+            "policy: the table and plan file %s" % good
+        other = tmp_path / "other.txt"
+        other.write_text("simdattn %s\ncpu Some other CPU\n" %
+                         info["version"])
+        with pytest.raises(ValueError, match="tuned on \"Some other CPU\""):
+            simdattn.load_plans(other)
+        assert simdattn.info()["policy_rules"][-1].startswith(
+            "matmul_task_tiles = 2")
+    finally:
+        simdattn.load_plans("")
+    assert simdattn.info()["policy_rules"] == info["policy_rules"]
 
 
 @pytest.mark.parametrize("kind", ["torch", "numpy"])
