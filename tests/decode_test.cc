@@ -607,6 +607,9 @@ TEST(PolicyTable, RulesFollowTheCpuDescription) {
   EXPECT_TRUE(p5.pace_rows_from_memory && p5.direct_e4m3 &&
               p5.bf16_decode_pairs);
   EXPECT_FALSE(p5.fp8_decode_pairs);
+  EXPECT_EQ(p5.cached_decode_pair_rows, 1u);
+  EXPECT_EQ(p4.cached_decode_pair_rows, 4u);
+  EXPECT_EQ(p5.decode_pair_rows, 4u);
   rules.clear();
   const internal::Policy px = internal::PolicyFor(xeon, &rules);
   EXPECT_TRUE(px.pace_rows_from_memory);
@@ -636,10 +639,10 @@ TEST(PolicyTable, RulesFollowTheCpuDescription) {
   EXPECT_FALSE(CpuSummary().empty());
 }
 
-// A plan file: its knobs replace the table's when it was made on this CPU
-// by this version; one from another CPU or version, or malformed, is
-// refused with a message naming both sides (or the line) and changes
-// nothing; an empty path goes back to the table.
+// A plan file: its knobs (the speed knobs) replace the table's when it was
+// made on this CPU by this version; one from another CPU or version, or
+// malformed, is refused with a message naming both sides (or the line) and
+// changes nothing; an empty path goes back to the table.
 TEST(PlanFiles, LoadOnlyWhatThisMachineMade) {
   const std::string path = testing::TempDir() + "simdattn_plans_test.txt";
   const auto write = [&](const std::string& text) {
@@ -657,9 +660,8 @@ TEST(PlanFiles, LoadOnlyWhatThisMachineMade) {
   internal::PlanFile file;
   file.cpu = CpuSummary();
   file.version = Version();
-  file.knobs = {
-      {"matmul_task_tiles", "5", "measured"},
-      {"fp8_decode_pairs", table.fp8_decode_pairs ? "false" : "true", ""}};
+  file.knobs = {{"matmul_task_tiles", "5", "measured"},
+                {"direct_e4m3", table.direct_e4m3 ? "false" : "true", ""}};
   const std::string text = file.Format();
   const internal::PlanFile parsed = internal::PlanFile::Parse(text, "x");
   EXPECT_EQ(parsed.Format(), text);
@@ -667,8 +669,9 @@ TEST(PlanFiles, LoadOnlyWhatThisMachineMade) {
   write(text);
   ASSERT_EQ(message(), "loaded");
   EXPECT_EQ(internal::ActivePolicy().matmul_task_tiles, 5u);
-  EXPECT_NE(internal::ActivePolicy().fp8_decode_pairs, table.fp8_decode_pairs);
-  EXPECT_EQ(internal::ActivePolicy().direct_e4m3, table.direct_e4m3);
+  EXPECT_NE(internal::ActivePolicy().direct_e4m3, table.direct_e4m3);
+  EXPECT_EQ(internal::ActivePolicy().pace_rows_from_memory,
+            table.pace_rows_from_memory);
   const std::vector<std::string> rules = PolicyRules();
   ASSERT_GE(rules.size(), 2u);
   EXPECT_EQ(rules[rules.size() - 2],
@@ -695,6 +698,10 @@ TEST(PlanFiles, LoadOnlyWhatThisMachineMade) {
   refused(
       "simdattn " + file.version + "\ncpu " + file.cpu + "\nrow_pacing true\n",
       ":3: SetKnob: no knob \"row_pacing\"");
+  // A kernel choice changes bits: not a plan's.
+  refused("simdattn " + file.version + "\ncpu " + file.cpu +
+              "\nbf16_decode_pairs false\n",
+          ":3: SetKnob: no knob \"bf16_decode_pairs\"");
   refused("matmul_task_tiles 4\n", ":1: the simdattn and cpu lines come");
   refused("# nothing\n", "not a plan file");
   std::remove(path.c_str());

@@ -527,6 +527,7 @@ TEST_P(KVCacheTest, DecodePairsUnderBFloat16MatchTheFloat32Route) {
             const auto attend = [&](bool pairs) {
               const auto forced = test::ForcePolicy([&](internal::Policy& p) {
                 p.bf16_decode_pairs = p.fp8_decode_pairs = pairs;
+                p.decode_pair_rows = p.cached_decode_pair_rows = 4;
               });
               std::vector<float> out(q.size());
               AttentionOptions options;
@@ -1097,6 +1098,7 @@ TEST_P(KVCacheTest, NonFiniteAtAMaskedKeyChangesNoOtherRow) {
           options.mask.window = window;
           const auto forced = test::ForcePolicy([&](internal::Policy& p) {
             p.bf16_decode_pairs = p.fp8_decode_pairs = pairs;
+            p.decode_pair_rows = p.cached_decode_pair_rows = 4;
           });
           ScaledDotProductAttention(
               ConstTensor4::Dense(q.data(), 1, kHeads, q_tokens, kDim),

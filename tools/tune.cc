@@ -53,18 +53,6 @@ const std::vector<Question>& Questions() {
       {"direct_e4m3",
        {"true", "false"},
        {"decode=8x12x4096x64_kvfp8", "decode=8x12x4096x64_kvfp8_cold"}},
-      {"bf16_decode_pairs",
-       {"true", "false"},
-       {"decode=8x12x4096x64_kvbf16_bf16dot",
-        "decode=1x32x4096x128_kv8_kvbf16_bf16dot"}},
-      {"fp8_decode_pairs",
-       {"true", "false"},
-       {"decode=8x12x4096x64_kvfp8_bf16dot",
-        "decode=8x12x4096x64_kvfp8e5m2_bf16dot"}},
-      {"dot_product_pairs",
-       {"true", "false"},
-       {"matmul=1024x768x768_bf16dot",
-        "attention=1x12x1024x64_causal_bf16dot"}},
   };
   return questions;
 }
@@ -139,8 +127,10 @@ int Tune(const TuneOptions& options) {
   internal::PlanFile file;
   file.cpu = internal::ThisCpu().Summary();
   file.version = Version();
-  std::printf("tuning on %s, simdattn %s, %s thread(s)\n", file.cpu.c_str(),
-              file.version.c_str(), Join(threads, ",").c_str());
+  std::printf(
+      "tuning on %s, simdattn %s; per shape, each other value's speedup over "
+      "the table's at %s threads\n",
+      file.cpu.c_str(), file.version.c_str(), Join(threads, "/").c_str());
   for (const Question& q : Questions()) {
     // The table's value first, then the others.
     std::vector<std::string> values = {internal::KnobValue(table, q.knob)};
@@ -195,6 +185,18 @@ int Tune(const TuneOptions& options) {
     progress.Clear();
     std::printf("  %-22s %-6s %s\n", q.knob, values[best].c_str(),
                 evidence.c_str());
+    // Each shape: the other values' speedups over the table's, by threads.
+    for (size_t i = 0; i < q.shapes.size(); ++i) {
+      std::string line = "      " + q.shapes[i] + ":";
+      for (size_t v = 1; v < values.size(); ++v) {
+        line += " " + values[v];
+        for (size_t j = 0; j < threads.size(); ++j) {
+          line += (j == 0 ? " " : "/") +
+                  Fixed(speedups[v][i * threads.size() + j], 2);
+        }
+      }
+      std::printf("%s\n", line.c_str());
+    }
   }
   std::ofstream out(options.out, std::ios::binary);
   out << file.Format();

@@ -246,7 +246,7 @@ Problem MakeProblem(ConstTensor4 q, const internal::QueryLayout& layout,
   pr.integer_scores = arith.integer_scores;
   pr.rows_from_memory = arith.rows_from_memory;
   pr.direct_e4m3 = arith.direct_e4m3;
-  pr.decode_pairs = kPairTarget && arith.decode_pairs;
+  pr.decode_pair_rows = kPairTarget ? arith.decode_pair_rows : 0;
   return pr;
 }
 
@@ -350,7 +350,9 @@ void RecordPlan(const Problem& pr, const TaskPlan& plan, KVType type) {
                                          : "float32";
   record.few_rows = matmul_detail::kSkinnyRows;
   record.in_place = !pr.round_inputs;
-  record.decode_backend = DecodeBackendName<T>(pr);
+  // The backend of the largest few-row task.
+  record.decode_backend = DecodeBackendName<T>(
+      pr, std::min<size_t>(plan.block_rows, matmul_detail::kSkinnyRows));
   record.tile_products =
       !pr.pairs() ? (pr.round_inputs ? "float32 products of bf16-rounded values"
                                      : "float32 products")

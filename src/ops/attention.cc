@@ -38,6 +38,16 @@ using internal::ScratchBuffer;
 // Floats of scratch that hold n bf16 elements.
 size_t BFloat16Floats(size_t n) { return n / 2 + 1; }
 
+// The bytes of K and V the call reads: batch items' kv heads' rows. A
+// latent cache's values are its key rows (kv.values.data == keys').
+size_t CacheBytes(const KVSource& kv, size_t batch) {
+  const size_t row_bytes =
+      ElementBytes(kv.type, kv.keys.cols) +
+      (kv.values.data == kv.keys.data ? 0
+                                      : ElementBytes(kv.type, kv.values.cols));
+  return batch * kv.kv_heads * kv.tokens * row_bytes;
+}
+
 // Whether decode's rows come from memory: more K and V than the last-level
 // cache holds (a model's layers, each read once a step, evict each other
 // then), where the policy paces them (its pace_rows_from_memory: the walk
@@ -48,15 +58,10 @@ size_t BFloat16Floats(size_t n) { return n / 2 + 1; }
 bool RowsFromMemory(const KVSource& kv, size_t batch) {
   const internal::Policy& policy = internal::ActivePolicy();
   if (!policy.pace_rows_from_memory) return false;
-  // A latent cache's values are its key rows (kv.values.data == keys').
-  const size_t row_bytes =
-      ElementBytes(kv.type, kv.keys.cols) +
-      (kv.values.data == kv.keys.data ? 0
-                                      : ElementBytes(kv.type, kv.values.cols));
-  const size_t bytes = batch * kv.kv_heads * kv.tokens * row_bytes;
-  return bytes > (policy.from_memory_bytes != 0
-                      ? policy.from_memory_bytes
-                      : internal::ThisCpu().last_level_cache_bytes);
+  return CacheBytes(kv, batch) >
+         (policy.from_memory_bytes != 0
+              ? policy.from_memory_bytes
+              : internal::ThisCpu().last_level_cache_bytes);
 }
 
 // Whether decode reads E4M3 rows straight as float32 bits: where the policy
@@ -65,17 +70,25 @@ bool DirectE4M3(const KVSource& kv) {
   return kv.type == KVType::kFp8E4M3 && internal::ActivePolicy().direct_e4m3;
 }
 
-// Whether decode's bf16 or fp8 products under kBFloat16 take bf16 pairs:
-// where the policy says so for the type, the dispatch picks AVX-512 and the
-// CPU has AVX512_BF16 and VBMI. Under float32 arithmetic the queries and
-// weights would need 3 bf16 parts each, which ran slower than the float32
-// route.
-bool DecodePairs(const KVSource& kv, bool bf16) {
-  return bf16 && ElementTraitsOf(kv.type).bf16_exact &&
-         internal::IsAvx512Target(internal::ActiveTargetBit()) &&
-         internal::DecodePairsUsable() &&
-         (kv.type == KVType::kBF16 ? internal::ActivePolicy().bf16_decode_pairs
-                                   : internal::ActivePolicy().fp8_decode_pairs);
+// The query rows up to which decode's tasks take bf16 pairs for bf16 or fp8
+// products under kBFloat16 (0: none): where the policy says so for the
+// type, the dispatch picks AVX-512 and the CPU has AVX512_BF16 and VBMI;
+// the policy's decode_pair_rows, or cached_decode_pair_rows where K and V
+// fit the last-level cache. The choice changes bits, so no speed knob
+// (pacing, its threshold) moves it. Under float32 arithmetic the queries
+// and weights would need 3 bf16 parts each, which ran slower than the
+// float32 route.
+size_t DecodePairRows(const KVSource& kv, bool bf16, size_t batch) {
+  const internal::Policy& policy = internal::ActivePolicy();
+  const bool pairs = bf16 && ElementTraitsOf(kv.type).bf16_exact &&
+                     internal::IsAvx512Target(internal::ActiveTargetBit()) &&
+                     internal::DecodePairsUsable() &&
+                     (kv.type == KVType::kBF16 ? policy.bf16_decode_pairs
+                                               : policy.fp8_decode_pairs);
+  if (!pairs) return 0;
+  return CacheBytes(kv, batch) > internal::ThisCpu().last_level_cache_bytes
+             ? policy.decode_pair_rows
+             : policy.cached_decode_pair_rows;
 }
 
 // Float keys or values (tensor memory, `heads` per batch item of `tokens`
@@ -199,7 +212,7 @@ void Attend(const char* kFn, ConstTensor4 q,
   arith.integer_scores = int8;
   arith.rows_from_memory = RowsFromMemory(kv, layout.batch);
   arith.direct_e4m3 = DirectE4M3(kv);
-  arith.decode_pairs = DecodePairs(kv, bf16);
+  arith.decode_pair_rows = DecodePairRows(kv, bf16, layout.batch);
   internal::AttentionFor(kv.type)(
       q, layout, kv, out, scale, mask, dropout,
       DropoutStreamKey(options.dropout_key.seed, options.dropout_key.offset),

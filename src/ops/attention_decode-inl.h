@@ -640,15 +640,16 @@ inline bool WalkFewRows(const Problem& pr, const QueryRows& t, size_t j_begin,
   return j_start < j_stop;
 }
 
-// Offers `take` the backends the call's arithmetic picks for T, first
-// choice first, FloatRows last, until it takes one (returns true).
+// Offers `take` the backends the call's arithmetic picks for T and a task of
+// `rows` query rows, first choice first, FloatRows last, until it takes one
+// (returns true).
 template <typename T, class Take>
-void OfferDecodeBackends(const Problem& pr, const Take& take) {
+void OfferDecodeBackends(const Problem& pr, size_t rows, const Take& take) {
   if constexpr (int_dot_detail::kIntegerKeys<T>) {
     if (pr.integer_scores && take(IntegerRows<T>(pr.scale))) return;
   }
   if constexpr (internal::kTraitsOf<T>.bf16_exact && kPairTarget) {
-    if (pr.decode_pairs && take(PairRows<T>(pr.scale))) return;
+    if (rows <= pr.decode_pair_rows && take(PairRows<T>(pr.scale))) return;
   }
   if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {
     if (pr.direct_e4m3 && take(DirectE4M3Rows(pr.scale))) return;
@@ -656,12 +657,12 @@ void OfferDecodeBackends(const Problem& pr, const Take& take) {
   take(FloatRows<T>(pr.scale));
 }
 
-// The backend AttendFewRows tries first for T, as LastAttentionPlan names
-// it.
+// The backend AttendFewRows tries first for T and tasks of `rows` rows, as
+// LastAttentionPlan names it.
 template <typename T>
-const char* DecodeBackendName(const Problem& pr) {
+const char* DecodeBackendName(const Problem& pr, size_t rows) {
   const char* name = nullptr;
-  OfferDecodeBackends<T>(pr, [&](const auto& backend) {
+  OfferDecodeBackends<T>(pr, rows, [&](const auto& backend) {
     name = backend.kName;
     return true;
   });
@@ -675,7 +676,7 @@ inline bool AttendFewRows(const Problem& pr, const QueryRows& t,
                           float* acc, size_t acc_stride, const RowStates& st,
                           Workspace& ws) {
   bool started = false;
-  OfferDecodeBackends<T>(pr, [&](auto backend) {
+  OfferDecodeBackends<T>(pr, queries.rows, [&](auto backend) {
     if (!backend.Queries(queries, ws)) return false;
     started =
         WalkFewRows<T>(pr, t, j_begin, j_end, acc, acc_stride, st, ws, backend);

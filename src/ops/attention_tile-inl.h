@@ -120,8 +120,9 @@ struct Problem {
   // The few-rows walk reads E4M3 rows as DirectE4M3 (matmul-inl.h).
   bool direct_e4m3 = false;
   // The few-rows walk's fp8 and bf16 products under kBFloat16 on bf16 pairs
-  // (decode_pairs.h), for tasks of up to kMaxPairRows rows.
-  bool decode_pairs = false;
+  // (decode_pairs.h), for tasks of up to this many rows (<= kMaxPairRows;
+  // 0: none).
+  size_t decode_pair_rows = 0;
 
   template <typename T>
   internal::KVRows<T> Keys(size_t b, size_t h) const {

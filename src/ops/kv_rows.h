@@ -155,8 +155,8 @@ struct AttentionArithmetic {
   // Decode reads E4M3 rows straight as float32 bits (attention_decode-inl.h).
   bool direct_e4m3 = false;
   // Decode's fp8 and bf16 products under kBFloat16 on bf16 pairs
-  // (decode_pairs.h).
-  bool decode_pairs = false;
+  // (decode_pairs.h) in tasks of at most this many query rows (0: none).
+  size_t decode_pair_rows = 0;
 };
 
 // Where batch item b's query rows, and its output rows, lie: rows

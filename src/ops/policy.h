@@ -1,10 +1,13 @@
 // The one policy table: the kernels' hardware-dependent choices, from the
 // CPU's description (src/common/cpu.h) by rules that each state their
 // reason and the measurement behind it. No other code tests a vendor or a
-// family. Every knob here leaves results bit-identical (tests run each
-// setting and compare bytes): what changes the arithmetic stays with the
-// caller's options. A PolicyOverride replaces it for a scope (tests,
-// experiments).
+// family. Two kinds of knob: speed knobs leave results bit-identical (tests
+// run each setting and compare bytes), and plan files (`simdattn tune`) may
+// set them; kernel choices under ComputeType::kBFloat16 pick between
+// kernels whose results meet that arithmetic's bound but may differ in the
+// last bits, and come from the table alone. What changes the arithmetic
+// itself stays with the caller's options. A PolicyOverride replaces the
+// policy for a scope (tests, experiments).
 #ifndef SIMDATTN_SRC_OPS_POLICY_H_
 #define SIMDATTN_SRC_OPS_POLICY_H_
 
@@ -23,6 +26,7 @@ namespace internal {
 enum class BFloat16DotPolicy { kAuto, kNative, kDotProduct, kFallback };
 
 struct Policy {
+  // --- Speed knobs: the same bits whatever their values. ---
   // Decode paces its rows (attention_decode-inl.h's RowPacer) once the
   // call's K and V exceed from_memory_bytes (0: the last-level cache's
   // size): they come from memory then.
@@ -30,25 +34,31 @@ struct Policy {
   size_t from_memory_bytes = 0;
   // Decode reads E4M3 rows straight as float32 bits (denormal operands).
   bool direct_e4m3 = false;
-  // Decode's bf16 and fp8 products under kBFloat16 on bf16 pairs
-  // (decode_pairs.h), where the CPU has AVX512_BF16 and VBMI.
+  // The tiled MatMuls' tasks (matmul_plan.h): at most matmul_task_tiles
+  // register tiles of rows each (1-64), and matmul_panel_group row blocks
+  // per group walking the panels (0: the float32 kernel's rule by panel
+  // width, matmul_plan.cc). Any grid sums each output over the whole of K
+  // in one order.
+  size_t matmul_task_tiles = 16;
+  size_t matmul_panel_group = 0;
+
+  // --- Kernel choices under kBFloat16: the table's alone. ---
+  // Decode's bf16 and fp8 products on bf16 pairs (decode_pairs.h), where
+  // the CPU has AVX512_BF16 and VBMI, in tasks of at most decode_pair_rows
+  // query rows, or cached_decode_pair_rows where K and V fit the last-level
+  // cache (1 to kMaxPairRows).
   bool bf16_decode_pairs = false;
   bool fp8_decode_pairs = false;
+  size_t decode_pair_rows = 4;
+  size_t cached_decode_pair_rows = 4;
   // kBFloat16's kernel: AMX where the OS grants the tiles; else vdpbf16ps
   // where dot_product_pairs, else float32 panels.
   BFloat16DotPolicy bf16_dot = BFloat16DotPolicy::kAuto;
   bool dot_product_pairs = false;
-  // The tiled MatMuls' tasks (matmul_plan.h): at most matmul_task_tiles
-  // register tiles of rows each (1-64), and matmul_panel_group row blocks
-  // per group walking the panels (0: the float32 kernel's rule by panel
-  // width, matmul_plan.cc). Any grid sums each output over the whole of K in
-  // one order: the same bits.
-  size_t matmul_task_tiles = 16;
-  size_t matmul_panel_group = 0;
 };
 
-// The knobs a plan file may set (all but bf16_dot, which tests force): by
-// name, a value as text, and the value parsed into a policy. SetKnob throws
+// The knobs a plan file may set, the speed knobs: by name, a value as text,
+// and the value parsed into a policy. SetKnob throws
 // std::invalid_argument naming the knob for an unknown name or a bad value.
 std::vector<std::string> KnobNames();
 std::string KnobValue(const Policy& policy, const std::string& name);
