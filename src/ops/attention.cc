@@ -176,7 +176,10 @@ void Attend(const char* kFn, ConstTensor4 q,
   // panels). A single query (decode) reads K and V rows in place: Q is
   // rounded here, and float K and V (tensors) into bf16 copies, which the
   // kernel widens exactly; so is a varlen step's Q, whose decodes read the
-  // cache in place. Sizes are those of validated tensors.
+  // cache in place, and Q over a cache whose rows bf16 holds exactly (bf16,
+  // fp8), so that tasks of a few query rows (drafts, a group's heads) read
+  // it in place instead of packing it per task. Sizes are those of
+  // validated tensors.
   // The dense path's bf16 pairs on AMX or vdpbf16ps.
   const internal::BFloat16DotKernelKind kernel =
       internal::ChosenBFloat16DotKernel();
@@ -184,7 +187,8 @@ void Attend(const char* kFn, ConstTensor4 q,
       bf16 && (kernel == internal::BFloat16DotKernelKind::kAmx ||
                kernel == internal::BFloat16DotKernelKind::kDotProduct);
   const bool round_inputs =
-      bf16 && (q.dims[2] == 1 || layout.starts != nullptr);
+      bf16 && (q.dims[2] == 1 || layout.starts != nullptr ||
+               ElementTraitsOf(kv.type).bf16_exact);
   const size_t q_size =
       round_inputs ? q.dims[0] * q.dims[1] * q.dims[2] * q.dims[3] : 0;
   const size_t k_size = round_inputs && kv.type == KVType::kF32
