@@ -9,12 +9,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "simdattn/kernels.h"
+#include "simdattn/targets.h"
 #include "tools/io/npy.h"
 #include "tools/io/safetensors.h"
 
@@ -39,8 +41,10 @@ struct Result {
   std::string output;  // stdout and stderr together.
 };
 
-Result Simdattn(const std::string& args) {
-  const std::string command = std::string(SIMDATTN_CLI) + " " + args + " 2>&1";
+// The CLI with `args`, after `environment` (VAR=value ...) where given.
+Result Simdattn(const std::string& args, const std::string& environment = "") {
+  const std::string command = (environment.empty() ? "" : environment + " ") +
+                              std::string(SIMDATTN_CLI) + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   Result result{-1, ""};
   if (pipe == nullptr) return result;
@@ -320,6 +324,53 @@ TEST_F(CliTest, BenchJsonRecordsHaveTheDocumentedKeys) {
                          "decode", "append", "serve"}) {
     EXPECT_NE(std::find(ops.begin(), ops.end(), op), ops.end()) << op;
   }
+}
+
+// tune writes a plan file for the knobs and shapes asked; info lists its
+// knobs where SIMDATTN_PLANS names it; bench --plans times simdattn under
+// it beside the table; a file from another CPU is refused, naming both.
+TEST_F(CliTest, TuneWritesAPlanThatInfoAndBenchLoad) {
+  const std::string plans = Path("plans.txt");
+  Result r = Simdattn(
+      "tune --knob matmul_task_tiles --shape matmul=40x32x24 --threads 1 "
+      "--reps 3 --min-time 1 --out " +
+      plans);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("matmul=40x32x24: 4 "), std::string::npos)
+      << r.output;
+  std::ifstream in(plans);
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\nmatmul_task_tiles "), std::string::npos) << text;
+  EXPECT_EQ(text.find("matmul_panel_group"), std::string::npos) << text;
+
+  r = Simdattn("info", "SIMDATTN_PLANS=" + plans);
+  EXPECT_NE(r.output.find("matmul_task_tiles = "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(": tuned (" + plans + ")"), std::string::npos)
+      << r.output;
+
+  r = Simdattn(
+      "bench --op matmul --shape 40x32x24 --threads 1 --reps 2 "
+      "--min-time 1 --plans " +
+      plans);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("vs simdattn+plans"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("simdattn+plans"), std::string::npos) << r.output;
+
+  const std::string other = Path("other.txt");
+  std::ofstream(other) << "simdattn " << Version()
+                       << "\ncpu Some other CPU\nmatmul_task_tiles 4\n";
+  r = Simdattn("bench --op matmul --shape 40x32x24 --plans " + other);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("tuned on \"Some other CPU\" by simdattn"),
+            std::string::npos)
+      << r.output;
+  r = Simdattn("info", "SIMDATTN_PLANS=" + other);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("SIMDATTN_PLANS not loaded"), std::string::npos)
+      << r.output;
+  EXPECT_NE(Simdattn("tune --knob bf16_decode_pairs").exit_code, 0);
 }
 
 TEST_F(CliTest, BenchBadFlagsExitNonZeroWithOneLine) {

@@ -25,6 +25,8 @@
 #include "CLI/CLI.hpp"
 #include "nlohmann/json.hpp"
 #include "simdattn/targets.h"
+#include "src/common/cpu.h"
+#include "src/ops/policy.h"
 #include "tbb/info.h"
 #include "tbb/task_arena.h"
 #include "tools/bench_ops.h"
@@ -269,13 +271,11 @@ std::string Columns(const std::vector<std::vector<std::string>>& rows,
 const char* Unit(Metric m) { return m == Metric::kGflops ? "GFLOP/s" : "GB/s"; }
 
 std::string Table(const std::vector<Record>& records,
-                  const std::vector<Library>& compared) {
+                  const std::vector<std::string>& compared) {
   std::vector<std::string> header = {"op",     "shape",  "threads", "library",
                                      "target", "median", "min",     "spread",
                                      "rate",   "of peak"};
-  for (Library lib : compared) {
-    header.push_back(std::string("vs ") + measure::LibraryName(lib));
-  }
+  for (const std::string& name : compared) header.push_back("vs " + name);
   std::vector<std::vector<std::string>> rows = {header};
   for (const Record& r : records) {
     std::vector<std::string> row = {
@@ -289,8 +289,8 @@ std::string Table(const std::vector<Record>& records,
         Fixed(100 * r.timing.Spread(), 1) + "%",
         Fixed(r.rate, r.rate < 10 ? 2 : 1) + " " + Unit(r.metric),
         r.peak > 0 ? Fixed(100 * r.rate / r.peak, 0) + "%" : "-"};
-    for (Library lib : compared) {
-      const auto it = r.versus.find(measure::LibraryName(lib));
+    for (const std::string& name : compared) {
+      const auto it = r.versus.find(name);
       row.push_back(it == r.versus.end() ? "" : Fixed(it->second, 2) + "x");
     }
     rows.push_back(std::move(row));
@@ -446,6 +446,20 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
     return m == Metric::kGflops ? p.first : p.second;
   };
 
+  // --plans: the table's policy and the plan file's, each simdattn cell
+  // under both ("simdattn" and "simdattn+plans"), interleaved.
+  std::optional<internal::Policy> table_policy, tuned_policy;
+  if (!options.plans.empty()) {
+    internal::ActivePolicy();  // SIMDATTN_PLANS, read once, goes first.
+    table_policy = internal::PolicyFor(internal::ThisCpu());
+    LoadPlans(options.plans);  // Throws for a file made elsewhere.
+    tuned_policy = internal::ActivePolicy();
+    LoadPlans("");
+  }
+  constexpr const char* kTuned = "simdattn+plans";
+  std::vector<const internal::Policy*> policies = {nullptr};
+  if (tuned_policy) policies = {&*table_policy, &*tuned_policy};
+
   std::vector<Record> records;
   for (const Selected& s : ops) {
     const Metric metric = s.op->metric;
@@ -462,13 +476,17 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
           Library library;
           std::string target;  // simdattn's; empty for the libraries.
           std::unique_ptr<measure::Workload> workload;
+          const internal::Policy* policy = nullptr;  // simdattn's, --plans.
         };
         std::vector<Entry> entries;
         for (const std::string& target : targets) {
           const measure::TargetScope scope(target);
-          entries.push_back({Library::kSimdattn, target, nullptr});
-          arena.execute(
-              [&] { entries.back().workload = c.make(Library::kSimdattn, t); });
+          for (const internal::Policy* policy : policies) {
+            entries.push_back({Library::kSimdattn, target, nullptr, policy});
+            arena.execute([&] {
+              entries.back().workload = c.make(Library::kSimdattn, t);
+            });
+          }
         }
         for (Library lib : compared) {
           std::unique_ptr<measure::Workload> w;
@@ -487,12 +505,19 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
           if (e.library == Library::kSimdattn) {
             // The target is pinned for each timed batch: from the untimed
             // before hook to the after hook.
-            auto scope =
-                std::make_shared<std::optional<measure::TargetScope>>();
-            contender.before = [scope, target = e.target] {
-              scope->emplace(target);
+            struct Scope {
+              std::optional<measure::TargetScope> target;
+              std::optional<internal::PolicyOverride> policy;
             };
-            contender.after = [scope] { scope->reset(); };
+            auto scope = std::make_shared<Scope>();
+            contender.before = [scope, target = e.target, p = e.policy] {
+              scope->target.emplace(target);
+              if (p != nullptr) scope->policy.emplace(*p);
+            };
+            contender.after = [scope] {
+              scope->policy.reset();
+              scope->target.reset();
+            };
           } else {
             // OpenBLAS's idle workers spin for tens of milliseconds after a
             // call (OpenMP's for less); on a 2-core machine they would
@@ -511,7 +536,9 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
           Record r;
           r.op = s.op->name;
           r.shape = c.shape;
-          r.library = measure::LibraryName(entries[i].library);
+          r.library = tuned_policy && entries[i].policy == &*tuned_policy
+                          ? kTuned
+                          : measure::LibraryName(entries[i].library);
           r.threads = t;
           r.metric = metric;
           r.timing = timings[i];
@@ -524,6 +551,9 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
           r.peak = peak_of(ours ? entries[i].target : best, t, metric);
           if (ours && CallsAttention(*s.op)) {
             const measure::TargetScope scope(entries[i].target);
+            std::optional<internal::PolicyOverride> policy;
+            if (entries[i].policy != nullptr)
+              policy.emplace(*entries[i].policy);
             arena.execute([&] {
               entries[i].workload->Run();
               r.plan = Joined(LastAttentionPlan());
@@ -561,7 +591,10 @@ int RunBenchmarks(const BenchOptions& options, const std::vector<Selected>& ops,
                          Fixed(value.first, 1) + " GFLOP/s",
                          Fixed(value.second, 1) + " GB/s"});
   }
-  table += Columns(peak_rows, 2) + "\n" + Table(records, compared);
+  std::vector<std::string> columns;
+  for (Library lib : compared) columns.push_back(measure::LibraryName(lib));
+  if (tuned_policy) columns.push_back(kTuned);
+  table += Columns(peak_rows, 2) + "\n" + Table(records, columns);
   nlohmann::ordered_json json = nlohmann::ordered_json::array();
   for (const Record& r : records) json.push_back(ToJson(r));
   Emit(options, table, json);
@@ -645,6 +678,10 @@ void AddBenchCommand(CLI::App& app, BenchOptions& options, int* exit_code) {
       ->check(CLI::Range(1, 4096));
   cmd->add_flag("--compare", options.compare,
                 "Also run oneDNN and OpenBLAS (when built with them)");
+  cmd->add_option("--plans", options.plans,
+                  "Also run simdattn under this plan file (simdattn tune) "
+                  "beside the policy table's, interleaved: \"vs "
+                  "simdattn+plans\" is the table's rate over the plan's");
   cmd->add_option("--format", options.format, "table, csv or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "csv", "json"}));

@@ -20,6 +20,7 @@ struct BenchOptions {
   std::string targets = "best";
   std::vector<int> threads;  // Empty: 1 and TBB's default concurrency.
   bool compare = false;
+  std::string plans;             // A plan file to time beside the policy table.
   std::string format = "table";  // table, csv, json
   std::string out;               // File for --format; stdout gets the table.
   bool check = false;

@@ -60,11 +60,38 @@ const std::vector<Question>& Questions() {
 OpCase CaseOf(const std::string& op_and_shape) {
   const size_t eq = op_and_shape.find('=');
   for (const OpSpec& op : Ops()) {
-    if (op.name == op_and_shape.substr(0, eq)) {
+    if (eq != std::string::npos && op.name == op_and_shape.substr(0, eq)) {
       return op.parse(op_and_shape.substr(eq + 1));
     }
   }
-  throw std::logic_error("tune: no op in " + op_and_shape);
+  throw std::invalid_argument("tune --shape " + op_and_shape +
+                              ": expected op=SHAPE, e.g. matmul=1024x768x768");
+}
+
+// The questions to ask: the named knobs' (all without names), on the given
+// shapes where there are some.
+std::vector<Question> Selected(const TuneOptions& options) {
+  std::vector<Question> selected;
+  for (const Question& q : Questions()) {
+    if (options.knobs.empty() ||
+        std::find(options.knobs.begin(), options.knobs.end(), q.knob) !=
+            options.knobs.end()) {
+      selected.push_back(q);
+      if (!options.shapes.empty()) selected.back().shapes = options.shapes;
+    }
+  }
+  for (const std::string& knob : options.knobs) {
+    if (std::none_of(selected.begin(), selected.end(),
+                     [&](const Question& q) { return knob == q.knob; })) {
+      std::string names;
+      for (const Question& q : Questions()) names += std::string(" ") + q.knob;
+      throw std::invalid_argument("tune --knob " + knob +
+                                  ": not a speed knob (they are:" + names +
+                                  ")");
+    }
+  }
+  for (const std::string& shape : options.shapes) CaseOf(shape);
+  return selected;
 }
 
 // Each value's median time on one shape at `threads` threads, the values'
@@ -118,10 +145,11 @@ int Tune(const TuneOptions& options) {
   timing.repetitions = options.repetitions;
   timing.min_seconds = options.min_time_ms / 1e3;
 
+  const std::vector<Question> questions = Selected(options);
   // The table's policy, whatever SIMDATTN_PLANS holds: a tune starts over.
   const Policy table = internal::PolicyFor(internal::ThisCpu());
   size_t steps = 0;
-  for (const Question& q : Questions()) steps += q.shapes.size();
+  for (const Question& q : questions) steps += q.shapes.size();
   Progress progress(steps * threads.size());
 
   internal::PlanFile file;
@@ -131,7 +159,7 @@ int Tune(const TuneOptions& options) {
       "tuning on %s, simdattn %s; per shape, each other value's speedup over "
       "the table's at %s threads\n",
       file.cpu.c_str(), file.version.c_str(), Join(threads, "/").c_str());
-  for (const Question& q : Questions()) {
+  for (const Question& q : questions) {
     // The table's value first, then the others.
     std::vector<std::string> values = {internal::KnobValue(table, q.knob)};
     for (const std::string& v : q.values) {
@@ -222,6 +250,13 @@ void AddTuneCommand(CLI::App& app, TuneOptions& options, int* exit_code) {
                   "thread counts, comma-separated (default: 1 and all)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--knob", options.knobs,
+                  "speed knobs to tune, comma-separated (default: all)")
+      ->delimiter(',');
+  cmd->add_option("--shape", options.shapes,
+                  "op=SHAPE (bench's shapes) to tune them on, comma-separated "
+                  "(default: each knob's own)")
+      ->delimiter(',');
   cmd->add_option("--reps", options.repetitions,
                   "timed repetitions per value, interleaved")
       ->check(CLI::Range(3, 100))

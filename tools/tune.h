@@ -15,8 +15,10 @@ namespace tools {
 
 struct TuneOptions {
   std::string out = "simdattn-plans.txt";
-  std::vector<int> threads;  // Empty: 1 and TBB's default concurrency.
-  int repetitions = 5;       // Per candidate, interleaved.
+  std::vector<int> threads;         // Empty: 1 and TBB's default concurrency.
+  std::vector<std::string> knobs;   // Empty: every speed knob.
+  std::vector<std::string> shapes;  // op=SHAPE; empty: each knob's own.
+  int repetitions = 5;              // Per candidate, interleaved.
   double min_time_ms = 20;
   // A value other than the table's is taken only where it is this much
   // faster over its shapes (geometric mean) and no shape runs slower than
@@ -25,7 +27,8 @@ struct TuneOptions {
 };
 
 // Measures, prints each knob's choice, writes options.out; returns the exit
-// code. Throws std::runtime_error when the file cannot be written.
+// code. Throws std::invalid_argument for an unknown knob or a bad shape,
+// std::runtime_error when the file cannot be written.
 int Tune(const TuneOptions& options);
 
 void AddTuneCommand(CLI::App& app, TuneOptions& options, int* exit_code);
