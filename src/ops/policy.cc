@@ -56,7 +56,7 @@ const Rule kRules[] = {
      [](Policy& p) { p.fp8_decode_pairs = true; },
      "vdpbf16ps decode over fp8 rows paid on Zen 4; on Zen 5 it took 2.7x "
      "the time of E4M3 read straight and 1.7x of E5M2's float32 walk "
-     "(simdattn tune)"},
+     "(8x12x4096x64_kvfp8_bf16dot, _kvfp8e5m2_bf16dot, 1 thread)"},
     {"dot_product_pairs = true", IsAmd,
      [](Policy& p) { p.dot_product_pairs = true; },
      "kBFloat16 MatMul and prefill on vdpbf16ps paid on Zen 4 and 5; on a "
