@@ -155,18 +155,6 @@ std::vector<std::string> SelectTargets(const std::string& spec) {
   return targets;
 }
 
-std::vector<int> SelectThreads(const BenchOptions& options) {
-  std::vector<int> threads = options.threads;
-  if (threads.empty()) threads = {1, tbb::info::default_concurrency()};
-  std::vector<int> unique;
-  for (int t : threads) {
-    if (std::find(unique.begin(), unique.end(), t) == unique.end()) {
-      unique.push_back(t);
-    }
-  }
-  return unique;
-}
-
 // --- Records -----------------------------------------------------------------
 
 struct Record {
@@ -613,6 +601,18 @@ std::string ListOps() {
 
 }  // namespace
 
+std::vector<int> ThreadCounts(const std::vector<int>& requested) {
+  std::vector<int> threads = requested;
+  if (threads.empty()) threads = {1, tbb::info::default_concurrency()};
+  std::vector<int> unique;
+  for (int t : threads) {
+    if (std::find(unique.begin(), unique.end(), t) == unique.end()) {
+      unique.push_back(t);
+    }
+  }
+  return unique;
+}
+
 int Bench(const BenchOptions& options) {
   if (options.list) {
     std::fputs(ListOps().c_str(), stdout);
@@ -620,7 +620,7 @@ int Bench(const BenchOptions& options) {
   }
   const std::vector<Selected> ops = SelectOps(options);
   const std::vector<std::string> targets = SelectTargets(options.targets);
-  const std::vector<int> threads = SelectThreads(options);
+  const std::vector<int> threads = ThreadCounts(options.threads);
   return options.check ? RunChecks(options, ops, targets, threads)
                        : RunBenchmarks(options, ops, targets, threads);
 }

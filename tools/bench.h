@@ -29,6 +29,10 @@ struct BenchOptions {
   double min_time_ms = 20;
 };
 
+// The thread counts to measure: `requested` without repeats, in order, or
+// 1 and TBB's default concurrency.
+std::vector<int> ThreadCounts(const std::vector<int>& requested);
+
 // Runs the command; returns the exit code (1: a --check mismatch). Throws
 // std::invalid_argument for bad shapes or targets, std::runtime_error when
 // --out cannot be written.

@@ -14,8 +14,8 @@
 #include "simdattn/targets.h"
 #include "src/common/cpu.h"
 #include "src/ops/policy.h"
-#include "tbb/info.h"
 #include "tbb/task_arena.h"
+#include "tools/bench.h"
 #include "tools/bench_ops.h"
 #include "tools/join.h"
 #include "tools/measure/timing.h"
@@ -138,9 +138,7 @@ std::string Fixed(double x, int digits) {
 
 int Tune(const TuneOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  std::vector<int> threads = options.threads;
-  if (threads.empty()) threads = {1, tbb::info::default_concurrency()};
-  threads.erase(std::unique(threads.begin(), threads.end()), threads.end());
+  const std::vector<int> threads = ThreadCounts(options.threads);
   measure::TimingOptions timing;
   timing.repetitions = options.repetitions;
   timing.min_seconds = options.min_time_ms / 1e3;
