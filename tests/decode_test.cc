@@ -617,6 +617,12 @@ TEST(PolicyTable, RulesFollowTheCpuDescription) {
                px.dot_product_pairs);
   EXPECT_TRUE(rules.empty());
   EXPECT_EQ(px.bf16_dot, internal::BFloat16DotPolicy::kAuto);
+  CpuDescription arm;
+  arm.arm_bf16 = true;
+  const internal::Policy pa = internal::PolicyFor(arm, &rules);
+  EXPECT_TRUE(pa.bf16_decode_pairs);
+  EXPECT_FALSE(pa.fp8_decode_pairs || pa.dot_product_pairs || pa.direct_e4m3);
+  EXPECT_EQ(rules.size(), 1u);
 
   const internal::Policy table = internal::ActivePolicy();
   {

@@ -18,7 +18,10 @@
 #include "gtest/gtest.h"
 #include "simdattn/attention.h"
 #include "simdattn/kernels.h"
+#include "simdattn/targets.h"
+#include "src/ops/decode_pairs.h"
 #include "src/ops/kv_rows.h"
+#include "src/ops/target_family.h"
 #include "tests/test_util.h"
 #include "tools/reference/reference.h"
 
@@ -496,7 +499,8 @@ TEST_P(KVCacheTest, DirectE4M3KeepsTheFloat16RoutesBits) {
 // to 5 rows per K/V head (5 take the float32 route), head dims within and past
 // a vector of 64 codes, contiguous and paged, a NaN code in reach, and an E5M2
 // or bf16 infinity in a key. Both sum exact products in float32, so they agree
-// to its rounding.
+// to its rounding (BFDOT's round-to-odd sums included). The plan names the
+// pairs wherever the target and CPU serve the type.
 TEST_P(KVCacheTest, DecodePairsUnderBFloat16MatchTheFloat32Route) {
   constexpr size_t kTokens = 300;
   for (const KVType type :
@@ -524,6 +528,7 @@ TEST_P(KVCacheTest, DecodePairsUnderBFloat16MatchTheFloat32Route) {
           const size_t heads = group * kKVHeads;
           const std::vector<float> q = RandomVector(heads * dim, 23, -3, 3);
           {
+            std::string backend;
             const auto attend = [&](bool pairs) {
               const auto forced = test::ForcePolicy([&](internal::Policy& p) {
                 p.bf16_decode_pairs = p.fp8_decode_pairs = pairs;
@@ -535,6 +540,11 @@ TEST_P(KVCacheTest, DecodePairsUnderBFloat16MatchTheFloat32Route) {
               ScaledDotProductAttention(
                   ConstTensor4::Dense(q.data(), 1, heads, 1, dim), cache.View(),
                   Tensor4::Dense(out.data(), 1, heads, 1, dim), options);
+              if (pairs) {
+                for (const std::string& line : LastAttentionPlan()) {
+                  backend += line + "\n";
+                }
+              }
               return out;
             };
             const std::vector<float> pairs = attend(true),
@@ -542,6 +552,14 @@ TEST_P(KVCacheTest, DecodePairsUnderBFloat16MatchTheFloat32Route) {
             const std::string what = Name(Kind{type, block_size}) + " dim " +
                                      std::to_string(dim) + " heads " +
                                      std::to_string(heads);
+            if (group <= 4) {
+              EXPECT_EQ(backend.find("read in place, bf16 pairs (") !=
+                            std::string::npos,
+                        internal::DecodePairsUsable(
+                            type, internal::ActiveTargetBit()))
+                  << what << "\n"
+                  << backend;
+            }
             size_t nan = 0;
             double largest = 0.0, worst = 0.0;
             for (size_t i = 0; i < pairs.size(); ++i) {

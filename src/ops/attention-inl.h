@@ -246,7 +246,7 @@ Problem MakeProblem(ConstTensor4 q, const internal::QueryLayout& layout,
   pr.integer_scores = arith.integer_scores;
   pr.rows_from_memory = arith.rows_from_memory;
   pr.direct_e4m3 = arith.direct_e4m3;
-  pr.decode_pair_rows = kPairTarget ? arith.decode_pair_rows : 0;
+  pr.decode_pair_rows = kDecodePairTarget ? arith.decode_pair_rows : 0;
   return pr;
 }
 

@@ -72,7 +72,8 @@ bool DirectE4M3(const KVSource& kv) {
 
 // The query rows up to which decode's tasks take bf16 pairs for bf16 or fp8
 // products under kBFloat16 (0: none): where the policy says so for the
-// type, the dispatch picks AVX-512 and the CPU has AVX512_BF16 and VBMI;
+// type and the kernels serve the type on the target dispatch picks
+// (DecodePairsUsable);
 // the policy's decode_pair_rows, or cached_decode_pair_rows where K and V
 // fit the last-level cache. The choice changes bits, so no speed knob
 // (pacing, its threshold) moves it. Under float32 arithmetic the queries
@@ -80,11 +81,11 @@ bool DirectE4M3(const KVSource& kv) {
 // float32 route.
 size_t DecodePairRows(const KVSource& kv, bool bf16, size_t batch) {
   const internal::Policy& policy = internal::ActivePolicy();
-  const bool pairs = bf16 && ElementTraitsOf(kv.type).bf16_exact &&
-                     internal::IsAvx512Target(internal::ActiveTargetBit()) &&
-                     internal::DecodePairsUsable() &&
-                     (kv.type == KVType::kBF16 ? policy.bf16_decode_pairs
-                                               : policy.fp8_decode_pairs);
+  const bool pairs =
+      bf16 && ElementTraitsOf(kv.type).bf16_exact &&
+      internal::DecodePairsUsable(kv.type, internal::ActiveTargetBit()) &&
+      (kv.type == KVType::kBF16 ? policy.bf16_decode_pairs
+                                : policy.fp8_decode_pairs);
   if (!pairs) return 0;
   return CacheBytes(kv, batch) > internal::ThisCpu().last_level_cache_bytes
              ? policy.decode_pair_rows

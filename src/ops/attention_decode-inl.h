@@ -463,14 +463,15 @@ bool RunsStartEven(const internal::KVRows<T>& v, size_t j0, size_t cols) {
   return true;
 }
 
-// PairRows: fp8 and bf16 rows (bf16_exact) on bf16 pairs
+// PairRows: fp8 and bf16 rows (bf16_exact; Arm: bf16 rows) on bf16 pairs
 // (Problem::decode_pairs, decode_pairs.h): the query rows as the kernels'
 // operands in the K panels' scratch, each tile's weights in the V panels'
 // (this path packs neither). P V goes by FloatRows where the pairs decline
 // a tile's values or weights.
 template <typename T>
 struct PairRows : FloatRows<T> {
-  static constexpr const char* kName = "bf16 pairs (vdpbf16ps)";
+  static constexpr const char* kName =
+      kArmTarget ? "bf16 pairs (BFDOT)" : "bf16 pairs (vdpbf16ps)";
   static constexpr KVType kType = internal::FormatOf<T>::type::kType;
   static constexpr size_t kWeightStride = kKeyBlock / 2;
   static_assert(matmul_detail::kSkinnyRows <= internal::kMaxPairRows, "fit");
@@ -648,7 +649,7 @@ void OfferDecodeBackends(const Problem& pr, size_t rows, const Take& take) {
   if constexpr (int_dot_detail::kIntegerKeys<T>) {
     if (pr.integer_scores && take(IntegerRows<T>(pr.scale))) return;
   }
-  if constexpr (internal::kTraitsOf<T>.bf16_exact && kPairTarget) {
+  if constexpr (internal::kTraitsOf<T>.bf16_exact && kDecodePairTarget) {
     if (rows <= pr.decode_pair_rows && take(PairRows<T>(pr.scale))) return;
   }
   if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {

@@ -83,6 +83,10 @@ constexpr size_t kPaceChunkBytes = 4096;
 constexpr bool kPairTarget = (HWY_TARGET & internal::kAvx512Targets) != 0;
 static_assert(!kPairTarget || kQueryBlock % internal::kAmxTileRows == 0,
               "pair products cover whole query blocks");
+// Decode's bf16 pairs (decode_pairs.h) serve those and the Arm targets
+// (BFDOT).
+constexpr bool kArmTarget = (HWY_TARGET & internal::kArmSimdTargets) != 0;
+constexpr bool kDecodePairTarget = kPairTarget || kArmTarget;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Everything constant over one call but the keys and values, whose element

@@ -13,6 +13,7 @@
 #include "simdattn/kernels.h"
 #include "src/common/cpu.h"
 #include "src/common/element.h"
+#include "src/ops/target_family.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -414,10 +415,10 @@ void WithType(KVType type, const F& f) {
   }
 }
 
-// p[0, n) rounded to bf16, weights 2i and 2i + 1 in out[i]; false where a
-// weight is a float32 denormal (out unspecified).
-SIMDATTN_PAIRS_TARGET bool RoundIntoPairs(const float* p, size_t n,
-                                          uint32_t* out) {
+}  // namespace
+
+SIMDATTN_PAIRS_TARGET bool RoundWeightPairs(const float* p, size_t n,
+                                            uint32_t* out) {
   const __m512 smallest = _mm512_set1_ps(0x1p-126f);
   __mmask16 denormal = 0;
   for (size_t i = 0; i < n; i += 16) {
@@ -431,10 +432,9 @@ SIMDATTN_PAIRS_TARGET bool RoundIntoPairs(const float* p, size_t n,
   return denormal == 0;
 }
 
-}  // namespace
-
-bool DecodePairsUsable() {
-  return ThisCpu().avx512_bf16 && ThisCpu().avx512_vbmi;
+bool DecodePairsUsable(KVType, int64_t target) {
+  return IsAvx512Target(target) && ThisCpu().avx512_bf16 &&
+         ThisCpu().avx512_vbmi;
 }
 
 void PairScores(KVType type, const uint32_t* queries, size_t rows,
@@ -447,15 +447,6 @@ void PairScores(KVType type, const uint32_t* queries, size_t rows,
           scores, score_stride);
     });
   });
-}
-
-bool WeightPairs(const float* p, size_t rows, size_t n, size_t stride,
-                 uint32_t* out, size_t out_stride) {
-  bool normal = true;
-  for (size_t r = 0; r < rows; ++r) {
-    normal &= RoundIntoPairs(p + r * stride, n, out + r * out_stride);
-  }
-  return normal;
 }
 
 void PairWeightsTimesValues(KVType type, const uint32_t* weights,
@@ -539,23 +530,23 @@ SIMDATTN_PAIRS_TARGET float QueryPairs(KVType type, const float* q, size_t rows,
   return 1.0f / _mm512_cvtss_f32(power);
 }
 
-#else  // !SIMDATTN_HAVE_DECODE_PAIRS: never called (DecodePairsUsable).
+#elif !(defined(__aarch64__) && defined(__GNUC__) && defined(__linux__))
+// Neither x86-64 nor Arm's BFDOT (decode_pairs_arm.cc): never called
+// (DecodePairsUsable).
 
 float QueryPairs(KVType, const float*, size_t, size_t, size_t, uint32_t*) {
   return 0.0f;
 }
 
-bool DecodePairsUsable() { return false; }
+bool DecodePairsUsable(KVType, int64_t) { return false; }
 void PairScores(KVType, const uint32_t*, size_t, const uint8_t*, size_t, size_t,
                 size_t, float, float*, size_t) {}
-bool WeightPairs(const float*, size_t, size_t, size_t, uint32_t*, size_t) {
-  return false;
-}
+bool RoundWeightPairs(const float*, size_t, uint32_t*) { return false; }
 void PairWeightsTimesValues(KVType, const uint32_t*, size_t, size_t,
                             const uint8_t*, size_t, size_t, size_t, float*,
                             size_t) {}
 
-#endif  // SIMDATTN_HAVE_DECODE_PAIRS
+#endif
 
 }  // namespace internal
 }  // namespace simdattn

@@ -44,6 +44,12 @@ const Rule kRules[] = {
      [](Policy& p) { p.bf16_decode_pairs = true; },
      "vdpbf16ps decode over bf16 rows paid on Zen 4 and 5; on Intel's Xeons "
      "vdpbf16ps ran below the float32 FMAs"},
+    {"bf16_decode_pairs = true",
+     [](const CpuDescription& cpu) { return cpu.arm_bf16; },
+     [](Policy& p) { p.bf16_decode_pairs = true; },
+     "Arm with BF16: BFDOT takes 8 products of bf16 rows an instruction "
+     "where the float32 route widens them and takes 2 FMAs (counted, not "
+     "yet timed on Arm hardware; checked under qemu)"},
     {"cached_decode_pair_rows = 1",
      [](const CpuDescription& cpu) { return IsAmd(cpu) && cpu.family == 0x1A; },
      [](Policy& p) { p.cached_decode_pair_rows = 1; },

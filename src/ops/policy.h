@@ -44,9 +44,9 @@ struct Policy {
 
   // --- Kernel choices under kBFloat16: the table's alone. ---
   // Decode's bf16 and fp8 products on bf16 pairs (decode_pairs.h), where
-  // the CPU has AVX512_BF16 and VBMI, in tasks of at most decode_pair_rows
-  // query rows, or cached_decode_pair_rows where K and V fit the last-level
-  // cache (1 to kMaxPairRows).
+  // the CPU has AVX512_BF16 and VBMI (bf16 rows: or Arm's BFDOT), in tasks
+  // of at most decode_pair_rows query rows, or cached_decode_pair_rows where
+  // K and V fit the last-level cache (1 to kMaxPairRows).
   bool bf16_decode_pairs = false;
   bool fp8_decode_pairs = false;
   size_t decode_pair_rows = 4;

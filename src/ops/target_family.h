@@ -21,6 +21,17 @@ inline constexpr int64_t kAvx512Targets = HWY_AVX3 | HWY_AVX3_DL
 #endif
     ;
 
+// Highway's Arm targets with vectors: NEON and every SVE this Highway has.
+inline constexpr int64_t kArmSimdTargets = HWY_NEON | HWY_SVE | HWY_SVE2 |
+                                           HWY_SVE_256 | HWY_SVE2_128
+#ifdef HWY_NEON_BF16
+                                           | HWY_NEON_BF16
+#endif
+#ifdef HWY_NEON_WITHOUT_AES
+                                           | HWY_NEON_WITHOUT_AES
+#endif
+    ;
+
 // HWY_AVX2, HWY_AVX3, HWY_NEON, ...: the target dispatch picks now.
 int64_t ActiveTargetBit();
 // AVX-512 targets (AVX3 and its newer variants).

@@ -67,16 +67,7 @@ int64_t ActiveTargetBit() { return HWY_DYNAMIC_DISPATCH(CurrentTarget)(); }
 
 bool IsAvx512Target(int64_t target) { return (target & kAvx512Targets) != 0; }
 
-bool IsArmSimdTarget(int64_t target) {
-  int64_t arm = HWY_NEON | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128;
-#ifdef HWY_NEON_BF16
-  arm |= HWY_NEON_BF16;
-#endif
-#ifdef HWY_NEON_WITHOUT_AES
-  arm |= HWY_NEON_WITHOUT_AES;
-#endif
-  return (target & arm) != 0;
-}
+bool IsArmSimdTarget(int64_t target) { return (target & kArmSimdTargets) != 0; }
 
 }  // namespace internal
 
