@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "src/common/cpu.h"
+#include "src/ops/bf16_pairs.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -236,7 +237,9 @@ SIMDATTN_BF16_TARGET void TransposeTile(const uint32_t* in, size_t in_stride,
   }
 }
 
-#else  // No AMX kernels: AmxUsable() is false and nothing else is called.
+#else  // No AMX kernels: AmxUsable() is false and the products are never
+       // called. The packing, in plain C++, serves BFDOT's pairs (Arm):
+       // O(keys x dims) a tile against the products' O(rows x keys x dims).
 
 bool AmxUsable() { return false; }
 AmxScope::AmxScope() { std::abort(); }
@@ -245,14 +248,33 @@ void AmxProduct(const AmxTiles&, const AmxTiles&, size_t, size_t, size_t,
                 float*, size_t, const AmxBlocks*) {
   std::abort();
 }
-void PairsOfRow(const float*, size_t, size_t, uint32_t*) { std::abort(); }
-void InterleavedPairs(const float*, const float*, size_t, uint32_t*) {
-  std::abort();
+void PairsOfRow(const float* x, size_t n, size_t pairs, uint32_t* out) {
+  for (size_t j = 0; j < pairs; ++j) {
+    out[j] = BFloat16Pair(2 * j < n ? x[2 * j] : 0.0f,
+                          2 * j + 1 < n ? x[2 * j + 1] : 0.0f);
+  }
 }
-void InterleavedWords(const uint16_t*, const uint16_t*, size_t, uint32_t*) {
-  std::abort();
+void InterleavedPairs(const float* lo, const float* hi, size_t n,
+                      uint32_t* out) {
+  for (size_t j = 0; j < n; ++j) {
+    out[j] = BFloat16Pair(lo[j], hi == nullptr ? 0.0f : hi[j]);
+  }
 }
-void TransposeTile(const uint32_t*, size_t, uint32_t*, size_t) { std::abort(); }
+void InterleavedWords(const uint16_t* lo, const uint16_t* hi, size_t n,
+                      uint32_t* out) {
+  for (size_t j = 0; j < n; ++j) {
+    out[j] = uint32_t{lo == nullptr ? uint16_t{0} : lo[j]} |
+             uint32_t{hi == nullptr ? uint16_t{0} : hi[j]} << 16;
+  }
+}
+void TransposeTile(const uint32_t* in, size_t in_stride, uint32_t* out,
+                   size_t out_stride) {
+  for (size_t r = 0; r < kAmxTileRows; ++r) {
+    for (size_t c = 0; c < kAmxTileRows; ++c) {
+      out[c * out_stride + r] = in[r * in_stride + c];
+    }
+  }
+}
 
 #endif  // SIMDATTN_HAVE_AMX_KERNELS
 

@@ -96,7 +96,7 @@ inline void AmxProduct(const uint32_t* a, size_t a_stride, const uint32_t* b,
 }
 
 // The packing, on AVX512_BF16 (which every AMX CPU has; MatMul's vdpbf16ps
-// kernel uses it too):
+// kernel uses it too), in plain C++ off x86 (Arm's BFDOT pairs):
 // out[j] = (bf16(x[2j]), bf16(x[2j + 1])) for j < pairs, x[i] = 0 past n:
 // a row of floats as A's pairs. Rounds to nearest even.
 void PairsOfRow(const float* x, size_t n, size_t pairs, uint32_t* out);

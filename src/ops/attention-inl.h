@@ -246,7 +246,7 @@ Problem MakeProblem(ConstTensor4 q, const internal::QueryLayout& layout,
   pr.integer_scores = arith.integer_scores;
   pr.rows_from_memory = arith.rows_from_memory;
   pr.direct_e4m3 = arith.direct_e4m3;
-  pr.decode_pair_rows = kDecodePairTarget ? arith.decode_pair_rows : 0;
+  pr.decode_pair_rows = kPairTarget ? arith.decode_pair_rows : 0;
   return pr;
 }
 
@@ -358,6 +358,8 @@ void RecordPlan(const Problem& pr, const TaskPlan& plan, KVType type) {
                                      : "float32 products")
       : pr.pair_kernel == internal::BFloat16DotKernelKind::kAmx
           ? "bf16 pairs on AMX tiles"
+      : pr.pair_kernel == internal::BFloat16DotKernelKind::kBfdot
+          ? "bf16 pairs (BFDOT)"
           : "bf16 pairs (vdpbf16ps)";
   record.paced = kPacedRows<T> && pr.rows_from_memory;
   record.task_heads = plan.task_heads;

@@ -181,12 +181,11 @@ void Attend(const char* kFn, ConstTensor4 q,
   // fp8), so that tasks of a few query rows (drafts, a group's heads) read
   // it in place instead of packing it per task. Sizes are those of
   // validated tensors.
-  // The dense path's bf16 pairs on AMX or vdpbf16ps.
+  // The dense path's bf16 pairs on AMX, vdpbf16ps or BFDOT.
   const internal::BFloat16DotKernelKind kernel =
       internal::ChosenBFloat16DotKernel();
   const bool pairs =
-      bf16 && (kernel == internal::BFloat16DotKernelKind::kAmx ||
-               kernel == internal::BFloat16DotKernelKind::kDotProduct);
+      bf16 && kernel != internal::BFloat16DotKernelKind::kFallback;
   const bool round_inputs =
       bf16 && (q.dims[2] == 1 || layout.starts != nullptr ||
                ElementTraitsOf(kv.type).bf16_exact);

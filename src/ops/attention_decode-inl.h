@@ -649,7 +649,7 @@ void OfferDecodeBackends(const Problem& pr, size_t rows, const Take& take) {
   if constexpr (int_dot_detail::kIntegerKeys<T>) {
     if (pr.integer_scores && take(IntegerRows<T>(pr.scale))) return;
   }
-  if constexpr (internal::kTraitsOf<T>.bf16_exact && kDecodePairTarget) {
+  if constexpr (internal::kTraitsOf<T>.bf16_exact && kPairTarget) {
     if (rows <= pr.decode_pair_rows && take(PairRows<T>(pr.scale))) return;
   }
   if constexpr (std::is_same_v<T, internal::Fp8E4M3>) {

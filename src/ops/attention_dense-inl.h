@@ -1,7 +1,7 @@
 // Per-target fused attention (attention-inl.h): the dense path. Each tile
 // of K and V is packed into panels once per task, its products taken from a
 // backend chosen once per call (FloatTiles: the float32 micro-kernel;
-// PairTiles: bf16 pairs on AMX or vdpbf16ps); AttendBlock walks a task's
+// PairTiles: bf16 pairs on AMX, vdpbf16ps or BFDOT); AttendBlock walks a task's
 // tiles, or hands tasks of few rows to decode's AttendFewRows.
 
 #if defined(SIMDATTN_SRC_OPS_ATTENTION_DENSE_INL_H_) == \
@@ -55,6 +55,9 @@ inline void PairProduct(const PairWorkspace& aw, const uint32_t* a,
                         size_t ldc) {
   if (aw.kernel == internal::BFloat16DotKernelKind::kAmx) {
     internal::AmxProduct(a, a_stride, b, b_stride, rows, cols, pairs, c, ldc);
+  } else if (aw.kernel == internal::BFloat16DotKernelKind::kBfdot) {
+    internal::BfdotPairProduct(a, a_stride, b, b_stride, rows, cols, pairs, c,
+                               ldc);
   } else {
     internal::DotProductPairs(a, a_stride, b, b_stride, rows, cols, pairs, c,
                               ldc);
@@ -334,9 +337,9 @@ struct FloatTiles {
   }
 };
 
-// PairTiles: bf16 pairs on AMX or vdpbf16ps (AVX-512 targets), rounded from
-// the float panels; whole tiles (the weights of keys a row does not see are
-// 0).
+// PairTiles: bf16 pairs on AMX, vdpbf16ps (AVX-512 targets) or BFDOT (Arm),
+// rounded from the float panels; whole tiles (the weights of keys a row does
+// not see are 0).
 struct PairTiles {
   const PairWorkspace& aw;
 

@@ -78,15 +78,14 @@ constexpr size_t kMinSplitKeys = kKeyBlock;
 constexpr size_t kPaceDistanceBytes = 8192;
 constexpr size_t kPaceBatch = 8;
 constexpr size_t kPaceChunkBytes = 4096;
-// bf16 pairs (AMX tiles or vdpbf16ps: bf16 arithmetic) serve the AVX-512
-// targets: the query blocks are whole tiles of rows there.
-constexpr bool kPairTarget = (HWY_TARGET & internal::kAvx512Targets) != 0;
+// bf16 pairs (bf16 arithmetic: AMX tiles or vdpbf16ps, BFDOT on Arm) serve
+// the AVX-512 and Arm targets: the query blocks are whole tiles of rows
+// there.
+constexpr bool kArmTarget = (HWY_TARGET & internal::kArmSimdTargets) != 0;
+constexpr bool kPairTarget =
+    (HWY_TARGET & internal::kAvx512Targets) != 0 || kArmTarget;
 static_assert(!kPairTarget || kQueryBlock % internal::kAmxTileRows == 0,
               "pair products cover whole query blocks");
-// Decode's bf16 pairs (decode_pairs.h) serve those and the Arm targets
-// (BFDOT).
-constexpr bool kArmTarget = (HWY_TARGET & internal::kArmSimdTargets) != 0;
-constexpr bool kDecodePairTarget = kPairTarget || kArmTarget;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Everything constant over one call but the keys and values, whose element
@@ -340,7 +339,7 @@ struct Workspace {
 struct PairWorkspace {
   static constexpr size_t kTile = internal::kAmxTileRows;
   static constexpr size_t kKeyPairs = kKeyBlock / 2;
-  internal::BFloat16DotKernelKind kernel;  // AMX or vdpbf16ps.
+  internal::BFloat16DotKernelKind kernel;  // AMX, vdpbf16ps or BFDOT.
   size_t head_pairs, value_cols;
   uint32_t* q;  // kTaskRows x head_pairs.
   uint32_t* k;  // head_pairs x kKeyBlock.

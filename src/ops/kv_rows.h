@@ -141,7 +141,7 @@ struct KVSource {
 struct AttentionArithmetic {
   bool round_weights = false;  // kBFloat16: P rounded before P V.
   // kBFloat16's dense path on bf16 pairs (amx_tiles.h's layouts) with this
-  // kernel, AMX or vdpbf16ps; kFallback: on float panels.
+  // kernel, AMX, vdpbf16ps or BFDOT; kFallback: on float panels.
   BFloat16DotKernelKind pair_kernel = BFloat16DotKernelKind::kFallback;
   // kBFloat16 with Q, K and V already rounded (else the dense path rounds
   // them while packing).

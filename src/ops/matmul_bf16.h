@@ -41,6 +41,11 @@ BFloat16DotKernelKind ChosenBFloat16DotKernel();
 void DotProductPairs(const uint32_t* a, size_t a_stride, const uint32_t* b,
                      size_t b_stride, size_t rows, size_t cols, size_t pairs,
                      float* c, size_t ldc);
+// The same on BFDOT (matmul_bf16_arm.cc), where ChosenBFloat16DotKernel()
+// is kBfdot.
+void BfdotPairProduct(const uint32_t* a, size_t a_stride, const uint32_t* b,
+                      size_t b_stride, size_t rows, size_t cols, size_t pairs,
+                      float* c, size_t ldc);
 
 // matmul_bf16_arm.cc: whether the CPU has FEAT_BF16 (false off aarch64
 // Linux), and MatMulBFloat16 on its BFDOT, arguments validated: over B

@@ -47,31 +47,32 @@ SIMDATTN_BFDOT_TARGET void PackRow(const float* row, size_t k, size_t /* k2 */,
 
 using Operands = PairOperands<kPanel>;
 
-// C[0..R, 0..cols) = alpha A B + beta C + bias for R rows of A and panel p,
-// from column n0 of C.
+// C[0..R, 0..cols) = alpha A B + beta C + bias over k2 pairs, for R rows of
+// A's pairs (a_stride apart) and a panel of kPanel columns whose pair q lies
+// at panel + q * panel_stride, from column n0 of C.
 template <size_t R>
-SIMDATTN_BFDOT_TARGET void MicroKernel(const Operands& packed, size_t m,
-                                       size_t p, size_t n0, float* c,
-                                       size_t ldc, size_t cols,
-                                       const MatMulOptions& opt) {
+SIMDATTN_BFDOT_TARGET void MicroKernel(const uint32_t* a, size_t a_stride,
+                                       const uint32_t* panel,
+                                       size_t panel_stride, size_t k2,
+                                       size_t n0, float* c, size_t ldc,
+                                       size_t cols, const MatMulOptions& opt) {
   float32x4_t acc[R][4];
   for (size_t r = 0; r < R; ++r) {
     for (size_t v = 0; v < 4; ++v) acc[r][v] = vdupq_n_f32(0.0f);
   }
-  const uint32_t* panel = packed.Panel(p);
-  for (size_t q = 0; q < packed.k2; ++q) {
-    const uint32_t* bq = panel + q * kPanel;
+  for (size_t q = 0; q < k2; ++q) {
+    const uint32_t* bq = panel + q * panel_stride;
     const bfloat16x8_t b0 = vreinterpretq_bf16_u32(vld1q_u32(bq));
     const bfloat16x8_t b1 = vreinterpretq_bf16_u32(vld1q_u32(bq + 4));
     const bfloat16x8_t b2 = vreinterpretq_bf16_u32(vld1q_u32(bq + 8));
     const bfloat16x8_t b3 = vreinterpretq_bf16_u32(vld1q_u32(bq + 12));
     for (size_t r = 0; r < R; ++r) {
-      const bfloat16x8_t a =
-          vreinterpretq_bf16_u32(vdupq_n_u32(PairAt(packed.Row(m + r), q)));
-      acc[r][0] = vbfdotq_f32(acc[r][0], a, b0);
-      acc[r][1] = vbfdotq_f32(acc[r][1], a, b1);
-      acc[r][2] = vbfdotq_f32(acc[r][2], a, b2);
-      acc[r][3] = vbfdotq_f32(acc[r][3], a, b3);
+      const bfloat16x8_t pair =
+          vreinterpretq_bf16_u32(vdupq_n_u32(PairAt(a + r * a_stride, q)));
+      acc[r][0] = vbfdotq_f32(acc[r][0], pair, b0);
+      acc[r][1] = vbfdotq_f32(acc[r][1], pair, b1);
+      acc[r][2] = vbfdotq_f32(acc[r][2], pair, b2);
+      acc[r][3] = vbfdotq_f32(acc[r][3], pair, b3);
     }
   }
   float sums[kPanel];
@@ -105,9 +106,10 @@ void BfdotTasks(const PairRows& a, const uint32_t* b_pairs, size_t k2, Matrix c,
       [&](const GemmTask& task) {
         for (size_t m = task.m0; m < task.m_end; m += kRows) {
           WithRowCount<kRows>(std::min(kRows, task.m_end - m), [&](auto r) {
-            MicroKernel<decltype(r)::value>(packed, m, task.p, task.n0,
-                                            c.Row(m) + task.n0, c.stride,
-                                            task.cols, opt);
+            MicroKernel<decltype(r)::value>(
+                packed.Row(m), packed.a_stride, packed.Panel(task.p), kPanel,
+                packed.k2, task.n0, c.Row(m) + task.n0, c.stride, task.cols,
+                opt);
           });
         }
       });
@@ -123,6 +125,21 @@ void BfdotProduct(ConstMatrix a, const uint32_t* b_pairs, size_t k2, Matrix c,
 void BfdotProduct(MatrixView<const BFloat16> a, const uint32_t* b_pairs,
                   size_t k2, Matrix c, const MatMulOptions& opt) {
   BfdotTasks(PairRows(a, k2, a.rows), b_pairs, k2, c, opt);
+}
+
+void BfdotPairProduct(const uint32_t* a, size_t a_stride, const uint32_t* b,
+                      size_t b_stride, size_t rows, size_t cols, size_t pairs,
+                      float* c, size_t ldc) {
+  const MatMulOptions plain;
+  for (size_t n = 0; n < cols; n += kPanel) {
+    for (size_t m = 0; m < rows; m += kRows) {
+      WithRowCount<kRows>(std::min(kRows, rows - m), [&](auto r) {
+        MicroKernel<decltype(r)::value>(a + m * a_stride, a_stride, b + n,
+                                        b_stride, pairs, n, c + m * ldc + n,
+                                        ldc, std::min(kPanel, cols - n), plain);
+      });
+    }
+  }
 }
 
 void MatMulBfdot(ConstMatrix a, ConstMatrix b, Matrix c,
@@ -149,6 +166,8 @@ void BfdotProduct(ConstMatrix, const uint32_t*, size_t, Matrix,
 void BfdotProduct(MatrixView<const BFloat16>, const uint32_t*, size_t, Matrix,
                   const MatMulOptions&) {}
 void MatMulBfdot(ConstMatrix, ConstMatrix, Matrix, const MatMulOptions&) {}
+void BfdotPairProduct(const uint32_t*, size_t, const uint32_t*, size_t, size_t,
+                      size_t, size_t, float*, size_t) {}
 }  // namespace internal
 }  // namespace simdattn
 
