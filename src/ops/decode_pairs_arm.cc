@@ -33,15 +33,11 @@ SIMDATTN_BFDOT_TARGET inline float32x4_t Dot(float32x4_t acc, uint16x8_t a,
   return vbfdotq_f32(acc, vreinterpretq_bf16_u16(a), vreinterpretq_bf16_u16(b));
 }
 
-// The vector loops read whole vectors of 8 words; a row's last cols % 8 words
-// (none for the usual head dims) are summed in float32 by these, so that no
-// load reads past a row and no call inside a loop spills the accumulators.
-inline float Widened(uint16_t word) {
-  const uint32_t bits = uint32_t{word} << 16;
-  float x;
-  std::memcpy(&x, &bits, sizeof(x));
-  return x;
-}
+// The vector loops read whole vectors of 8 words, so that no load reads
+// past a row and no masked copy (a call to memcpy, which spilled every
+// accumulator) sits in them; a row's last cols % 8 words (none for the usual
+// head dims) are summed in float32 by these, after the vector loops.
+inline float Widened(uint16_t word) { return ToFloat(BFloat16{word}); }
 inline float TailDot(const uint16_t* a, const uint16_t* b, size_t from,
                      size_t cols) {
   float sum = 0.0f;
